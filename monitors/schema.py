@@ -1,0 +1,98 @@
+"""The monitor log contract: file names, schema versions and columns.
+
+Producers (the daemon) and consumers (reports, users' scripts) both import this
+module, so a column is named in exactly one place. Any change that removes or
+renames a column bumps the version; adding a column at the end does not.
+
+Each CSV file starts with one comment line, ``# schema=<name>/<version>``, then a
+header line, then rows. An empty cell means "not measured" (never zero). A killed
+writer can leave a partial last line: readers must skip a line whose cell count
+differs from the header's.
+"""
+
+GPU_SCHEMA = "hpclaunch.monitor.gpu/1"
+HOST_SCHEMA = "hpclaunch.monitor.host/1"
+EVENTS_SCHEMA = "hpclaunch.monitor.events/1"
+POWER_TRACE_SCHEMA = "hpclaunch.monitor.power_trace/1"
+
+MONITOR_DIR = "monitor"
+
+GPU_COLUMNS = (
+    "time_unix",          # float seconds since the epoch, sample time
+    "host",
+    "gpu_index",          # NVML index on this host
+    "gpu_uuid",
+    "ranks",              # global ranks using this GPU, ';'-separated ("" if none known)
+    "power_w",            # instantaneous (or driver-averaged) board power
+    "power_avg_w",        # driver's 1 s average where it differs from power_w
+    "energy_mj",          # total-energy counter since driver load (Volta+), empty if unavailable
+    "temp_c",             # GPU core temperature
+    "mem_temp_c",         # HBM temperature where available
+    "mem_used_mib",
+    "mem_total_mib",
+    "util_pct",           # GPU utilisation (coarse, NVML)
+    "mem_util_pct",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "power_limit_w",      # enforced power limit
+    "throttle_reasons",   # current clocks-event-reasons bitmask (integer)
+    "slowdown_temp_c",
+    "shutdown_temp_c",
+    "viol_power_ns",      # cumulative time throttled by power capping (NVML violation counter)
+    "viol_thermal_ns",    # cumulative time throttled by thermal limits
+    "ecc_dbe_total",      # aggregate double-bit ECC errors, where cheap
+    "error",              # empty, or the reason this GPU's row has no measurements
+)
+
+HOST_COLUMNS = (
+    "time_unix",
+    "host",
+    "cpu_pct",            # whole-host CPU utilisation over the last interval
+    "mem_used_mib",
+    "mem_total_mib",
+    "load1",
+    "rapl_energy_uj",     # sum over RAPL package/dram domains, wrap-corrected, monotonic; empty if unavailable
+    "cpu_temp_c",         # hottest CPU package/core sensor, empty if unavailable
+    "monitor_cpu_s",      # the monitor's own cumulative CPU time (user+system)
+    "monitor_rss_mib",    # the monitor's own resident memory
+)
+
+POWER_TRACE_COLUMNS = (
+    "time_unix",          # from the driver's sample timestamp
+    "host",
+    "gpu_index",
+    "power_w",
+)
+
+# Throttle (clocks event) reason bits, from NVML's header.
+THROTTLE_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+
+def header_comment(schema: str) -> str:
+    return f"# schema={schema}\n"
+
+
+def gpu_file(host: str) -> str:
+    return f"{host}.gpu.csv"
+
+
+def host_file(host: str) -> str:
+    return f"{host}.host.csv"
+
+
+def events_file(host: str) -> str:
+    return f"{host}.events.jsonl"
+
+
+def power_trace_file(host: str) -> str:
+    return f"{host}.power_trace.csv"
