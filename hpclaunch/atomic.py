@@ -1,0 +1,39 @@
+"""Atomic file writes: temp file in the same directory, fsync, rename, fsync the directory."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def write_atomic(path: str, data: str | bytes, mode: int = 0o600) -> None:
+    """Readers see the old file or the whole new one, never a part, even after a crash."""
+    folder = os.path.dirname(os.path.abspath(path))
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(folder)
+
+
+def fsync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on directories; the rename is still atomic
+    finally:
+        os.close(fd)

@@ -1,0 +1,52 @@
+"""Errors that reach the user as clear one-line messages, never as tracebacks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the input: where, what, the offending value, and the fix."""
+
+    source: str      # the file (or "command line") the value came from
+    path: str        # dotted field path, e.g. "resources.nodes"
+    message: str     # what is wrong
+    value: object = None
+    fix: str = ""
+    has_value: bool = True
+
+    def __str__(self) -> str:
+        where = f"{self.source}: {self.path}: " if self.path else f"{self.source}: "
+        text = where + self.message
+        if self.has_value:
+            text += f" ({_show(self.value)})"
+        if self.fix:
+            text += f" \u2014 {self.fix}"
+        return text
+
+
+def _show(value: object) -> str:
+    text = repr(value) if isinstance(value, str) else _plain(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _plain(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if not isinstance(value, (int, float)) else str(value)
+
+
+class HpclaunchError(Exception):
+    """An error caused by the user's input or environment: printed as one line, exit code 2."""
+
+    exit_code = 2
+
+
+class InvalidInput(HpclaunchError):
+    """Input failed validation; carries every problem found."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))

@@ -1,0 +1,189 @@
+"""The job file: its schema as typed dataclasses, with per-field checks.
+
+Cross-field rules and the profile's limits live in validate.py; this module only
+says what each key is and which values are well-formed on their own.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Literal, Optional, Tuple
+
+from .typedload import Scalar, field
+from .units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
+
+LAUNCHERS = ("torchrun", "horovod", "mpi", "srun")
+Launcher = Literal["torchrun", "horovod", "mpi", "srun"]
+REQUEUE_SIGNALS = ("USR1", "USR2")
+SECRET_MARKERS = ("TOKEN", "KEY", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
+
+_SLURM_WORD = re.compile(r"^[A-Za-z0-9_.,:+@%=-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_EXTRA = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@%+=()\[\]-]+)?$")
+
+
+def _time_check(value: str) -> Optional[Tuple[str, str]]:
+    try:
+        parse_time_seconds(value)
+    except ValueError:
+        return ("is not a Slurm time", f"use one of {TIME_FORMATS}, e.g. \"00:30:00\"")
+    return None
+
+
+def _mem_check(value: str) -> Optional[Tuple[str, str]]:
+    try:
+        parse_mem_mib(value)
+    except ValueError:
+        return ("is not a Slurm memory size", "use a number with an optional K, M, G or T suffix, e.g. 4G")
+    return None
+
+
+def _slurm_word(what: str) -> object:
+    def check(value: str) -> Optional[Tuple[str, str]]:
+        if not _SLURM_WORD.match(value):
+            return (f"is not a valid {what} name",
+                    "use letters, digits and _ . , : + @ % = - only")
+        return None
+    return check
+
+
+def _no_nul(value: str) -> Optional[Tuple[str, str]]:
+    if "\x00" in value:
+        return ("contains a NUL character, which no process argument can carry", "remove it")
+    return None
+
+
+def _name_check(value: str) -> Optional[Tuple[str, str]]:
+    if not value.strip():
+        return ("is empty", "give the job a name, e.g. digits-ddp")
+    return _no_nul(value)
+
+
+def _command_check(value: List[str]) -> Optional[Tuple[str, str]]:
+    if not value:
+        return ("is empty", "write the program and its arguments as a list, e.g. [python, train.py]")
+    for arg in value:
+        if "\x00" in arg:
+            return ("has an argument with a NUL character, which no process argument can carry",
+                    "remove it")
+    return None
+
+
+@dataclass
+class Resources:
+    """What each job asks Slurm for."""
+
+    nodes: int = field(1, help="number of nodes", minimum=1, maximum=100000)
+    tasks_per_node: int = field(1, help="ranks per node (torchrun --nproc-per-node, horovod slots, MPI ranks)",
+                                minimum=0, maximum=1024)
+    gpus_per_node: int = field(0, help="GPUs per node", minimum=0, maximum=64)
+    cpus_per_task: int = field(1, help="CPU cores per rank", minimum=1, maximum=4096)
+    mem: Optional[str] = field(None, help="memory per node, Slurm form (e.g. 4G); null leaves it to the site",
+                               check=_mem_check)
+    time: str = field("00:30:00", help=f"time limit ({TIME_FORMATS})", check=_time_check)
+
+
+@dataclass
+class SlurmOptions:
+    """Scheduler placement and pass-through options."""
+
+    partition: Optional[str] = field(None, help="partition (queue)", check=_slurm_word("partition"))
+    account: Optional[str] = field(None, help="account to charge", check=_slurm_word("account"))
+    qos: Optional[str] = field(None, help="quality of service", check=_slurm_word("QOS"))
+    constraint: Optional[str] = field(None, help="node features (--constraint)",
+                                      check=_slurm_word("constraint"))
+    exclusive: bool = field(False, help="whole nodes only (--exclusive)")
+    extra: List[str] = field(default_factory=list,
+                             help="extra #SBATCH long options, passed through after validation of their form")
+
+
+@dataclass
+class Monitor:
+    """The per-node power/thermal monitor."""
+
+    interval: float = field(1.0, help="seconds between samples; 0 disables the monitor",
+                            minimum=0, maximum=3600,
+                            check=lambda v: ("is too short to sample reliably", "use 0 (off) or at least 0.05")
+                            if 0 < v < 0.05 else None)
+
+
+@dataclass
+class Requeue:
+    """Automatic requeue before the time limit (or on preemption)."""
+
+    max_attempts: int = field(3, help="attempts in all, the first included; 1 disables requeue",
+                              minimum=1, maximum=1000)
+    signal: str = field("USR1", help="signal Slurm sends to the batch shell before the time limit",
+                        check=lambda v: None if v in REQUEUE_SIGNALS else
+                        ("is not a requeue signal", "use USR1 or USR2"))
+    grace: int = field(120, help="seconds before the time limit that the signal is sent",
+                       minimum=1, maximum=65535)
+
+
+@dataclass
+class Rendezvous:
+    """Where ranks meet: the head node and a per-job port."""
+
+    port: Optional[int] = field(None, help="fixed port (default: derived from the job id into the profile's range)",
+                                minimum=1024, maximum=65535)
+
+
+@dataclass
+class Train:
+    """Settings for hpclaunch.train_entry; checked against the profile's training limits."""
+
+    epochs: Optional[int] = field(None, help="epochs to train", minimum=1)
+    batch_per_gpu: Optional[int] = field(None, help="samples per device per micro-step", minimum=1)
+    global_batch: Optional[int] = field(None, help="samples per optimizer step across all ranks", minimum=1)
+    lr: Optional[float] = field(None, help="base learning rate", minimum=0)
+    precision: Optional[Literal["fp32", "bf16", "fp16"]] = field(None, help="mixed precision mode")
+    seed: Optional[int] = field(None, help="job seed (each rank adds its rank)", minimum=0)
+    checkpoint_every: Optional[int] = field(None, help="steps between checkpoints", minimum=1)
+    keep_checkpoints: Optional[int] = field(None, help="checkpoints kept", minimum=1)
+
+
+@dataclass
+class Job:
+    """An hpclaunch job file."""
+
+    name: str = field(help="job name", check=_name_check, example="digits-ddp")
+    command: List[Scalar] = field(help="program and arguments, as a list", check=_command_check,
+                                  example="[python, train.py]")
+    profile: str = field("local", help="a shipped profile name, or a path to a profile YAML")
+    launcher: Launcher = field("torchrun", help="how ranks are started")
+    resources: Resources = field(default_factory=Resources)
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
+    env: Dict[str, Scalar] = field(default_factory=dict, help="exported to every rank")
+    monitor: Monitor = field(default_factory=Monitor)
+    requeue: Requeue = field(default_factory=Requeue)
+    rendezvous: Rendezvous = field(default_factory=Rendezvous)
+    train: Train = field(default_factory=Train)
+    workdir: Optional[str] = field(None, help="directory the ranks start in (default: the submit directory)",
+                                   check=_no_nul)
+    runs_root: Optional[str] = field(None, help="where run directories go (default: the profile's, else ./runs)",
+                                     check=lambda v: runs_root_problem(v))
+
+
+def env_name_problem(name: str) -> Optional[Tuple[str, str]]:
+    if not _ENV_NAME.match(name):
+        return ("is not a valid environment variable name",
+                "use letters, digits and _, not starting with a digit")
+    if name.startswith("HPCLAUNCH_") or name.startswith("SLURM_"):
+        return ("is set by hpclaunch or Slurm and cannot be overridden here",
+                "pick another name")
+    return None
+
+
+_RUNS_ROOT = re.compile(r"^[A-Za-z0-9._/+-]+$")
+
+
+def runs_root_problem(value: str) -> Optional[Tuple[str, str]]:
+    # It appears in #SBATCH --output, which Slurm does not shell-unquote: keep it plain.
+    if not _RUNS_ROOT.match(value):
+        return ("is not a plain path", "use letters, digits and . _ / + - only (no spaces, no ~)")
+    return None
+
+
+def looks_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(marker in upper for marker in SECRET_MARKERS)

@@ -1,0 +1,82 @@
+"""From a job file, a profile and overrides to one validated, resolved job."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+from dataclasses import dataclass
+
+from .errors import InvalidInput, Problem
+from .job import Job
+from .merge import merge_into, set_path
+from .overrides import parse_override
+from .profiles import LoadedProfile, load_profile
+from .typedload import Loader, SourceMap, to_plain
+from .yamlio import display_path, load_yaml_file, load_yaml_text
+
+OVERRIDE_LABEL = "command line"
+
+
+@dataclass
+class Resolved:
+    """A job ready to render: the typed job, its profile, and where each value came from."""
+
+    job: Job
+    profile: LoadedProfile
+    job_path: str
+    origins: dict[str, str]
+    source_hash: str  # sha256 of the job file's bytes (the audit trail's "which file")
+
+    def to_document(self) -> dict:
+        """The resolved job as written to the run directory's job.yaml."""
+        doc = to_plain(self.job)
+        prof = dict(self.profile.data)
+        prof.pop("defaults", None)
+        doc["profile"] = {"ref": self.job.profile, "path": self.profile.path, **prof}
+        doc["hpclaunch"] = {"job_file": os.path.abspath(self.job_path), "job_file_sha256": self.source_hash}
+        return doc
+
+
+def resolve_job(job_path: str, overrides: list[str] | tuple[str, ...] = (), cwd: str | None = None) -> Resolved:
+    shown = display_path(job_path)
+    with_bytes = _read_bytes(job_path)
+    data = load_yaml_text(with_bytes.decode("utf-8", "replace"), shown) if with_bytes is not None \
+        else load_yaml_file(job_path, "job file")
+    if not isinstance(data, dict):
+        raise InvalidInput([Problem(shown, "", "a job file must be a mapping", data,
+                                    "start from `hpclaunch init`")])
+    parsed = [parse_override(o) for o in overrides]
+    data = copy.deepcopy(data)
+    for key, value in parsed:
+        set_path(data, key, value)
+    profile_ref = data.get("profile", "local")
+    if not isinstance(profile_ref, str):
+        raise InvalidInput([Problem(shown, "profile", "expected a profile name or path", profile_ref,
+                                    "e.g. profile: local (see `hpclaunch profiles`)")])
+    profile = load_profile(profile_ref, os.path.dirname(os.path.abspath(job_path)), cwd)
+    merged: dict = {}
+    origins: dict[str, str] = {}
+    merge_into(merged, profile.profile.defaults, origins, display_path(profile.path))
+    merge_into(merged, data, origins, shown)
+    for key, _ in parsed:
+        origins[key] = f"{OVERRIDE_LABEL} (-o {key})"
+    loader = Loader(SourceMap(shown, origins))
+    job = loader.load(Job, merged)
+    problems = list(loader.problems)
+    if job is not None:
+        from .validate import validate_job
+        bad = {p.path for p in problems}
+        problems += [p for p in validate_job(job, profile.profile, SourceMap(shown, origins))
+                     if p.path not in bad]
+    if problems:
+        raise InvalidInput(problems)
+    digest = hashlib.sha256(with_bytes or b"").hexdigest()
+    return Resolved(job, profile, job_path, origins, digest)
+
+
+def _read_bytes(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None  # load_yaml_file turns the same failure into a clear message

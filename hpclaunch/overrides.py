@@ -1,0 +1,75 @@
+"""Command-line overrides: `-o resources.nodes=4`, typed like the job file."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from typing import Any
+
+from .errors import HpclaunchError
+from .job import Job
+from .typedload import Scalar, _hints
+
+_STRINGY = (str, Scalar)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise HpclaunchError(f"command line: -o {text!r}: expected KEY=VALUE \u2014 e.g. -o resources.nodes=4")
+    target = _field_type(key)
+    if target is _UNKNOWN:
+        raise HpclaunchError(f"command line: -o {key}: unknown key \u2014 {_suggest(key)}")
+    if _is_stringy(target):
+        return key, raw  # names and env values stay exactly as typed (no YAML guessing: 007, yes, 1e3)
+    from .yamlio import load_yaml_text
+    try:
+        value = load_yaml_text(raw, f"-o {key}") if raw.strip() else None
+    except HpclaunchError:
+        value = raw
+    return key, value
+
+
+_UNKNOWN = object()
+
+
+def _field_type(dotted: str) -> Any:
+    tp: Any = Job
+    for part in dotted.split("."):
+        origin = typing.get_origin(tp)
+        if origin is typing.Union:
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            tp = args[0] if len(args) == 1 else tp
+            origin = typing.get_origin(tp)
+        if dataclasses.is_dataclass(tp):
+            hints = _hints(tp)
+            if part not in hints:
+                return _UNKNOWN
+            tp = hints[part]
+        elif origin is dict:
+            tp = typing.get_args(tp)[1]
+        else:
+            return _UNKNOWN
+    return tp
+
+
+def _is_stringy(tp: Any) -> bool:
+    if tp in _STRINGY:
+        return True
+    if typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return len(args) == 1 and args[0] in _STRINGY
+    return False
+
+
+def _suggest(dotted: str) -> str:
+    prefix, _, last = dotted.rpartition(".")
+    tp = _field_type(prefix) if prefix else Job
+    if dataclasses.is_dataclass(tp):
+        names = [f.name for f in dataclasses.fields(tp)]
+        close = difflib.get_close_matches(last, names, n=1)
+        if close:
+            return f"did you mean '{(prefix + '.') if prefix else ''}{close[0]}'?"
+        return "valid keys here: " + ", ".join(names)
+    return "check the key path against `hpclaunch schema`"

@@ -1,0 +1,121 @@
+"""Cluster profiles: site knowledge as data (node shape, dialect, limits, defaults).
+
+A profile says how a site wants things asked for (`--gpus-per-node` or `--gres`),
+what a node holds, how to reach the head node, which lines set up the software,
+and what the site allows. Job keys the profile wants to default go under
+`defaults:`, in the job file's own shape.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Literal, Optional
+
+from .job import _mem_check, _slurm_word, _time_check, runs_root_problem
+from .typedload import Scalar, field
+
+_HOST_PART = re.compile(r"^[A-Za-z0-9.-]*$")
+
+
+@dataclass
+class NodeShape:
+    """What one compute node holds."""
+
+    cpus: int = field(help="CPU cores per node", minimum=1, example=64)
+    mem: Optional[str] = field(None, help="usable memory per node (Slurm form, e.g. 500G)", check=_mem_check)
+    gpus: int = field(0, help="GPUs per node", minimum=0)
+    gpu_model: Optional[str] = field(None, help="GPU model, for reports")
+    gpu_mem_gib: Optional[float] = field(None, help="memory per GPU in GiB", minimum=0)
+
+
+@dataclass
+class Network:
+    """How ranks find the head node and which interface collectives use."""
+
+    interface: Optional[str] = field(None, help="NIC for NCCL/gloo/MPI traffic (sets NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)",
+                                     check=_slurm_word("interface"))
+    hostname_suffix: str = field("", help="appended to Slurm node names to reach the fast network (e.g. 'i' for InfiniBand names)",
+                                 check=lambda v: None if _HOST_PART.match(v) else
+                                 ("is not a host name part", "use letters, digits, '.' and '-' only"))
+
+
+@dataclass
+class MpiSettings:
+    """How the mpi launcher starts ranks on this site."""
+
+    starter: Literal["srun", "mpirun"] = field("srun", help="srun --mpi=... or mpirun with a host list")
+    srun_mpi: str = field("pmix", help="srun --mpi plugin (pmix, pmi2, none)", check=_slurm_word("MPI plugin"))
+    mpirun_args: List[str] = field(default_factory=list, help="extra mpirun arguments (e.g. --oversubscribe)")
+
+
+@dataclass
+class HorovodSettings:
+    """How horovodrun talks between ranks."""
+
+    controller: Literal["gloo", "mpi"] = field("gloo", help="horovodrun --gloo or --mpi")
+    extra_args: List[str] = field(default_factory=list, help="extra horovodrun arguments")
+
+
+@dataclass
+class RendezvousSettings:
+    """Per-job rendezvous ports: base + (job id mod range), so concurrent jobs differ."""
+
+    port_base: int = field(20000, minimum=1024, maximum=65535, help="lowest port used")
+    port_range: int = field(10000, minimum=1, maximum=40000, help="number of ports to spread jobs over")
+
+
+@dataclass
+class Limits:
+    """What the site allows; validation refuses more."""
+
+    max_nodes: Optional[int] = field(None, minimum=1, help="nodes per job")
+    max_time: Optional[str] = field(None, check=_time_check, help="time limit per job")
+    partitions: List[str] = field(default_factory=list, help="allowed partitions (empty: any)")
+    max_epochs: Optional[int] = field(None, minimum=1, help="train.epochs at most")
+    max_batch_per_gpu: Optional[int] = field(None, minimum=1, help="train.batch_per_gpu at most")
+    lr_range: Optional[List[float]] = field(None, help="[min, max] for train.lr",
+                                            check=lambda v: None if len(v) == 2 and v[0] <= v[1] else
+                                            ("must be two numbers [min, max] with min <= max", "e.g. [1.0e-6, 1.0]"))
+
+
+@dataclass
+class Training:
+    """How train_entry runs on this hardware."""
+
+    backend: Literal["nccl", "gloo"] = field("gloo", help="torch.distributed backend")
+    lr_scaling: Literal["linear", "sqrt", "none"] = field("linear", help="learning-rate scaling with world size")
+    mlflow_dir: Optional[str] = field(None, help="MLflow file store, relative to the run directory or absolute")
+    tensorboard_dir: Optional[str] = field(None, help="TensorBoard log dir, relative to the run directory or absolute")
+
+
+@dataclass
+class MonitorSettings:
+    """Which monitor sources this hardware has."""
+
+    sources: List[Literal["nvml", "host", "rapl", "jetson"]] = field(
+        default_factory=lambda: ["nvml", "host", "rapl"], help="sources the monitor samples")
+
+
+@dataclass
+class Profile:
+    """An hpclaunch cluster profile."""
+
+    name: str = field(help="profile name", example="my-cluster")
+    node: NodeShape = field(help="the shape of one compute node", example="{cpus: 64}")
+    description: str = field("", help="one line shown by `hpclaunch profiles`")
+    extends: Optional[str] = field(None, help="profile this one starts from (name or path)")
+    defaults: Dict[str, Any] = field(default_factory=dict, help="defaults for job keys, in the job file's shape")
+    gpu_request: Literal["gpus-per-node", "gres", "none"] = field("gpus-per-node", help="how GPUs are requested")
+    gres_name: str = field("gpu", help="GRES name for gpu_request: gres", check=_slurm_word("GRES"))
+    memory_request: Literal["per-node", "omit"] = field("per-node", help="send --mem, or leave memory to the site")
+    network: Network = field(default_factory=Network)
+    env: Dict[str, Scalar] = field(default_factory=dict, help="site environment for every job (e.g. NCCL settings)")
+    setup: List[str] = field(default_factory=list, help="shell lines run first in every job (module loads); trusted site code")
+    mpi: MpiSettings = field(default_factory=MpiSettings)
+    horovod: HorovodSettings = field(default_factory=HorovodSettings)
+    rendezvous: RendezvousSettings = field(default_factory=RendezvousSettings)
+    limits: Limits = field(default_factory=Limits)
+    training: Training = field(default_factory=Training)
+    monitor: MonitorSettings = field(default_factory=MonitorSettings)
+    runs_root: str = field("runs", help="where run directories go, relative to the submit directory or absolute",
+                           check=lambda v: runs_root_problem(v))

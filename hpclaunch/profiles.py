@@ -1,0 +1,102 @@
+"""Finding and loading cluster profiles: user folders first, then the shipped ones; `extends:` chains."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import HpclaunchError, InvalidInput, Problem
+from .merge import merge_into
+from .profile import Profile
+from .typedload import Loader, SourceMap
+from .yamlio import display_path, load_yaml_file
+
+
+def shipped_dir() -> str:
+    from . import hpc_profiles  # package data, importable in editable and wheel installs
+    return os.path.dirname(os.path.abspath(hpc_profiles.__file__))
+
+
+def search_dirs(cwd: str | None = None) -> list[str]:
+    """Where profile names are looked up, in order."""
+    cwd = cwd or os.getcwd()
+    home = os.path.expanduser("~")
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    return [os.path.join(cwd, "hpc_profiles"), os.path.join(config, "hpclaunch", "profiles"), shipped_dir()]
+
+
+def find_profile(ref: str, base_dir: str | None = None, cwd: str | None = None) -> str:
+    """The file a profile reference names: a path (relative to base_dir) or a name."""
+    if ref.endswith((".yaml", ".yml")) or os.sep in ref:
+        path = ref if os.path.isabs(ref) else os.path.join(base_dir or os.getcwd(), ref)
+        if not os.path.isfile(path):
+            raise HpclaunchError(f"{display_path(path)}: no such profile file \u2014 check the path, "
+                                 "or use a profile name (see `hpclaunch profiles`)")
+        return os.path.abspath(path)
+    for folder in search_dirs(cwd):
+        for ext in (".yaml", ".yml"):
+            path = os.path.join(folder, ref + ext)
+            if os.path.isfile(path):
+                return path
+    known = ", ".join(available_profiles(cwd)) or "none"
+    import difflib
+    close = difflib.get_close_matches(ref, available_profiles(cwd), n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise HpclaunchError(f"profile {ref!r} not found \u2014 {hint}known profiles: {known}")
+
+
+def available_profiles(cwd: str | None = None) -> list[str]:
+    names: list[str] = []
+    for folder in search_dirs(cwd):
+        try:
+            entries = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            stem, ext = os.path.splitext(entry)
+            if ext in (".yaml", ".yml") and stem not in names:
+                names.append(stem)
+    return names
+
+
+@dataclass
+class LoadedProfile:
+    profile: Profile
+    path: str
+    chain: list[str]          # files from the base to this one
+    origins: dict[str, str]   # dotted key -> file that set it
+    data: dict                # merged plain data (for job.yaml)
+
+
+def load_profile(ref: str, base_dir: str | None = None, cwd: str | None = None) -> LoadedProfile:
+    path = find_profile(ref, base_dir, cwd)
+    chain: list[str] = []
+    layers: list[tuple[str, dict]] = []
+    current = path
+    while True:
+        if current in chain:
+            cycle = " -> ".join(display_path(p) for p in chain + [current])
+            raise HpclaunchError(f"{display_path(current)}: extends: profiles extend each other in a cycle "
+                                 f"({cycle}) \u2014 remove one `extends:`")
+        chain.append(current)
+        data = load_yaml_file(current, "profile file")
+        if not isinstance(data, dict):
+            raise InvalidInput([Problem(display_path(current), "", "a profile must be a mapping", data,
+                                        "write `name:`, `node:` and other keys")])
+        layers.append((current, data))
+        parent = data.get("extends")
+        if parent is None:
+            break
+        if not isinstance(parent, str):
+            raise InvalidInput([Problem(display_path(current), "extends", "expected a profile name or path",
+                                        parent, "write a name, e.g. extends: local")])
+        current = find_profile(parent, os.path.dirname(current), cwd)
+    merged: dict = {}
+    origins: dict[str, str] = {}
+    for file, data in reversed(layers):
+        merge_into(merged, data, origins, display_path(file))
+    merged["extends"] = layers[0][1].get("extends")
+    loader = Loader(SourceMap(display_path(path), origins))
+    profile = loader.load(Profile, merged)
+    if loader.problems:
+        raise InvalidInput(loader.problems)
+    return LoadedProfile(profile, path, list(reversed(chain)), origins, merged)

@@ -1,0 +1,57 @@
+"""`hpclaunch init`: a commented starter job file, filled from a profile's defaults."""
+from __future__ import annotations
+
+import json
+
+from .profiles import load_profile
+
+
+def _y(value: object) -> str:
+    # JSON scalars are valid YAML flow scalars, and quote whatever needs quoting.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def starter_job(profile_ref: str, name: str) -> str:
+    lp = load_profile(profile_ref)
+    p = lp.profile
+    d = p.defaults
+    res = d.get("resources", {})
+    slurm = d.get("slurm", {})
+    part = slurm.get("partition") or (p.limits.partitions[0] if p.limits.partitions else None)
+    tasks = res.get("tasks_per_node", max(p.node.gpus, 1))
+    return f"""\
+# hpclaunch job file. Check it with `hpclaunch validate {name}.yaml`, see the script with
+# `hpclaunch render {name}.yaml`, run it with `hpclaunch submit {name}.yaml`.
+# Every key: `hpclaunch schema`. Any key can be overridden: -o resources.nodes=2
+name: {_y(name)}
+profile: {_y(profile_ref)}           # {p.description or p.name}
+launcher: {_y(d.get("launcher", "torchrun"))}         # torchrun | horovod | mpi | srun
+# What each rank runs (a list: no shell parsing, every argument arrives as written).
+command: [python, -m, hpclaunch.train_entry, --data, digits.csv, --epochs, "5"]
+
+resources:
+  nodes: {_y(res.get("nodes", 1))}
+  tasks_per_node: {_y(tasks)}        # ranks per node (one per GPU on GPU nodes)
+  gpus_per_node: {_y(res.get("gpus_per_node", p.node.gpus))}         # a node of this profile has {p.node.gpus}
+  cpus_per_task: {_y(res.get("cpus_per_task", 1))}
+  mem: {_y(res.get("mem", p.node.mem))}              # per node
+  time: {_y(res.get("time", "00:30:00"))}     # MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
+
+slurm:
+  partition: {_y(part)}
+  account: null
+  qos: null
+  exclusive: false
+  extra: []              # more #SBATCH long options, e.g. ["--constraint=a100"]
+
+env:                     # exported to every rank
+  OMP_NUM_THREADS: {_y(str(res.get("cpus_per_task", 1)))}
+
+monitor:
+  interval: 1.0          # seconds between power/thermal samples; 0 turns the monitor off
+
+requeue:
+  max_attempts: 3        # attempts in all; 1 turns requeue off
+  signal: USR1           # sent to the batch shell `grace` seconds before the time limit
+  grace: 120
+"""

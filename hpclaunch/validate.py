@@ -1,0 +1,140 @@
+"""Rules across fields and against the profile: node shape, site limits, launcher needs.
+
+Every rule tolerates values that already failed their type check (None), so one
+run reports every problem.
+"""
+from __future__ import annotations
+
+from .errors import Problem
+from .job import _EXTRA, Job, env_name_problem, looks_secret
+from .profile import Profile
+from .typedload import SourceMap
+from .units import format_time, parse_mem_mib, parse_time_seconds
+
+# sbatch options hpclaunch sets itself: passing them through `slurm.extra` would contradict the job.
+_OWNED = {
+    "--nodes": "resources.nodes", "--ntasks-per-node": "resources.tasks_per_node",
+    "--ntasks": "resources.tasks_per_node", "--cpus-per-task": "resources.cpus_per_task",
+    "--mem": "resources.mem", "--time": "resources.time", "--partition": "slurm.partition",
+    "--account": "slurm.account", "--qos": "slurm.qos", "--job-name": "name",
+    "--output": "runs_root", "--error": "runs_root", "--signal": "requeue.signal",
+    "--gpus-per-node": "resources.gpus_per_node", "--gres": "resources.gpus_per_node",
+    "--exclusive": "slurm.exclusive", "--constraint": "slurm.constraint", "--requeue": "requeue.max_attempts",
+    "--no-requeue": "requeue.max_attempts", "--open-mode": "(hpclaunch appends logs across attempts)",
+    "--chdir": "workdir", "--wrap": "command", "--array": "sweep",
+}
+
+
+def validate_job(job: Job, profile: Profile, sources: SourceMap) -> list[Problem]:
+    out: list[Problem] = []
+
+    def bad(path: str, message: str, value: object, fix: str) -> None:
+        out.append(Problem(sources.of(path), path, message, value, fix))
+
+    r, node, limits = job.resources, profile.node, profile.limits
+    tpn, cpt, gpn = r.tasks_per_node, r.cpus_per_task, r.gpus_per_node
+    if tpn is not None and cpt is not None and tpn * cpt > node.cpus:
+        bad("resources.tasks_per_node",
+            f"{tpn} ranks x {cpt} CPUs per rank = {tpn * cpt} CPUs per node, but a node of profile "
+            f"'{profile.name}' has {node.cpus}", tpn,
+            f"use tasks_per_node x cpus_per_task <= {node.cpus}")
+    if gpn is not None and gpn > node.gpus:
+        bad("resources.gpus_per_node", f"a node of profile '{profile.name}' has {node.gpus} GPUs", gpn,
+            f"use at most {node.gpus}" if node.gpus else "use 0 (this profile has no GPUs) or pick a GPU profile")
+    if r.mem is not None and node.mem is not None:
+        try:
+            if parse_mem_mib(r.mem) > parse_mem_mib(node.mem):
+                bad("resources.mem", f"a node of profile '{profile.name}' has {node.mem}", r.mem,
+                    f"ask for at most {node.mem}")
+        except ValueError:
+            pass
+    if limits.max_nodes is not None and r.nodes is not None and r.nodes > limits.max_nodes:
+        bad("resources.nodes", f"profile '{profile.name}' allows at most {limits.max_nodes} nodes", r.nodes,
+            f"use at most {limits.max_nodes}")
+    seconds = _seconds(r.time)
+    if limits.max_time is not None and seconds is not None:
+        cap = _seconds(limits.max_time)
+        if cap is not None and seconds > cap:
+            bad("resources.time", f"profile '{profile.name}' allows at most {format_time(cap)}", r.time,
+                f"use at most \"{format_time(cap)}\"")
+    part = job.slurm.partition
+    if limits.partitions and part is not None and part not in limits.partitions:
+        bad("slurm.partition", f"profile '{profile.name}' allows partitions {', '.join(limits.partitions)}",
+            part, "pick one of those")
+
+    _launcher_rules(job, profile, bad)
+    _requeue_rules(job, seconds, bad)
+    _train_rules(job, profile, bad)
+    _env_rules(job, bad)
+    for i, opt in enumerate(job.slurm.extra or []):
+        name = opt.split("=", 1)[0]
+        if not _EXTRA.match(opt):
+            bad(f"slurm.extra[{i}]", "is not one sbatch long option of the form --name or --name=value", opt,
+                "write e.g. \"--constraint=a100\" (no spaces, no shell characters)")
+        elif name in _OWNED:
+            bad(f"slurm.extra[{i}]", f"{name} is set by hpclaunch", opt, f"set {_OWNED[name]} instead")
+    return out
+
+
+def _seconds(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_time_seconds(text)
+    except ValueError:
+        return None
+
+
+def _launcher_rules(job: Job, profile: Profile, bad) -> None:
+    r, launcher = job.resources, job.launcher
+    tpn, gpn = r.tasks_per_node, r.gpus_per_node
+    if tpn == 0:
+        bad("resources.tasks_per_node", f"{launcher} needs at least one rank per node", tpn,
+            "use tasks_per_node >= 1")
+    if tpn and gpn and tpn > gpn:
+        bad("resources.tasks_per_node",
+            f"{tpn} ranks per node but {gpn} GPUs per node: ranks would share GPUs or hang at init", tpn,
+            f"use tasks_per_node = gpus_per_node ({gpn})")
+    if launcher == "torchrun" and job.command and job.command[0] in ("torchrun", "srun", "mpirun", "horovodrun"):
+        bad("command[0]", f"the {launcher} launcher already starts ranks; the command is what each rank runs",
+            job.command[0], "drop the launcher from command, e.g. [python, train.py]")
+
+
+def _requeue_rules(job: Job, seconds: int | None, bad) -> None:
+    rq = job.requeue
+    if rq.max_attempts and rq.max_attempts > 1 and seconds is not None and rq.grace is not None \
+            and rq.grace >= seconds:
+        bad("requeue.grace", f"the signal would come before the job starts: the time limit is {seconds} s",
+            rq.grace, "use a grace period shorter than resources.time (Slurm's timer has ~30 s resolution)")
+
+
+def _train_rules(job: Job, profile: Profile, bad) -> None:
+    t, lim = job.train, profile.limits
+    if t.epochs is not None and lim.max_epochs is not None and t.epochs > lim.max_epochs:
+        bad("train.epochs", f"profile '{profile.name}' allows at most {lim.max_epochs} epochs", t.epochs,
+            f"use at most {lim.max_epochs}")
+    if t.batch_per_gpu is not None and lim.max_batch_per_gpu is not None and t.batch_per_gpu > lim.max_batch_per_gpu:
+        bad("train.batch_per_gpu", f"profile '{profile.name}' allows at most {lim.max_batch_per_gpu} samples per device",
+            t.batch_per_gpu, f"use at most {lim.max_batch_per_gpu}, and train.global_batch for a larger effective batch")
+    if t.lr is not None and lim.lr_range and not (lim.lr_range[0] <= t.lr <= lim.lr_range[1]):
+        bad("train.lr", f"profile '{profile.name}' allows learning rates in [{lim.lr_range[0]:g}, {lim.lr_range[1]:g}]",
+            t.lr, "pick a value in that range")
+    r = job.resources
+    if t.global_batch is not None and t.batch_per_gpu is not None and r.nodes and r.tasks_per_node:
+        world = r.nodes * r.tasks_per_node
+        if t.global_batch % (t.batch_per_gpu * world):
+            bad("train.global_batch",
+                f"not a multiple of batch_per_gpu x world size = {t.batch_per_gpu} x {world}", t.global_batch,
+                f"use a multiple of {t.batch_per_gpu * world}")
+
+
+def _env_rules(job: Job, bad) -> None:
+    for name, value in (job.env or {}).items():
+        found = env_name_problem(name)
+        if found:
+            bad(f"env.{name}", found[0], name, found[1])
+        elif looks_secret(name):
+            bad(f"env.{name}", "looks like a secret; a job file's values are written into the job script",
+                name, f"remove it here and `export {name}` in your shell: the job inherits it by name")
+        elif value is not None and "\x00" in value:
+            bad(f"env.{name}", "contains a NUL character, which no environment value can carry", value, "remove it")

@@ -1,0 +1,150 @@
+"""The batch request: everything a script needs, computed from job + profile, nothing rendered yet.
+
+Rendering is a pipeline of pure steps (TorchX's dry-run shape): Resolved job ->
+BatchRequest (this module) -> script text (render.py). Only a backend writes files
+or calls sbatch.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+from hpclaunch.loading import Resolved
+from hpclaunch.units import format_time, parse_time_seconds
+
+REQUEUE_EXIT = 75  # EX_TEMPFAIL: "save done, run me again"
+
+_SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slug(name: str) -> str:
+    """A directory- and #SBATCH-safe form of a job name (the exact name travels in the environment)."""
+    text = _SLUG_BAD.sub("_", name).strip("._")
+    return (text or "job")[:64]
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    job_name: str                      # exact, any characters
+    slug: str                          # safe form, for --job-name and directories
+    profile_name: str
+    launcher: str
+    directives: Tuple[Tuple[str, Optional[str]], ...]   # (option, value or None for flags), in order
+    extra_directives: Tuple[str, ...]
+    nodes: int
+    tasks_per_node: int
+    cpus_per_task: int
+    gpus_per_node: int
+    command: Tuple[str, ...]
+    env: Tuple[Tuple[str, str], ...]   # site env first, then the job's (the job wins)
+    setup: Tuple[str, ...]
+    runs_root: str
+    workdir: Optional[str]
+    monitor_interval: float
+    monitor_sources: Tuple[str, ...]
+    max_attempts: int
+    requeue_signal: str
+    rendezvous_port: Optional[int]
+    port_base: int
+    port_range: int
+    hostname_suffix: str
+    network_interface: Optional[str]
+    mpi_starter: str
+    srun_mpi: str
+    mpirun_args: Tuple[str, ...]
+    horovod_controller: str
+    horovod_args: Tuple[str, ...]
+    requeue_exit: int = REQUEUE_EXIT
+    array: Optional[str] = None        # "0-49%10" for sweeps (lifecycle issue)
+    notes: Tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+
+def build_request(resolved: Resolved) -> BatchRequest:
+    job, profile = resolved.job, resolved.profile.profile
+    r, s = job.resources, job.slurm
+    torchrun = job.launcher == "torchrun"
+    # torchrun is one Slurm task per node that forks the ranks; the others are one task per rank.
+    step_tasks = 1 if torchrun else r.tasks_per_node
+    step_cpus = r.cpus_per_task * r.tasks_per_node if torchrun else r.cpus_per_task
+    seconds = parse_time_seconds(r.time)
+
+    d: list[tuple[str, Optional[str]]] = [
+        ("job-name", slug(job.name)),
+        ("nodes", str(r.nodes)),
+        ("ntasks-per-node", str(step_tasks)),
+        ("cpus-per-task", str(step_cpus)),
+    ]
+    if r.gpus_per_node and profile.gpu_request == "gpus-per-node":
+        d.append(("gpus-per-node", str(r.gpus_per_node)))
+    elif r.gpus_per_node and profile.gpu_request == "gres":
+        d.append(("gres", f"{profile.gres_name}:{r.gpus_per_node}"))
+    if r.mem is not None and profile.memory_request == "per-node":
+        d.append(("mem", r.mem))
+    d.append(("time", format_time(seconds)))
+    for opt, value in (("partition", s.partition), ("account", s.account), ("qos", s.qos),
+                       ("constraint", s.constraint)):
+        if value is not None:
+            d.append((opt, value))
+    if s.exclusive:
+        d.append(("exclusive", None))
+    runs_root = job.runs_root or profile.runs_root
+    d.append(("output", _log_path(runs_root, slug(job.name), array=False)))
+    d.append(("open-mode", "append"))
+    if job.requeue.max_attempts > 1:
+        d.append(("signal", f"B:{job.requeue.signal}@{job.requeue.grace}"))
+        d.append(("requeue", None))
+    else:
+        d.append(("no-requeue", None))
+
+    env = list((k, v) for k, v in profile.env.items() if k not in job.env)
+    if "OMP_NUM_THREADS" not in job.env and "OMP_NUM_THREADS" not in profile.env:
+        # torchrun sets it only for nproc>1, and then to 1: say what the job asked for instead.
+        env.append(("OMP_NUM_THREADS", str(r.cpus_per_task)))
+    if profile.network.interface:
+        for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+            if name not in job.env and name not in profile.env:
+                env.append((name, profile.network.interface))
+    env.extend(job.env.items())
+
+    return BatchRequest(
+        job_name=job.name,
+        slug=slug(job.name),
+        profile_name=profile.name,
+        launcher=job.launcher,
+        directives=tuple(d),
+        extra_directives=tuple(s.extra),
+        nodes=r.nodes,
+        tasks_per_node=r.tasks_per_node,
+        cpus_per_task=r.cpus_per_task,
+        gpus_per_node=r.gpus_per_node,
+        command=tuple(job.command),
+        env=tuple(env),
+        setup=tuple(profile.setup),
+        runs_root=runs_root,
+        workdir=job.workdir,
+        monitor_interval=job.monitor.interval,
+        monitor_sources=tuple(profile.monitor.sources),
+        max_attempts=job.requeue.max_attempts,
+        requeue_signal=job.requeue.signal,
+        rendezvous_port=job.rendezvous.port,
+        port_base=profile.rendezvous.port_base,
+        port_range=profile.rendezvous.port_range,
+        hostname_suffix=profile.network.hostname_suffix,
+        network_interface=profile.network.interface,
+        mpi_starter=profile.mpi.starter,
+        srun_mpi=profile.mpi.srun_mpi,
+        mpirun_args=tuple(profile.mpi.mpirun_args),
+        horovod_controller=profile.horovod.controller,
+        horovod_args=tuple(profile.horovod.extra_args),
+    )
+
+
+def _log_path(runs_root: str, name_slug: str, array: bool) -> str:
+    # Relative paths in #SBATCH resolve against the submit directory, as the run directory does.
+    run = f"{name_slug}-%A/task%a" if array else f"{name_slug}-%j"
+    return f"{runs_root.rstrip('/')}/{run}/logs/slurm.out"

@@ -1,0 +1,72 @@
+"""The small commands: profiles, init, schema, help; and that startup stays light."""
+import json
+import os
+import subprocess
+import sys
+
+
+def test_profiles_list_and_show(run_cli):
+    code, out, _ = run_cli("profiles")
+    assert code == 0
+    for name in ("a100-hpc", "jetson-orin", "workstation", "local", "testcluster"):
+        assert name in out
+    code, out, _ = run_cli("profiles", "show", "testcluster")
+    assert code == 0 and "extends" in out.splitlines()[0] and "local.yaml" in out.splitlines()[0]
+    assert "partitions:\n  - debug" in out
+
+
+def test_init_writes_a_valid_file_and_refuses_to_clobber(run_cli, tmp_path):
+    path = str(tmp_path / "myjob.yaml")
+    for profile in ("local", "a100-hpc", "jetson-orin", "workstation", "testcluster"):
+        code, out, err = run_cli("init", path, "--profile", profile, "--force")
+        assert code == 0, err
+        code, out, err = run_cli("validate", path)
+        assert code == 0, err
+    before = open(path).read()
+    code, out, err = run_cli("init", path)
+    assert code == 2 and "already exists" in err and open(path).read() == before
+
+
+def test_schema_is_json_schema(run_cli):
+    code, out, _ = run_cli("schema")
+    schema = json.loads(out)
+    assert schema["properties"]["launcher"]["enum"] == ["torchrun", "horovod", "mpi", "srun"]
+    assert schema["required"] == ["name", "command"]
+    assert schema["properties"]["resources"]["properties"]["nodes"]["minimum"] == 1
+    code, out, _ = run_cli("schema", "--profile")
+    assert "gpu_request" in json.loads(out)["properties"]
+
+
+def test_schema_accepts_the_examples(run_cli):
+    import jsonschema  # noqa: F401 - only if installed
+    import yaml
+    code, out, _ = run_cli("schema")
+    schema = json.loads(out)
+    from jsonschema import Draft202012Validator
+    job = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "golden", "job.yaml")))
+    Draft202012Validator(schema).validate(job)
+
+
+def test_render_prints_only_the_script(write):
+    path = write("job.yaml", "name: j\ncommand: [python, t.py]\n")
+    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "render", path], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("#!/bin/bash\n") and proc.stderr == ""
+
+
+def test_nothing_heavy_is_imported():
+    code = ("import sys; from hpclaunch.cli import main; import io, contextlib\n"
+            "try:\n  main(['--help'])\nexcept SystemExit: pass\n"
+            "heavy = [m for m in ('torch', 'pynvml', 'matplotlib', 'numpy', 'jinja2', 'yaml', 'rich', 'submitit',"
+            " 'pydantic', 'psutil') if m in sys.modules]\n"
+            "print('HEAVY=' + ','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert "HEAVY=\n" in out, out[-200:]
+
+
+def test_render_imports_nothing_heavy(write):
+    path = write("job.yaml", "name: j\ncommand: [python, t.py]\n")
+    code = (f"import sys; from hpclaunch.cli import main; main(['render', {path!r}])\n"
+            "heavy = [m for m in ('torch', 'pynvml', 'matplotlib', 'numpy', 'rich', 'submitit', 'pydantic', 'psutil')"
+            " if m in sys.modules]\nprint('HEAVY=' + ','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert "HEAVY=\n" in out

@@ -1,0 +1,86 @@
+"""Whole rendered scripts against golden files, and `bash -n` on each.
+
+Regenerate after an intended change with:  make golden  (UPDATE_GOLDEN=1 pytest tests/test_render_golden.py)
+then review the diff like code.
+"""
+import os
+import subprocess
+
+import pytest
+
+from hpclaunch.launchers.render import render_job
+from hpclaunch.loading import resolve_job
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GOLDEN = os.path.join(HERE, "golden")
+JOB = os.path.join(GOLDEN, "job.yaml")
+PROFILES = ["local", "a100-hpc", "testcluster", "jetson-orin", "workstation"]
+LAUNCHERS = ["torchrun", "horovod", "mpi", "srun"]
+
+
+def _render(profile, launcher):
+    return render_job(resolve_job(JOB, [f"profile={profile}", f"launcher={launcher}"]))
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_golden(profile, launcher):
+    text = _render(profile, launcher)
+    path = os.path.join(GOLDEN, f"{profile}-{launcher}.sbatch")
+    if os.environ.get("UPDATE_GOLDEN"):
+        with open(path, "w") as f:
+            f.write(text)
+    assert os.path.exists(path), f"no golden file {path}: run `make golden`"
+    with open(path) as f:
+        expected = f.read()
+    assert text == expected, f"{path} differs; if the change is intended run `make golden` and review the diff"
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_bash_syntax(profile, launcher, tmp_path):
+    script = tmp_path / "s.sbatch"
+    script.write_text(_render(profile, launcher))
+    proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_deterministic():
+    assert _render("a100-hpc", "torchrun") == _render("a100-hpc", "torchrun")
+
+
+def test_torchrun_shape():
+    text = render_job(resolve_job(JOB, ["profile=a100-hpc", "resources.nodes=4"]))
+    assert "#SBATCH --nodes=4\n" in text
+    assert "#SBATCH --ntasks-per-node=1\n" in text          # one torchrun per node
+    assert "#SBATCH --cpus-per-task=64\n" in text           # 4 ranks x 16 CPUs
+    assert "#SBATCH --gpus-per-node=4\n" in text
+    assert "--nnodes=4 --nproc-per-node=4" in text
+    assert '--rdzv-endpoint="$hl_head:$hl_port"' in text
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in text
+    assert "#SBATCH --signal=B:USR1@120\n" in text
+    assert "module load cuda/12.4" in text
+
+
+def test_gres_form(write):
+    prof = write("hpc_profiles/site.yaml", "name: site\nextends: a100-hpc\ngpu_request: gres\ngres_name: gpu\n")
+    job = write("j.yaml", f"name: j\nprofile: {prof}\ncommand: [python, t.py]\n")
+    text = render_job(resolve_job(job))
+    assert "#SBATCH --gres=gpu:4\n" in text and "--gpus-per-node" not in text
+
+
+def test_monitor_off_and_fixed_port():
+    text = render_job(resolve_job(JOB, ["monitor.interval=0", "rendezvous.port=29999"]))
+    assert "hpclaunch.monitors" not in text
+    assert "hl_port=${HPCLAUNCH_RDZV_PORT:-29999}" in text
+
+
+def test_no_requeue_when_one_attempt():
+    text = render_job(resolve_job(JOB, ["requeue.max_attempts=1"]))
+    assert "#SBATCH --no-requeue\n" in text and "--signal" not in text
+
+
+def test_extra_directives_and_mpirun():
+    text = render_job(resolve_job(JOB, ["launcher=mpi", "slurm.extra=[--reservation=maint, --mail-type=END]"]))
+    assert "#SBATCH --reservation=maint\n#SBATCH --mail-type=END\n" in text
+    assert 'mpirun -np 2 -H "$hl_hosts"' in text  # the local profile starts MPI with mpirun
