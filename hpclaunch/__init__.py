@@ -1,3 +1,15 @@
 """hpclaunch: run distributed training on Slurm clusters, and account for its energy and heat."""
 
 __version__ = "0.1.0"
+
+__all__ = ["submit", "Job", "__version__"]
+
+
+def __getattr__(name):  # lazy: `import hpclaunch` stays cheap for the CLI and for ranks
+    if name == "submit":
+        from .submission import submit
+        return submit
+    if name == "Job":
+        from .jobs import Job
+        return Job
+    raise AttributeError(name)

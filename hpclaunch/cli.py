@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -34,6 +35,36 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--profile", default="local", help="cluster profile (default: local)")
     c.add_argument("--name", default=None, help="job name (default: from the file name)")
     c.add_argument("--force", action="store_true", help="replace an existing file")
+
+    c = job_command("submit", "validate, render and queue a job (Slurm, or this machine with --backend local)")
+    c.add_argument("--backend", choices=["slurm", "local"], default=None,
+                   help="where to run (default: slurm if a cluster is configured here, else local)")
+    c.add_argument("--after", action="append", default=[], metavar="JOB[:KIND]",
+                   help="start after JOB (id or name); KIND afterok (default), afterany or afternotok")
+    c.add_argument("--wait", action="store_true", help="follow the job until it ends; exit with its exit code")
+    c.add_argument("--no-preflight", action="store_true", help="skip the checks against the live cluster")
+    c.add_argument("--json", action="store_true", help="print the submission as JSON")
+
+    c = sub.add_parser("status", help="state of a job (or of your active jobs)")
+    c.add_argument("job", nargs="?", metavar="JOB", help="job id, name or run directory")
+    c.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("list", help="jobs in the registry")
+    c.add_argument("--all", action="store_true", help="finished jobs too")
+    c.add_argument("--since", metavar="AGE", help="submitted within AGE, e.g. 2h, 7d")
+    c.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("logs", help="per-rank logs of a job (the first failing rank first)")
+    c.add_argument("job", metavar="JOB")
+    c.add_argument("--rank", type=int, default=None, help="only this rank")
+    c.add_argument("--attempt", type=int, default=None, help="this attempt (default: the latest)")
+    c.add_argument("--tail", type=int, default=None, metavar="N", help="last N lines of each log")
+    c.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the job ends")
+    c.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("cancel", help="cancel a job")
+    c.add_argument("job", metavar="JOB")
+    c.add_argument("--json", action="store_true")
 
     c = sub.add_parser("schema", help="print the JSON Schema of job files (or profiles), for editors")
     c.add_argument("--profile", action="store_true", help="the schema of profile files instead")
@@ -123,10 +154,165 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_submit(args: argparse.Namespace) -> int:
+    from .submission import submit
+    job = submit(args.job, args.override, backend=args.backend, after=args.after,
+                 preflight=not args.no_preflight)
+    rec = job.record
+    logs = os.path.join(rec.run_dir, "logs")
+    if args.json:
+        _print_json({"job_id": rec.job_id, "name": rec.name, "backend": rec.backend, "cluster": rec.cluster,
+                     "run_dir": rec.run_dir, "logs": logs})
+    else:
+        print(f"submitted {rec.backend} job {rec.job_id} ({rec.name}) on {rec.cluster}")
+        print(f"  run directory: {rec.run_dir}")
+        print(f"  logs:          tail -F {os.path.join(logs, 'slurm.out')}   or: hpclaunch logs {rec.job_id} -f")
+    if not args.wait:
+        return 0
+    return _follow(job, quiet=args.json)
+
+
+def _follow(job, quiet: bool = False) -> int:
+    import time as _time
+    start = _time.monotonic()
+
+    def show(st) -> None:
+        if quiet:
+            return
+        extra = f" tasks {_counts(st.tasks)}" if st.tasks else ""
+        nodes = f" on {st.nodes}" if st.nodes else ""
+        print(f"  [{_time.monotonic() - start:6.0f} s] {st.state}{nodes} attempt {st.attempts}{extra}",
+              file=sys.stderr, flush=True)
+
+    st = job.wait(poll=1.0, on_change=show)
+    if st.exit_code is None:
+        return 0 if st.state == "COMPLETED" else 1
+    return st.exit_code if st.state != "COMPLETED" else 0
+
+
+def _counts(tasks: dict) -> str:
+    return ", ".join(f"{n} {s.lower()}" for s, n in sorted(tasks.items()))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .jobs import Job, find_job
+    from .registry import Registry
+    if args.job:
+        jobs = [find_job(args.job)]
+    else:
+        reg = Registry()
+        jobs = [Job(r, reg) for r in reg.list(active_only=True)]
+    rows = []
+    for job in jobs:
+        st = job.status()
+        rows.append({"job_id": job.id, "name": job.name, "backend": job.record.backend, "state": st.state,
+                     "exit_code": st.exit_code, "elapsed": st.elapsed, "nodes": st.nodes, "reason": st.reason,
+                     "attempts": st.attempts, "tasks": st.tasks, "source": st.source, "run_dir": job.run_dir})
+    if args.json:
+        _print_json(rows if not args.job else rows[0])
+        return 0
+    if not rows:
+        print("no active jobs (hpclaunch list --all shows finished ones)")
+    for r in rows:
+        extra = f" tasks: {_counts(r['tasks'])}" if r["tasks"] else ""
+        code = f" exit {r['exit_code']}" if r["exit_code"] is not None else ""
+        reason = f" ({r['reason']})" if r["reason"] and r["reason"] != "None" else ""
+        print(f"{r['job_id']:>8} {r['name'][:30]:<30} {r['state']:<11}{code} attempts {r['attempts']} "
+              f"elapsed {r['elapsed'] or '-'} nodes {r['nodes'] or '-'}{reason}{extra}")
+    return 0
+
+
+def _parse_age(text: str) -> float:
+    import re
+    m = re.match(r"^(\d+(?:\.\d+)?)([smhdw])$", text.strip())
+    if not m:
+        from .errors import HpclaunchError
+        raise HpclaunchError(f"--since {text}: expected an age like 30m, 12h or 7d — e.g. --since 7d")
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    import time as _time
+    from .registry import Registry
+    reg = Registry()
+    since = _time.time() - _parse_age(args.since) if args.since else None
+    recs = reg.list(since=since, active_only=not (args.all or args.since))
+    if args.json:
+        _print_json([r.public() for r in recs])
+        return 0
+    for r in recs:
+        when = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(r.submit_time))
+        print(f"{r.job_id:>8} {r.backend:<6} {r.name[:30]:<30} {r.state:<11} {when} {r.user} {r.run_dir}")
+    if not recs:
+        print("no jobs" + ("" if args.all or args.since else " active (add --all for finished ones)"))
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from .jobs import find_job, ordered_logs
+    job = find_job(args.job)
+    logs = ordered_logs(job.rank_logs(args.attempt))
+    if args.rank is not None:
+        logs = [lg for lg in logs if lg.rank == args.rank]
+    if args.json:
+        _print_json([{"rank": lg.rank, "path": lg.path, "exit_code": lg.exit_code, "exit_time": lg.exit_time,
+                      "text": job.logs(rank=lg.rank, attempt=args.attempt, tail=args.tail)} for lg in logs])
+        return 0
+    if not args.follow:
+        if not logs:
+            print(f"no rank logs yet in {job.run_dir}/logs (the batch log: {job.run_dir}/logs/slurm.out)")
+        for lg in logs:
+            status = "" if lg.exit_code is None else f" (exit {lg.exit_code})"
+            print(f"==> rank {lg.rank}{status}: {lg.path} <==")
+            sys.stdout.write(job.logs(rank=lg.rank, attempt=args.attempt, tail=args.tail))
+        return 0
+    return _follow_logs(job, args.rank)
+
+
+def _follow_logs(job, rank) -> int:
+    import time as _time
+    offsets: dict[str, int] = {}
+    while True:
+        for lg in job.rank_logs():
+            if rank is not None and lg.rank != rank:
+                continue
+            with open(lg.path, "rb") as f:
+                f.seek(offsets.get(lg.path, 0))
+                data = f.read()
+                offsets[lg.path] = f.tell()
+            for line in data.decode("utf-8", "replace").splitlines(keepends=True):
+                sys.stdout.write(f"[rank {lg.rank}] {line}")
+        sys.stdout.flush()
+        if job.status().final:
+            return 0
+        _time.sleep(1.0)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from .jobs import find_job
+    job = find_job(args.job)
+    job.cancel()
+    if args.json:
+        _print_json({"job_id": job.id, "name": job.name, "cancel_requested": True})
+    else:
+        print(f"cancel requested for {job.record.backend} job {job.id} ({job.name})")
+    return 0
+
+
+def _print_json(data) -> None:
+    import json
+    print(json.dumps(data, indent=2, default=str))
+
+
 _COMMANDS = {
     "validate": cmd_validate,
     "render": cmd_render,
     "profiles": cmd_profiles,
     "init": cmd_init,
     "schema": cmd_schema,
+    "submit": cmd_submit,
+    "status": cmd_status,
+    "list": cmd_list,
+    "logs": cmd_logs,
+    "cancel": cmd_cancel,
 }

@@ -55,6 +55,7 @@ class BatchRequest:
     mpirun_args: Tuple[str, ...]
     horovod_controller: str
     horovod_args: Tuple[str, ...]
+    gpu_directive: Optional[str] = None  # "--gpus-per-node=4" / "--gres=gpu:4" for steps that need the GPUs
     requeue_exit: int = REQUEUE_EXIT
     array: Optional[str] = None        # "0-49%10" for sweeps (lifecycle issue)
     notes: Tuple[str, ...] = field(default_factory=tuple)
@@ -79,10 +80,13 @@ def build_request(resolved: Resolved) -> BatchRequest:
         ("ntasks-per-node", str(step_tasks)),
         ("cpus-per-task", str(step_cpus)),
     ]
+    gpu_directive = None
     if r.gpus_per_node and profile.gpu_request == "gpus-per-node":
         d.append(("gpus-per-node", str(r.gpus_per_node)))
+        gpu_directive = f"--gpus-per-node={r.gpus_per_node}"
     elif r.gpus_per_node and profile.gpu_request == "gres":
         d.append(("gres", f"{profile.gres_name}:{r.gpus_per_node}"))
+        gpu_directive = f"--gres={profile.gres_name}:{r.gpus_per_node}"
     if r.mem is not None and profile.memory_request == "per-node":
         d.append(("mem", r.mem))
     d.append(("time", format_time(seconds)))
@@ -141,6 +145,7 @@ def build_request(resolved: Resolved) -> BatchRequest:
         mpirun_args=tuple(profile.mpi.mpirun_args),
         horovod_controller=profile.horovod.controller,
         horovod_args=tuple(profile.horovod.extra_args),
+        gpu_directive=gpu_directive,
     )
 
 

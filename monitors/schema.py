@@ -96,3 +96,42 @@ def events_file(host: str) -> str:
 
 def power_trace_file(host: str) -> str:
     return f"{host}.power_trace.csv"
+
+
+# --- added with the per-node sampler daemon (monitors/daemon.py) -------------------
+
+JETSON_SCHEMA = "hpclaunch.monitor.jetson/1"
+
+# Long format: one row per sensor per sample, because rail names are board-specific
+# (VDD_GPU_SOC, VDD_CPU_CV, VIN_SYS_5V0, POM_5V_GPU, ...). Cells that do not apply
+# to a sensor's kind are empty.
+JETSON_COLUMNS = (
+    "time_unix",
+    "host",
+    "kind",               # "rail" (INA3221 power monitor channel) or "thermal" (thermal zone)
+    "sensor",             # rail label or thermal-zone type, as the board names it
+    "power_mw",           # rail power (driver's in_power, or voltage x current)
+    "voltage_mv",         # rail bus voltage
+    "current_ma",         # rail current
+    "temp_c",             # thermal-zone temperature
+)
+
+# The ``kind`` values of ``<host>.events.jsonl`` records.
+EVENT_KINDS = (
+    "header",             # first record of each daemon start: schema, interval, GPU-to-rank map
+    "source_available",
+    "source_unavailable",
+    "nvml_error",
+    "energy_counter_reset",
+    "throttle_start",
+    "throttle_stop",
+    "thermal_margin_low",
+    "disk_full",
+    "error",              # an unexpected exception in a source, logged once per distinct message
+    "monitor_stats",
+    "stopped",
+)
+
+
+def jetson_file(host: str) -> str:
+    return f"{host}.jetson.csv"

@@ -28,3 +28,33 @@ def write(tmp_path):
         return str(path)
 
     return write
+
+
+def _load_cluster_fixture():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("hpclaunch_cluster_fixture",
+                                                  os.path.join(ROOT, "tests", "cluster", "fixture.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+cluster_fixture = _load_cluster_fixture()
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """The throwaway 2-node Slurm cluster, started once (root; in CI it must run, never skip)."""
+    cluster_fixture.cluster_available_or_skip()
+    env = cluster_fixture.ensure_cluster(nodes=2)
+    os.environ.update(env)
+    return env
+
+
+@pytest.fixture
+def hpc_home(tmp_path, monkeypatch):
+    """A private registry for one test."""
+    home = tmp_path / "hpclaunch-home"
+    monkeypatch.setenv("HPCLAUNCH_HOME", str(home))
+    return home

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""CPU cost of the per-node monitor, side by side with CodeCarbon.
+
+    .venv/bin/python bench/monitor/bench_monitor.py            # about 30 s
+    .venv/bin/python bench/monitor/bench_monitor.py --quick    # about 8 s
+
+Sections (CPU time = time.process_time(), user+system of this process, threads included):
+
+1. host path: hpclaunch HostSampler (cpu/mem from /proc by pread, or psutil; loadavg,
+   RAPL and CPU temperature where this node has them, own CPU/RSS) - sample only, and
+   sample + CSV row write; both the default /proc path and the psutil path.
+2. CodeCarbon 3.x OfflineEmissionsTracker (offline, country FRA, no file, no network):
+   its per-measurement work (_measure_power_and_energy + _monitor_power, both run once
+   per second at measure_power_secs=1), called directly the same number of times.
+3. Scheduled runs: the hpclaunch daemon loop and CodeCarbon's tracker, each in a fresh
+   process,
+   each left running RUN_S seconds at the same interval; CPU per interval, scheduling
+   included, set-up and shutdown excluded (CodeCarbon also runs its 1 s _monitor_power
+   timer on top of the measurement timer).
+4. NVML path against the fake NVML (tests/monitors/fake_nvml.py): the Python-side
+   cost per sample per GPU (the driver's own time is not in it), 1, 4 and 8 GPUs.
+5. NVML path against the real driver: skipped when there is no GPU.
+
+Goal: <= 0.5 ms CPU per sample per device; < 0.1 % of a core at 1 Hz.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import platform
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+FAKE = os.path.join(REPO, "tests", "monitors", "fake_nvml.py")
+SPACED_N = 150
+SPACED_GAP = 0.02
+
+
+class _NoEvents:
+    def emit(self, kind, detail=None, time_unix=None):
+        return True
+
+
+def cpu_per_call(fn, n: int, warm: int = 20) -> float:
+    for _ in range(warm):
+        fn()
+    c0 = time.process_time()
+    for _ in range(n):
+        fn()
+    return (time.process_time() - c0) / n
+
+
+def cpu_per_spaced_call(fn, n: int, gap_s: float) -> float:
+    """CPU per call when calls are ``gap_s`` apart, as in the daemon (cold caches)."""
+    fn()
+    tot = 0.0
+    for _ in range(n):
+        time.sleep(gap_s)
+        c0 = time.process_time()
+        fn()
+        tot += time.process_time() - c0
+    return tot / n
+
+
+def fmt_us(s: float) -> str:
+    return f"{s * 1e6:9.1f} us"
+
+
+def core_pct(s_per_sample: float, hz: float = 1.0) -> str:
+    return f"{100.0 * s_per_sample * hz:.4f} % of a core at {hz:g} Hz"
+
+
+def host_path(n: int, tmp: str, fast: bool = True):
+    from hpclaunch.monitors import schema
+    from hpclaunch.monitors.host import HostSampler
+    from hpclaunch.monitors.logfiles import CsvLog
+    from hpclaunch.monitors.rapl import RaplReader
+    from hpclaunch.monitors.thermal import CpuTemp
+    ev = _NoEvents()
+    rapl = RaplReader(events=ev)
+    rapl.start()
+    temp = CpuTemp(events=ev)
+    temp.start()
+    h = HostSampler("bench", ev, rapl if rapl.available else None, temp if temp.mode else None,
+                    fast=fast)
+    h.start()
+    log = CsvLog(os.path.join(tmp, "bench.host.csv"), schema.HOST_SCHEMA, schema.HOST_COLUMNS)
+    s_only = cpu_per_call(lambda: h.sample(time.time()), n)
+    s_write = cpu_per_call(lambda: log.write_rows((h.sample(time.time()),)), n)
+    s_cold = cpu_per_spaced_call(lambda: log.write_rows((h.sample(time.time()),)), SPACED_N, SPACED_GAP)
+    log.close()
+    h.close()
+    notes = [f"RAPL: {'yes' if rapl.available else 'no (' + str(rapl.reason) + ')'}",
+             f"CPU temperature: {temp.mode or 'no (' + str(temp.reason) + ')'}"]
+    return s_only, s_write, s_cold, notes
+
+
+def codecarbon_tracker(interval: float):
+    logging.getLogger("codecarbon").setLevel(logging.ERROR)
+    from codecarbon import OfflineEmissionsTracker
+    return OfflineEmissionsTracker(country_iso_code="FRA", measure_power_secs=interval,
+                                   save_to_file=False, log_level="error")
+
+
+def codecarbon_path(n: int):
+    import codecarbon
+    tr = codecarbon_tracker(1.0)
+    tr.start()
+    tr._scheduler.stop()               # call its measurement directly, no timer threads
+    tr._scheduler_monitor_power.stop()
+    hw = [f"{type(x).__name__}({getattr(x, '_mode', '')})" for x in tr._hardware]
+    measure = cpu_per_call(tr._measure_power_and_energy, n)
+    monitor = cpu_per_call(tr._monitor_power, n)
+
+    def both():
+        tr._measure_power_and_energy()
+        tr._monitor_power()
+    cold = cpu_per_spaced_call(both, SPACED_N, SPACED_GAP)
+    tr.stop()
+    return codecarbon.__version__, hw, measure, monitor, cold
+
+
+def _child_run(kind: str, run_s: float, interval: float) -> dict:
+    """Runs in a fresh process (no threads left over from other sections)."""
+    if kind == "daemon":
+        from hpclaunch.monitors.daemon import Daemon, parse_args
+        with tempfile.TemporaryDirectory() as tmp:
+            args = parse_args(["--run-dir", tmp, "--interval", str(interval),
+                               "--duration", str(run_s), "--no-nvml", "--host", "bench"])
+            d = Daemon(args)
+            d.run()  # its loop's CPU (set-up excluded) is in d.stats
+            return {"cpu_s": d.stats["loop_cpu_s"], "intervals": d.samples}
+    tr = codecarbon_tracker(interval)
+    tr.start()  # set-up and final stop() excluded: only its timer threads' work is counted
+    c0 = time.process_time()
+    time.sleep(run_s)
+    cpu = time.process_time() - c0
+    tr.stop()
+    return {"cpu_s": cpu, "intervals": max(1, int(run_s / interval))}
+
+
+def scheduled_runs(run_s: float, interval: float):
+    import json
+    import subprocess
+    out = {}
+    for label, kind in (("hpclaunch daemon (host path, --no-nvml)", "daemon"),
+                        ("codecarbon OfflineEmissionsTracker", "codecarbon")):
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind,
+                            "--run-s", str(run_s), "--run-interval", str(interval)],
+                           capture_output=True, text=True, check=True)
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        out[label] = (res["cpu_s"], res["intervals"])
+    return out
+
+
+def load_fake():
+    spec = importlib.util.spec_from_file_location("fake_nvml", FAKE)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fake_nvml"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def nvml_fake_path(n: int, gpus: int):
+    from hpclaunch.monitors.nvml import NvmlSampler
+    fake = load_fake()
+    sc = fake.default_scenario()
+    sc["devices"] = [fake._h100(f"GPU-{i:08d}", i) for i in range(gpus)]
+    fake.configure(sc)
+    s = NvmlSampler(fake, "bench", _NoEvents())
+    assert s.start()
+    per = cpu_per_call(lambda: s.sample(time.time()), n)
+    trace = cpu_per_call(s.drain_power_samples, max(50, n // 10), warm=2)
+    cold = cpu_per_spaced_call(lambda: (s.sample(time.time()), s.drain_power_samples()),
+                               SPACED_N, SPACED_GAP) if gpus == 1 else None
+    s.close()
+    return per / gpus, trace / gpus, cold
+
+
+def nvml_real_path(n: int):
+    try:
+        import pynvml
+    except ImportError as e:
+        return None, f"nvidia-ml-py not installed ({e})"
+    from hpclaunch.monitors.nvml import NvmlSampler
+    s = NvmlSampler(pynvml, "bench", _NoEvents())
+    if not s.start():
+        return None, s.reason
+    gpus = len(s.gpus)
+    w0 = time.perf_counter()
+    per = cpu_per_call(lambda: s.sample(time.time()), n)
+    wall = (time.perf_counter() - w0) / (n + 20)
+    trace = cpu_per_call(s.drain_power_samples, max(20, n // 20), warm=2)
+    name = pynvml.nvmlDeviceGetName(s.gpus[0].handle)
+    s.close()
+    return (per / gpus, wall / gpus, trace / gpus, gpus, name), None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--samples", type=int, default=5000, help="samples per measured path")
+    ap.add_argument("--run-s", type=float, default=10.0, help="seconds of each scheduled run")
+    ap.add_argument("--run-interval", type=float, default=0.1, help="interval of the scheduled runs")
+    ap.add_argument("--quick", action="store_true", help="1000 samples, 3 s scheduled runs")
+    ap.add_argument("--child", choices=("daemon", "codecarbon"), help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        import json
+        print(json.dumps(_child_run(a.child, a.run_s, a.run_interval)))
+        return 0
+    global SPACED_N
+    if a.quick:
+        a.samples, a.run_s = 1000, 3.0
+        SPACED_N = 40
+    n = a.samples
+    print(f"# hpclaunch monitor benchmark  python {platform.python_version()}  "
+          f"{platform.machine()}  {os.cpu_count()} CPUs  {platform.processor() or ''}")
+    print(f"# samples per path: {n}; CPU = time.process_time() per call\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        ps_only, ps_write, ps_cold, _ = host_path(n, tmp, fast=False)
+        s_only, s_write, s_cold, notes = host_path(n, tmp)
+        print("1. host path (hpclaunch)")
+        print(f"   /proc pread path (default): sample only            {fmt_us(s_only)}   {core_pct(s_only)}")
+        print(f"   /proc pread path (default): sample + CSV row write {fmt_us(s_write)}   {core_pct(s_write)}")
+        print(f"   psutil path (fast=False):   sample only            {fmt_us(ps_only)}   {core_pct(ps_only)}")
+        print(f"   psutil path (fast=False):   sample + CSV row write {fmt_us(ps_write)}   {core_pct(ps_write)}")
+        print(f"   spaced {SPACED_GAP * 1000:g} ms apart (cold caches, as in the daemon), sample + write:")
+        print(f"     /proc path {fmt_us(s_cold)}   {core_pct(s_cold)};  psutil path {fmt_us(ps_cold)}   "
+              f"{core_pct(ps_cold)}")
+        for x in notes:
+            print(f"   {x}")
+
+        try:
+            ver, hw, measure, monitor, cc_cold = codecarbon_path(n)
+            cc = measure + monitor
+            print(f"\n2. CodeCarbon {ver} OfflineEmissionsTracker, measure_power_secs=1 (hardware: {', '.join(hw)})")
+            print(f"   _measure_power_and_energy {fmt_us(measure)}")
+            print(f"   _monitor_power            {fmt_us(monitor)}")
+            print(f"   per 1 s interval          {fmt_us(cc)}   {core_pct(cc)}")
+            print(f"   ratio CodeCarbon / hpclaunch (sample+write): {cc / s_write:.2f}x "
+                  f"(/proc path), {cc / ps_write:.2f}x (psutil path)")
+            print(f"   spaced {SPACED_GAP * 1000:g} ms apart: {fmt_us(cc_cold)} per interval   "
+                  f"{core_pct(cc_cold)};  ratio to hpclaunch /proc path {cc_cold / s_cold:.2f}x, "
+                  f"psutil path {cc_cold / ps_cold:.2f}x")
+        except Exception as e:  # codecarbon is optional for this benchmark
+            cc = None
+            print(f"\n2. CodeCarbon: skipped ({type(e).__name__}: {e})")
+
+        print(f"\n3. scheduled runs, {a.run_s:g} s each at {a.run_interval:g} s interval (CPU per interval)")
+        if cc is not None:
+            runs = scheduled_runs(a.run_s, a.run_interval)
+            per = {}
+            for k, (cpu, samples) in runs.items():
+                per[k] = cpu / samples
+                print(f"   {k:42s} {fmt_us(per[k])}  ({samples} intervals, {cpu * 1000:.1f} ms CPU)")
+            vals = list(per.values())
+            print(f"   ratio CodeCarbon / hpclaunch: {vals[1] / vals[0]:.2f}x")
+
+    print("\n4. NVML path, fake NVML (Python-side cost only; the driver's time is not in it)")
+    for g in (1, 4, 8):
+        per_gpu, trace, cold = nvml_fake_path(n if g == 1 else max(200, n // g), g)
+        print(f"   {g} GPU(s): {fmt_us(per_gpu)} per sample per GPU   "
+              f"power-trace drain {fmt_us(trace)} per GPU   {core_pct(per_gpu * g)} for {g} GPU(s)")
+        if cold is not None:
+            print(f"     spaced {SPACED_GAP * 1000:g} ms apart, sample + drain: {fmt_us(cold)} per GPU")
+
+    print("\n5. NVML path, real driver")
+    res, why = nvml_real_path(min(n, 2000))
+    if res is None:
+        print(f"   no GPU here: skipped ({why})")
+    else:
+        per_gpu, wall, trace, gpus, name = res
+        print(f"   {gpus} x {name}: {fmt_us(per_gpu)} CPU per sample per GPU, {fmt_us(wall)} wall; "
+              f"power-trace drain {fmt_us(trace)} per GPU;  {core_pct(per_gpu * gpus)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

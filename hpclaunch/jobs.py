@@ -1,0 +1,181 @@
+"""A handle on a submitted job: status, wait, cancel, logs. Works from any directory."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .errors import HpclaunchError
+from .registry import FINAL_STATES, JobRecord, Registry
+
+
+@dataclass
+class RankLog:
+    rank: int
+    path: str
+    exit_code: Optional[int]
+    exit_time: Optional[float]
+
+
+class Job:
+    def __init__(self, record: JobRecord, registry: Optional[Registry] = None):
+        self.record = record
+        self.registry = registry or Registry()
+
+    def __repr__(self) -> str:
+        return f"Job({self.record.backend}:{self.record.job_id} {self.record.name!r})"
+
+    @property
+    def id(self) -> str:
+        return self.record.job_id
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def run_dir(self) -> str:
+        return self.record.run_dir
+
+    def _backend(self):
+        from .submission import get_backend
+        return get_backend(self.record.backend)
+
+    def status(self):
+        be = self._backend()
+        if self.record.backend == "local":
+            st = be.status(self.record.run_dir)
+        else:
+            st = be.status(self.record.job_id, array=bool(self.record.array_size))
+        outcome = script_outcome(self.record.run_dir)
+        if outcome and outcome.get("outcome") == "gave_up" and st.final:
+            st.state = "GAVE_UP"
+        attempts = max(st.attempts, int(outcome.get("attempt", -1)) + 1 if outcome else 1)
+        st.attempts = attempts
+        if st.state not in ("UNKNOWN", ""):
+            self.registry.update_state(self.record.key, st.state, exit_code=st.exit_code, attempts=attempts)
+        return st
+
+    def wait(self, poll: float = 2.0, timeout: Optional[float] = None,
+             on_change: Optional[Callable[[object], None]] = None):
+        start = time.monotonic()
+        last = None
+        while True:
+            st = self.status()
+            key = (st.state, st.attempts, tuple(sorted(st.tasks.items())))
+            if on_change and key != last:
+                on_change(st)
+            last = key
+            if st.final:
+                return st
+            if timeout is not None and time.monotonic() - start > timeout:
+                return st
+            time.sleep(poll)
+
+    def cancel(self) -> None:
+        be = self._backend()
+        if self.record.backend == "local":
+            be.cancel(self.record.run_dir)
+        else:
+            be.cancel(self.record.job_id)
+        self.registry.event(self.record.key, "cancel_requested")
+
+    def rank_logs(self, attempt: Optional[int] = None) -> list[RankLog]:
+        return rank_logs(self.record.run_dir, attempt)
+
+    def logs(self, rank: Optional[int] = None, attempt: Optional[int] = None, tail: Optional[int] = None) -> str:
+        parts = []
+        for log in ordered_logs(self.rank_logs(attempt)):
+            if rank is not None and log.rank != rank:
+                continue
+            text = _read(log.path)
+            if tail:
+                text = "\n".join(text.splitlines()[-tail:]) + "\n"
+            parts.append(text)
+        return "".join(parts)
+
+
+def attempts_of(run_dir: str) -> list[int]:
+    found = []
+    for path in glob.glob(os.path.join(run_dir, "logs", "attempt*")):
+        m = re.search(r"attempt(\d+)$", path)
+        if m:
+            found.append(int(m.group(1)))
+    return sorted(found)
+
+
+def rank_logs(run_dir: str, attempt: Optional[int] = None) -> list[RankLog]:
+    if attempt is None:
+        attempts = attempts_of(run_dir)
+        if not attempts:
+            return []
+        attempt = attempts[-1]
+    folder = os.path.join(run_dir, "logs", f"attempt{attempt}")
+    out = []
+    for path in glob.glob(os.path.join(folder, "rank*.log")):
+        m = re.search(r"rank(\d+)\.log$", path)
+        if not m:
+            continue
+        code = when = None
+        try:
+            with open(path[:-4] + ".exit") as f:
+                a, b = f.read().split()[:2]
+                code, when = int(a), float(b)
+        except (OSError, ValueError):
+            pass
+        out.append(RankLog(int(m.group(1)), path, code, when))
+    return sorted(out, key=lambda r: r.rank)
+
+
+def ordered_logs(logs: list[RankLog]) -> list[RankLog]:
+    """The first rank to fail comes first (it usually holds the cause); the rest by rank."""
+    failed = sorted((r for r in logs if r.exit_code not in (None, 0)), key=lambda r: (r.exit_time or 0, r.rank))
+    if not failed:
+        return logs
+    first = failed[0]
+    return [first] + [r for r in logs if r is not first]
+
+
+def script_outcome(run_dir: str) -> dict:
+    """The last line the batch script wrote to .hpclaunch/state, as a dict."""
+    try:
+        with open(os.path.join(run_dir, ".hpclaunch", "state")) as f:
+            lines = [line for line in f.read().splitlines() if line.strip()]
+    except OSError:
+        return {}
+    if not lines:
+        return {}
+    fields = {}
+    for item in lines[-1].split()[1:]:
+        k, _, v = item.partition("=")
+        fields[k] = v
+    return fields
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError as e:
+        return f"(cannot read {path}: {e})\n"
+
+
+def find_job(ref: str, registry: Optional[Registry] = None) -> Job:
+    reg = registry or Registry()
+    if os.path.isdir(ref):
+        target = os.path.abspath(ref)
+        for rec in reg.list():
+            if os.path.abspath(rec.run_dir) == target:
+                return Job(rec, reg)
+    found = reg.find(ref)
+    if not found:
+        raise HpclaunchError(f"job {ref!r}: not in the registry ({reg.path}) \u2014 give a job id or name from "
+                             "`hpclaunch list --all`")
+    return Job(found[0], reg)
+
+
+def is_final(state: str) -> bool:
+    return state in FINAL_STATES

@@ -1,0 +1,229 @@
+"""The job registry: every submission, its run directory and what became of it (SQLite).
+
+It is also the audit trail: who submitted what, when, from which job file (by hash), with
+which resolved settings, and every state change after. Writers use short IMMEDIATE
+transactions in WAL mode, so concurrent submitters on one machine never lose a row.
+"""
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+SCHEMA_VERSION = 1
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
+                "PREEMPTED", "BOOT_FAIL", "DEADLINE", "GAVE_UP"}
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS jobs (
+    key          INTEGER PRIMARY KEY AUTOINCREMENT,
+    backend      TEXT NOT NULL,
+    cluster      TEXT NOT NULL,
+    job_id       TEXT NOT NULL,
+    name         TEXT NOT NULL,
+    user         TEXT NOT NULL,
+    host         TEXT NOT NULL,
+    submit_time  REAL NOT NULL,
+    job_file     TEXT,
+    job_sha256   TEXT,
+    profile      TEXT,
+    partition    TEXT,
+    launcher     TEXT,
+    nodes        INTEGER,
+    array_size   INTEGER,
+    run_dir      TEXT NOT NULL,
+    resolved     TEXT,
+    attempts     INTEGER NOT NULL DEFAULT 1,
+    state        TEXT NOT NULL DEFAULT 'PENDING',
+    exit_code    INTEGER,
+    end_time     REAL,
+    parent_key   INTEGER,
+    UNIQUE (backend, cluster, job_id)
+);
+CREATE INDEX IF NOT EXISTS jobs_name ON jobs(name);
+CREATE INDEX IF NOT EXISTS jobs_time ON jobs(submit_time);
+CREATE TABLE IF NOT EXISTS events (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_key  INTEGER NOT NULL REFERENCES jobs(key),
+    time     REAL NOT NULL,
+    user     TEXT NOT NULL,
+    kind     TEXT NOT NULL,
+    detail   TEXT
+);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def home() -> str:
+    return os.environ.get("HPCLAUNCH_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state", "hpclaunch")
+
+
+@dataclass
+class JobRecord:
+    key: int
+    backend: str
+    cluster: str
+    job_id: str
+    name: str
+    user: str
+    host: str
+    submit_time: float
+    job_file: Optional[str]
+    job_sha256: Optional[str]
+    profile: Optional[str]
+    partition: Optional[str]
+    launcher: Optional[str]
+    nodes: Optional[int]
+    array_size: Optional[int]
+    run_dir: str
+    resolved: Optional[str]
+    attempts: int
+    state: str
+    exit_code: Optional[int]
+    end_time: Optional[float]
+    parent_key: Optional[int]
+
+    def public(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k not in ("resolved", "key")}
+        return out
+
+
+class Registry:
+    def __init__(self, path: str | None = None):
+        folder = home() if path is None else os.path.dirname(path)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        self.path = path or os.path.join(folder, "registry.db")
+        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA busy_timeout = 60000")
+        try:
+            self._db.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError:
+            pass  # some network filesystems refuse WAL; rollback journals are still atomic
+        self._db.execute("PRAGMA synchronous = FULL")
+        with self._tx():
+            for statement in _DDL.split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        try:
+            os.chmod(self.path, 0o600)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _tx(self):
+        db = self._db
+
+        class _T:
+            def __enter__(self_inner):
+                db.execute("BEGIN IMMEDIATE")
+
+            def __exit__(self_inner, kind, value, tb):
+                db.execute("COMMIT" if kind is None else "ROLLBACK")
+                return False
+
+        return _T()
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    def next_local_id(self) -> str:
+        with self._tx():
+            self._db.execute("INSERT OR IGNORE INTO counters VALUES ('local', 0)")
+            self._db.execute("UPDATE counters SET value = value + 1 WHERE name = 'local'")
+            (value,) = self._db.execute("SELECT value FROM counters WHERE name = 'local'").fetchone()
+        return str(value)
+
+    def add(self, *, backend: str, cluster: str, job_id: str, name: str, run_dir: str,
+            job_file: str | None = None, job_sha256: str | None = None, profile: str | None = None,
+            partition: str | None = None, launcher: str | None = None, nodes: int | None = None,
+            array_size: int | None = None, resolved: Any = None, state: str = "PENDING",
+            parent_key: int | None = None) -> JobRecord:
+        now = time.time()
+        user, host = _user(), socket.gethostname()
+        with self._tx():
+            cur = self._db.execute(
+                "INSERT INTO jobs (backend, cluster, job_id, name, user, host, submit_time, job_file, job_sha256,"
+                " profile, partition, launcher, nodes, array_size, run_dir, resolved, state, parent_key)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (backend, cluster, job_id, name, user, host, now, job_file, job_sha256, profile, partition,
+                 launcher, nodes, array_size, run_dir,
+                 json.dumps(resolved, sort_keys=True, default=str) if resolved is not None else None,
+                 state, parent_key))
+            key = cur.lastrowid
+            self._db.execute("INSERT INTO events (job_key, time, user, kind, detail) VALUES (?,?,?,?,?)",
+                             (key, now, user, "submitted", json.dumps({"job_id": job_id, "host": host})))
+        return self.get(key)
+
+    def update_state(self, key: int, state: str, *, exit_code: int | None = None,
+                     attempts: int | None = None, end_time: float | None = None, detail: Any = None) -> None:
+        with self._tx():
+            row = self._db.execute("SELECT state, attempts, exit_code FROM jobs WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                return
+            changed = (row["state"] != state or (attempts is not None and attempts != row["attempts"])
+                       or (exit_code is not None and exit_code != row["exit_code"]))
+            if not changed:
+                return
+            self._db.execute(
+                "UPDATE jobs SET state = ?, exit_code = COALESCE(?, exit_code), attempts = COALESCE(?, attempts),"
+                " end_time = COALESCE(?, end_time) WHERE key = ?",
+                (state, exit_code, attempts, end_time if end_time is not None else
+                 (time.time() if state in FINAL_STATES else None), key))
+            self._db.execute("INSERT INTO events (job_key, time, user, kind, detail) VALUES (?,?,?,?,?)",
+                             (key, time.time(), _user(), f"state:{state}",
+                              json.dumps(detail if detail is not None else
+                                         {"exit_code": exit_code, "attempts": attempts})))
+
+    def event(self, key: int, kind: str, detail: Any = None) -> None:
+        with self._tx():
+            self._db.execute("INSERT INTO events (job_key, time, user, kind, detail) VALUES (?,?,?,?,?)",
+                             (key, time.time(), _user(), kind, json.dumps(detail, default=str)))
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def get(self, key: int) -> JobRecord:
+        row = self._db.execute("SELECT * FROM jobs WHERE key = ?", (key,)).fetchone()
+        return JobRecord(**dict(row))
+
+    def find(self, ref: str) -> list[JobRecord]:
+        """Jobs matching a Slurm id, a local id, or a name (newest first)."""
+        rows = self._db.execute("SELECT * FROM jobs WHERE job_id = ? ORDER BY submit_time DESC", (ref,)).fetchall()
+        if not rows:
+            rows = self._db.execute("SELECT * FROM jobs WHERE name = ? ORDER BY submit_time DESC", (ref,)).fetchall()
+        return [JobRecord(**dict(r)) for r in rows]
+
+    def list(self, since: float | None = None, active_only: bool = False, limit: int | None = None) -> list[JobRecord]:
+        sql = "SELECT * FROM jobs WHERE 1=1"
+        args: list[Any] = []
+        if since is not None:
+            sql += " AND submit_time >= ?"
+            args.append(since)
+        if active_only:
+            sql += " AND state NOT IN (%s)" % ",".join("?" * len(FINAL_STATES))
+            args.extend(sorted(FINAL_STATES))
+        sql += " ORDER BY submit_time DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [JobRecord(**dict(r)) for r in self._db.execute(sql, args).fetchall()]
+
+    def events(self, key: int) -> Iterator[sqlite3.Row]:
+        return iter(self._db.execute("SELECT * FROM events WHERE job_key = ? ORDER BY id", (key,)).fetchall())
+
+    def count(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry in some containers
+        return str(os.getuid())

@@ -1,0 +1,139 @@
+"""Submitting a job: validate, render, make the run directory, queue it, record it.
+
+Order matters so that nothing is lost or half-done: Slurm holds the job until its run
+directory and registry row exist; any failure before release cancels the held job, and the
+registry only ever holds jobs that were queued.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Optional, Sequence
+
+from .atomic import write_atomic
+from .errors import HpclaunchError
+from .jobs import Job
+from .loading import Resolved, resolve_job
+from .registry import Registry
+from .yamlio import dump_yaml
+
+DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
+
+
+def default_backend_name() -> str:
+    """Slurm where a cluster is configured here, else this machine."""
+    if shutil.which("sbatch") and (os.environ.get("SLURM_CONF") or os.path.exists("/etc/slurm/slurm.conf")):
+        return "slurm"
+    return "local"
+
+
+def get_backend(name: Optional[str]):
+    name = name or default_backend_name()
+    if name == "local":
+        from .launchers.local import LocalBackend
+        return LocalBackend()
+    if name == "slurm":
+        from .launchers import slurmcli
+        from .launchers.slurm import SlurmBackend
+        if not slurmcli.available():
+            raise HpclaunchError("--backend slurm: sbatch is not on PATH \u2014 run on a login node, "
+                                 "or use --backend local")
+        return SlurmBackend()
+    raise HpclaunchError(f"--backend {name}: unknown backend \u2014 use slurm or local")
+
+
+def parse_after(spec: str, registry: Registry) -> str:
+    """`JOB[:afterok|afterany|afternotok]` -> an sbatch dependency (JOB may be an id or a name)."""
+    ref, _, kind = spec.partition(":")
+    kind = kind or "afterok"
+    if kind not in DEPENDENCY_KINDS:
+        raise HpclaunchError(f"--after {spec}: unknown dependency '{kind}' \u2014 use one of {', '.join(DEPENDENCY_KINDS)}")
+    if ref.isdigit():
+        return f"{kind}:{ref}"
+    found = [r for r in registry.find(ref) if r.backend == "slurm"]
+    if not found:
+        raise HpclaunchError(f"--after {spec}: no Slurm job '{ref}' in the registry \u2014 give a job id or a name "
+                             "from `hpclaunch list`")
+    return f"{kind}:{found[0].job_id}"
+
+
+def make_run_dir(run_dir: str, resolved: Resolved, script: str, tasks: int = 0) -> None:
+    os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+    created = not os.path.exists(run_dir)
+    os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    try:
+        subdirs = ["logs", "monitor", "metrics", "checkpoints", ".hpclaunch"]
+        for sub in subdirs:
+            os.makedirs(os.path.join(run_dir, sub), mode=0o700, exist_ok=True)
+        for t in range(tasks):  # array tasks: Slurm opens task<N>/logs/slurm.out itself
+            for sub in subdirs:
+                os.makedirs(os.path.join(run_dir, f"task{t}", sub), mode=0o700, exist_ok=True)
+        write_atomic(os.path.join(run_dir, "script.sbatch"), script, mode=0o600)
+        write_atomic(os.path.join(run_dir, "job.yaml"), dump_yaml(resolved.to_document()), mode=0o600)
+    except BaseException:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optional[str] = None,
+           after: Sequence[str] = (), preflight: bool = True, cwd: Optional[str] = None,
+           registry: Optional[Registry] = None) -> Job:
+    """Submit a job file (or a resolved job); returns a Job handle."""
+    from .launchers.render import render_script
+    from .launchers.request import build_request
+    resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
+    cwd = os.path.abspath(cwd or os.getcwd())
+    reg = registry or Registry()
+    be = get_backend(backend)
+    request = build_request(resolved)
+    script = render_script(request)
+    root = request.runs_root if os.path.isabs(request.runs_root) else os.path.join(cwd, request.runs_root)
+    meta = dict(job_file=os.path.abspath(resolved.job_path), job_sha256=resolved.source_hash,
+                profile=resolved.profile.profile.name, launcher=resolved.job.launcher,
+                nodes=resolved.job.resources.nodes, resolved=resolved.to_document())
+
+    if be.name == "local":
+        if after:
+            raise HpclaunchError("--after: dependencies need Slurm \u2014 submit with --backend slurm")
+        be.check(resolved)
+        job_id = reg.next_local_id()
+        run_dir = os.path.join(root, f"{request.slug}-{job_id}")
+        make_run_dir(run_dir, resolved, script)
+        rec = reg.add(backend="local", cluster=be.cluster_name(), job_id=job_id, name=resolved.job.name,
+                      run_dir=run_dir, partition="local", **meta)
+        try:
+            be.start(resolved, request, run_dir, job_id, rec.key, reg.path, cwd)
+        except BaseException:
+            reg.update_state(rec.key, "FAILED", detail={"error": "the local runner did not start"})
+            raise
+        return Job(rec, reg)
+
+    args = [f"--dependency={','.join(parse_after(a, reg) for a in after)}"] if after else []
+    if preflight:
+        be.config()  # a controller that does not answer fails here, with Slurm's message
+        be.preflight(resolved, request, script, args)
+    job_id = be.sbatch(script, args + ["--hold"], cwd)
+    try:
+        run_dir = os.path.join(root, f"{request.slug}-{job_id}")
+        make_run_dir(run_dir, resolved, script)
+        rec = reg.add(backend="slurm", cluster=be.cluster_name(), job_id=job_id, name=resolved.job.name,
+                      run_dir=run_dir, partition=resolved.job.slurm.partition, **meta)
+    except BaseException:
+        _cancel_quietly(be, job_id)
+        raise
+    try:
+        be.release(job_id)
+    except BaseException:
+        _cancel_quietly(be, job_id)
+        reg.update_state(rec.key, "CANCELLED", detail={"error": "scontrol release failed; the job was cancelled"})
+        raise
+    reg.event(rec.key, "released")
+    return Job(rec, reg)
+
+
+def _cancel_quietly(be, job_id: str) -> None:
+    try:
+        be.cancel(job_id)
+    except Exception:
+        pass

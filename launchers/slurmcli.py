@@ -1,0 +1,129 @@
+"""Calling Slurm's commands: a clean environment, bounded retries on transient controller errors,
+and parsers for their output (scontrol's key=value records, squeue/sacct columns)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from typing import Iterable, Optional
+
+from hpclaunch.errors import HpclaunchError
+
+TRANSIENT = (
+    "socket timed out", "unable to contact slurm controller", "connection refused",
+    "resource temporarily unavailable", "zero bytes were transmitted", "slurm_persist_conn_open",
+    "connection timed out", "temporarily unable to accept job", "slurmctld is not responding",
+)
+# Inherited from an enclosing allocation, these would silently change a new job (submitit#1782,
+# goodfire-ai/spd#955). SLURM_CONF names the cluster and must stay.
+_POISON_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PMI_", "PMIX_", "OMPI_COMM_WORLD_")
+_KEEP = {"SLURM_CONF"}
+
+
+def clean_env(base: Optional[dict] = None, extra: Optional[dict] = None) -> dict:
+    env = dict(os.environ if base is None else base)
+    for name in list(env):
+        if name.startswith(_POISON_PREFIXES) and name not in _KEEP:
+            del env[name]
+    if extra:
+        env.update(extra)
+    return env
+
+
+class SlurmError(HpclaunchError):
+    def __init__(self, message: str, stderr: str = ""):
+        super().__init__(message)
+        self.stderr = stderr
+
+
+def available() -> bool:
+    return shutil.which("sbatch") is not None and shutil.which("squeue") is not None
+
+
+def run(cmd: list[str], *, input: str | None = None, env: dict | None = None, retries: int | None = None,
+        check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run a Slurm command; retry transient controller errors with bounded exponential backoff."""
+    if retries is None:
+        retries = int(os.environ.get("HPCLAUNCH_SLURM_RETRIES", "4"))
+    delay = float(os.environ.get("HPCLAUNCH_SLURM_RETRY_DELAY", "0.5"))
+    env = env if env is not None else clean_env()
+    attempt = 0
+    while True:
+        try:
+            proc = subprocess.run(cmd, input=input, env=env, capture_output=True, text=True, timeout=timeout)
+        except FileNotFoundError:
+            raise SlurmError(f"{cmd[0]}: command not found \u2014 run on a Slurm login node, "
+                             "or use --backend local") from None
+        except subprocess.TimeoutExpired:
+            proc = subprocess.CompletedProcess(cmd, 124, "", f"{cmd[0]} timed out after {timeout:.0f} s")
+        if proc.returncode == 0 or not check:
+            return proc
+        message = (proc.stderr or proc.stdout).strip()
+        if attempt < retries and is_transient(message):
+            time.sleep(delay * (2 ** attempt))
+            attempt += 1
+            continue
+        raise SlurmError(f"{' '.join(cmd[:2])} failed: {first_line(message) or f'exit code {proc.returncode}'}"
+                         f"{_hint(message, attempt)}", message)
+
+
+def is_transient(message: str) -> bool:
+    low = message.lower()
+    return any(t in low for t in TRANSIENT)
+
+
+def _hint(message: str, attempts: int) -> str:
+    if is_transient(message):
+        return (f" \u2014 the controller did not answer after {attempts + 1} tries; check `scontrol ping` "
+                "and SLURM_CONF, then try again")
+    return " \u2014 see Slurm's message above"
+
+
+def first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or [""])[0]
+
+
+_KV = re.compile(r"(\S+?)=((?:[^=\s]|\s(?!\S+=))*)")
+
+
+def parse_records(text: str) -> list[dict[str, str]]:
+    """scontrol -o output: one record a line, `Key=Value` pairs (values may contain spaces)."""
+    out = []
+    for line in text.splitlines():
+        if "=" not in line:
+            continue
+        out.append({k: v.strip() for k, v in _KV.findall(line)})
+    return out
+
+
+def show(kind: str, name: str | None = None) -> list[dict[str, str]]:
+    cmd = ["scontrol", "-o", "show", kind] + ([name] if name else [])
+    proc = run(cmd, check=False)
+    if proc.returncode != 0:
+        return []
+    return parse_records(proc.stdout)
+
+
+def hostnames(nodelist: str) -> list[str]:
+    return run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+
+
+def parse_time_limit(text: str) -> Optional[int]:
+    """Seconds in a partition/job time limit as scontrol prints it; None for UNLIMITED."""
+    if not text or text.upper() in ("UNLIMITED", "INFINITE", "NONE"):
+        return None
+    from hpclaunch.units import parse_time_seconds
+    try:
+        return parse_time_seconds(text)
+    except ValueError:
+        return None
+
+
+def columns(text: str, sep: str = "|") -> Iterable[list[str]]:
+    for line in text.splitlines():
+        if line.strip():
+            yield line.split(sep)

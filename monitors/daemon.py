@@ -1,0 +1,390 @@
+"""The per-node sampler daemon: ``python -m hpclaunch.monitors --run-dir DIR``.
+
+Started once per node by the job script::
+
+    srun --overlap --ntasks-per-node=1 python -m hpclaunch.monitors \\
+         --interval 1 --run-dir "$HPCLAUNCH_RUN_DIR" --parent-pid $$ &
+
+it writes ``DIR/monitor/<host>.{gpu,host,power_trace,jetson}.csv`` and
+``<host>.events.jsonl`` (contract: ``monitors/schema.py``, docs/monitor-logs.md).
+Sample ``k`` is taken at ``t0 + k * interval`` on the monotonic clock (no drift;
+a slot missed because the node stalled is skipped and counted, not caught up).
+It stops, flushing nothing because nothing is buffered, and exits 0 on SIGTERM,
+SIGINT or SIGHUP, at ``--duration``, or when its parent is gone (``--parent-pid``
+not running any more, or its own parent process changed: reparented to init).
+It is a separate process: whatever happens to it, training goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import List, Optional
+
+from . import schema
+from .logfiles import CsvLog, EventLog, stderr
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="hpclaunch-monitor", description=__doc__.split("\n")[0])
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
+    p.add_argument("--run-dir", default=os.environ.get("HPCLAUNCH_RUN_DIR"),
+                   help="run directory; files go to RUN_DIR/monitor/ (default $HPCLAUNCH_RUN_DIR)")
+    p.add_argument("--parent-pid", type=int, default=None,
+                   help="exit when this process is gone (checked every interval)")
+    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--host", default=None, help="host name in file names and rows "
+                   "(default $SLURMD_NODENAME, else the short host name)")
+    p.add_argument("--gpus", default=None, help="the job's GPUs on this node, comma list of NVML "
+                   "indices or UUIDs (default: SLURM_STEP_GPUS, SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES)")
+    p.add_argument("--tasks-per-node", type=int, default=None,
+                   help="default $HPCLAUNCH_TASKS_PER_NODE, else $SLURM_NTASKS_PER_NODE")
+    p.add_argument("--node-id", type=int, default=None, help="default $SLURM_NODEID, else 0")
+    p.add_argument("--all-gpus", action="store_true",
+                   help="also sample GPUs outside the job's allocation (their ranks cell is empty)")
+    p.add_argument("--no-nvml", action="store_true", help="do not sample GPUs")
+    p.add_argument("--no-power-trace", action="store_true",
+                   help="do not drain the driver's buffered power samples")
+    p.add_argument("--thermal-margin", type=float, default=5.0,
+                   help="thermal_margin_low event when slowdown temperature - GPU temperature "
+                   "falls below this many degrees C (default 5)")
+    p.add_argument("--slow-interval", type=float, default=30.0,
+                   help="seconds between reads of slow fields (ECC) (default 30)")
+    p.add_argument("--sysfs-root", default="/sys", help="sysfs root for RAPL/hwmon/Jetson (tests)")
+    a = p.parse_args(argv)
+    if not a.run_dir:
+        p.error("--run-dir is required (or set HPCLAUNCH_RUN_DIR)")
+    if not (a.interval > 0):
+        p.error("--interval must be > 0")
+    return a
+
+
+def host_name(arg: Optional[str] = None) -> str:
+    name = arg or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "host"
+
+
+class _ParentWatch:
+    """Cheap "is my parent still there" check, once per interval."""
+
+    def __init__(self, pid: Optional[int]):
+        self.pid = pid
+        self.ppid = os.getppid()
+        self.proc = None
+        if pid is not None:
+            try:
+                import psutil  # noqa: WPS433
+                self.proc = psutil.Process(pid)
+            except Exception:
+                self.proc = None
+
+    def gone(self) -> Optional[str]:
+        if self.pid is not None:
+            if self.proc is not None:
+                try:
+                    if not self.proc.is_running():  # also catches a recycled pid
+                        return f"parent pid {self.pid} is gone"
+                    if self.proc.status() == "zombie":
+                        return f"parent pid {self.pid} is a zombie"
+                except Exception:
+                    return f"parent pid {self.pid} is gone"
+            else:
+                try:
+                    os.kill(self.pid, 0)
+                except ProcessLookupError:
+                    return f"parent pid {self.pid} is gone"
+                except PermissionError:
+                    pass
+        if os.getppid() != self.ppid:
+            return f"reparented (parent {self.ppid} exited)"
+        return None
+
+
+class Daemon:
+    def __init__(self, args: argparse.Namespace, env=None, nvml_module=None):
+        self.args = args
+        self.env = os.environ if env is None else env
+        self.host = host_name(args.host)
+        self.dir = os.path.join(args.run_dir, schema.MONITOR_DIR)
+        self._nvml_module = nvml_module
+        self.events: Optional[EventLog] = None
+        self.stop_reason: Optional[str] = None
+        self.samples = 0
+        self.skipped = 0
+        self.max_late_s = 0.0
+        self.max_work_s = 0.0
+        self.stats: dict = {}
+        self._errors_said: set = set()
+        self._stderr_said = False
+        self._rfd = self._wfd = None
+        self.gpu_log = self.host_log = self.trace_log = self.jetson_log = None
+        self.nvml = self.hostsrc = self.jetson = None
+
+    # -- files and errors ----------------------------------------------------------------
+    def _on_write_error(self, path: str, e: OSError) -> None:
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        if not self._stderr_said:
+            self._stderr_said = True
+            stderr(f"{'disk full' if full else 'write failed'} writing {path}: {e}; "
+                   "dropping samples until writes succeed again")
+        if self.events is not None and path != self.events.path:
+            self.events.emit("disk_full" if full else "error",
+                             {"path": path, "errno": e.errno, "error": str(e),
+                              "action": "dropping samples"})
+
+    def _csv(self, name: str, sch: str, cols) -> CsvLog:
+        log = CsvLog(os.path.join(self.dir, name), sch, cols, on_error=self._on_write_error)
+        if log.moved_aside:
+            self.events.emit("error", {"path": log.path, "error": "existing file has another "
+                                       "schema or header", "moved_to": log.moved_aside})
+        return log
+
+    def source_error(self, source: str, e: BaseException) -> None:
+        msg = f"{type(e).__name__}: {e}"
+        if (source, msg) in self._errors_said:
+            return
+        self._errors_said.add((source, msg))
+        tb = traceback.format_exception(type(e), e, e.__traceback__)
+        self.events.emit("error", {"source": source, "error": msg, "traceback": "".join(tb[-3:])})
+        stderr(f"{source}: {msg}")
+
+    # -- set-up --------------------------------------------------------------------------
+    def setup(self) -> None:
+        a = self.args
+        os.makedirs(self.dir, exist_ok=True)
+        self.events = EventLog(os.path.join(self.dir, schema.events_file(self.host)), self.host,
+                               on_error=self._on_write_error)
+        env = self.env
+        self.events.emit("header", {
+            "schema": schema.EVENTS_SCHEMA,
+            "schemas": {"gpu": schema.GPU_SCHEMA, "host": schema.HOST_SCHEMA,
+                        "power_trace": schema.POWER_TRACE_SCHEMA, "jetson": schema.JETSON_SCHEMA},
+            "pid": os.getpid(), "ppid": os.getppid(), "parent_pid": a.parent_pid,
+            "interval_s": a.interval, "argv": sys.argv,
+            "slurm_job_id": env.get("SLURM_JOB_ID"), "slurm_step_id": env.get("SLURM_STEP_ID"),
+            "attempt": env.get("HPCLAUNCH_ATTEMPT"), "python": sys.version.split()[0]})
+        from .host import HostSampler
+        from .rapl import RaplReader
+        from .thermal import CpuTemp
+        rapl = RaplReader(a.sysfs_root, events=self.events)
+        self._guard("rapl", rapl.start)
+        temp = CpuTemp(a.sysfs_root, events=self.events)
+        self._guard("cpu_temp", temp.start)
+        self.hostsrc = HostSampler(self.host, self.events, rapl if rapl.available else None,
+                                   temp if temp.mode else None)
+        self.hostsrc.start()
+        self.host_log = self._csv(schema.host_file(self.host), schema.HOST_SCHEMA, schema.HOST_COLUMNS)
+        if a.no_nvml:
+            self.events.emit("source_unavailable", {"source": "nvml", "reason": "--no-nvml"})
+        else:
+            self._start_nvml()
+        from .jetson import JetsonReader
+        jet = JetsonReader(a.sysfs_root, events=self.events)
+        if self._guard("jetson", jet.start):
+            self.jetson = jet
+            self.jetson_log = self._csv(schema.jetson_file(self.host), schema.JETSON_SCHEMA,
+                                        schema.JETSON_COLUMNS)
+
+    def _guard(self, source, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as e:
+            self.source_error(source, e)
+            return None
+
+    def _start_nvml(self) -> None:
+        from .nvml import NvmlSampler, load_pynvml
+        from .ranks import gpu_rank_map
+        a = self.args
+        nv = self._nvml_module
+        if nv is None:
+            try:
+                nv = load_pynvml()
+            except Exception as e:  # ImportError, or a broken binding
+                nv = None
+                self.events.emit("source_unavailable", {
+                    "source": "nvml", "reason": f"cannot import the NVML binding: {e}"})
+                return
+        def rank_map(devices):
+            info = gpu_rank_map(devices, self.env, a.gpus, a.tasks_per_node, a.node_id, a.all_gpus)
+            self.events.emit("source_available", {"source": "gpu_rank_map", **{
+                k: v for k, v in info.items()}})
+            return info
+        s = NvmlSampler(nv, self.host, self.events, rank_map, margin_c=a.thermal_margin,
+                        slow_every_s=a.slow_interval, power_trace=not a.no_power_trace)
+        if self._guard("nvml", s.start):
+            self.nvml = s
+            self.gpu_log = self._csv(schema.gpu_file(self.host), schema.GPU_SCHEMA, schema.GPU_COLUMNS)
+
+    # -- loop ----------------------------------------------------------------------------
+    def _signals(self) -> None:
+        try:
+            self._rfd, self._wfd = os.pipe()
+            os.set_blocking(self._wfd, False)
+            os.set_blocking(self._rfd, False)
+            signal.set_wakeup_fd(self._wfd)
+        except (ValueError, OSError):  # not the main thread: rely on the flag alone
+            self._rfd = self._wfd = None
+        for sig in _STOP_SIGNALS:
+            try:
+                signal.signal(sig, self._on_signal)
+            except (ValueError, OSError):
+                pass
+
+    def _on_signal(self, signum, _frame) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = signal.Signals(signum).name
+
+    def _wait(self, seconds: float) -> None:
+        if seconds <= 0 or self.stop_reason is not None:
+            return
+        if self._rfd is None:
+            end = time.monotonic() + seconds
+            while self.stop_reason is None and time.monotonic() < end:
+                time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+            return
+        r, _, _ = select.select([self._rfd], [], [], seconds)
+        if r:
+            try:
+                data = os.read(self._rfd, 64)
+            except OSError:
+                data = b""
+            for b in data:
+                if b in [int(s) for s in _STOP_SIGNALS] and self.stop_reason is None:
+                    self.stop_reason = signal.Signals(b).name
+
+    def tick(self) -> None:
+        now = time.time()
+        if self.hostsrc is not None:
+            try:
+                row = self.hostsrc.sample(now)
+                self.host_log.write_rows((row,))
+            except Exception as e:
+                self.source_error("host", e)
+        if self.nvml is not None:
+            try:
+                rows = self.nvml.sample(now)
+                self.gpu_log.write_rows(rows)
+            except Exception as e:
+                self.source_error("nvml", e)
+            try:
+                trace = self.nvml.drain_power_samples()
+                if trace:
+                    if self.trace_log is None:
+                        self.trace_log = self._csv(schema.power_trace_file(self.host),
+                                                   schema.POWER_TRACE_SCHEMA,
+                                                   schema.POWER_TRACE_COLUMNS)
+                    self.trace_log.write_rows(trace)
+            except Exception as e:
+                self.source_error("power_trace", e)
+        if self.jetson is not None:
+            try:
+                self.jetson_log.write_rows(self.jetson.sample(now, self.host))
+            except Exception as e:
+                self.source_error("jetson", e)
+        self.samples += 1
+
+    def run(self) -> int:
+        a = self.args
+        self._signals()
+        watch = _ParentWatch(a.parent_pid)
+        self.setup()
+        cpu0 = time.process_time()
+        wall0 = time.monotonic()
+        t0 = wall0
+        k = 0
+        while self.stop_reason is None:
+            gone = watch.gone()
+            if gone:
+                self.stop_reason = gone
+                break
+            start = time.monotonic()
+            self.max_late_s = max(self.max_late_s, start - (t0 + k * a.interval))
+            self.tick()
+            done = time.monotonic()
+            self.max_work_s = max(self.max_work_s, done - start)
+            k += 1
+            nxt = t0 + k * a.interval
+            if done > nxt:  # overran one or more slots: skip them, keep the grid
+                missed = int((done - nxt) // a.interval) + 1
+                self.skipped += missed
+                k += missed
+                nxt = t0 + k * a.interval
+            if a.duration is not None and nxt - t0 >= a.duration - 1e-9:
+                self._wait(t0 + a.duration - time.monotonic())
+                if self.stop_reason is None:
+                    self.stop_reason = "duration"
+                break
+            self._wait(nxt - time.monotonic())
+        self.finish(cpu0, wall0)
+        return 0
+
+    def finish(self, cpu0=None, wall0=None) -> None:
+        cpu1 = time.process_time()
+        stats = {"samples": self.samples, "skipped_slots": self.skipped,
+                 "interval_s": self.args.interval,
+                 "max_late_s": round(self.max_late_s, 6), "max_work_s": round(self.max_work_s, 6),
+                 "cpu_s_total": round(cpu1, 4)}
+        if cpu0 is not None:
+            loop_cpu = cpu1 - cpu0
+            wall = time.monotonic() - wall0
+            stats.update({
+                "loop_cpu_s": round(loop_cpu, 4), "loop_wall_s": round(wall, 3),
+                "cpu_s_per_sample": round(loop_cpu / self.samples, 7) if self.samples else None,
+                "core_pct": round(100.0 * loop_cpu / wall, 4) if wall > 0 else None})
+        try:
+            if self.hostsrc is not None:
+                _, rss = self.hostsrc.own_usage()
+                stats["rss_mib"] = round(rss, 2) if rss is not None else None
+        except Exception:
+            pass
+        if self.nvml is not None:
+            stats["gpus"] = len(self.nvml.gpus)
+            try:
+                self.nvml.close()
+            except Exception:
+                pass
+        for log in (self.gpu_log, self.host_log, self.trace_log, self.jetson_log):
+            dropped = getattr(log, "dropped_writes", 0)
+            if dropped:
+                stats.setdefault("dropped_writes", {})[os.path.basename(log.path)] = dropped
+        self.stats = stats
+        if self.events is not None:
+            self.events.emit("monitor_stats", stats)
+            self.events.emit("stopped", {"reason": self.stop_reason})
+        for log in (self.gpu_log, self.host_log, self.trace_log, self.jetson_log, self.events):
+            if log is not None:
+                log.close()
+        if self.hostsrc is not None:
+            self.hostsrc.close()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    d = Daemon(args)
+    try:
+        return d.run()
+    except Exception as e:  # never a silent death: say why, then go
+        stderr(f"crashed: {type(e).__name__}: {e}")
+        traceback.print_exc()
+        try:
+            if d.events is not None:
+                d.events.emit("error", {"source": "daemon", "error": f"{type(e).__name__}: {e}",
+                                        "traceback": traceback.format_exc()[-2000:]})
+                d.events.emit("stopped", {"reason": f"crash: {type(e).__name__}: {e}"})
+        except Exception:
+            pass
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""Append-only writers for the monitor's CSV and JSONL files.
+
+Each writer owns one file descriptor opened with ``O_APPEND`` and writes a whole
+interval's rows with a single ``os.write`` (looping only on a short write), so a
+killed daemon leaves at most one partial last line, which readers skip (see
+``monitors/schema.py``). There is no user-space buffering: nothing is lost on
+SIGKILL that was "written" before it.
+
+Cells never contain commas, quotes or newlines (strings are sanitised), so a
+file can be read with ``csv.reader`` or with ``line.split(",")`` alike.
+
+A write that fails with ``OSError`` (ENOSPC, EDQUOT, EIO, ...) drops those rows,
+is counted, and is reported once through the ``on_error`` callback; the next
+successful write reports the recovery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Callable, Iterable, Optional, Sequence
+
+from . import schema as _schema
+
+_BAD = str.maketrans({",": ";", "\n": " ", "\r": " ", '"': "'"})
+
+
+def cell(value) -> str:
+    """Format one CSV cell: ``None`` is the empty cell (not measured), never 0."""
+    if value is None:
+        return ""
+    if value is True:
+        return "1"
+    if value is False:
+        return "0"
+    if isinstance(value, float):
+        if value != value:  # NaN is "not measured" too
+            return ""
+        return repr(round(value, 3))
+    if isinstance(value, int):
+        return str(value)
+    return str(value).translate(_BAD)
+
+
+def format_rows(rows: Iterable[Sequence]) -> str:
+    return "".join(",".join([cell(v) for v in row]) + "\n" for row in rows)
+
+
+ErrorHook = Callable[[str, OSError], None]
+
+
+class _AppendFile:
+    """A file opened for appending, written with one syscall per batch."""
+
+    def __init__(self, path: str, on_error: Optional[ErrorHook] = None,
+                 write: Callable[[int, bytes], int] = os.write):
+        self.path = path
+        self._on_error = on_error
+        self._write = write
+        self.fd: Optional[int] = None
+        self.dropped_writes = 0
+        self.failing = False
+        self.last_error: Optional[OSError] = None
+
+    def _open(self) -> bool:
+        if self.fd is not None:
+            return True
+        try:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            return True
+        except OSError as e:
+            self._failed(e)
+            return False
+
+    def _failed(self, e: OSError) -> None:
+        self.dropped_writes += 1
+        self.last_error = e
+        if not self.failing:
+            self.failing = True
+            if self._on_error is not None:
+                try:
+                    self._on_error(self.path, e)
+                except Exception:  # the hook must never take the daemon down
+                    pass
+
+    def write_text(self, text: str) -> bool:
+        """Write ``text`` in one go; False (and the rows dropped) on OSError."""
+        if not text:
+            return True
+        if not self._open():
+            return False
+        data = text.encode("utf-8", "replace")
+        try:
+            view = memoryview(data)
+            while view:
+                n = self._write(self.fd, view)
+                view = view[n:]
+        except OSError as e:
+            self._failed(e)
+            return False
+        if self.failing:
+            self.failing = False
+        return True
+
+    def close(self) -> None:
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
+
+
+def _read_head(path: str, limit: int = 8192) -> Optional[bytes]:
+    """First bytes of a regular file (never of a device or FIFO), or None."""
+    try:
+        if not os.path.isfile(path):
+            return None
+        with open(path, "rb") as f:
+            return f.read(limit)
+    except OSError:
+        return None
+
+
+def _ends_with_newline(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) == b"\n"
+    except OSError:
+        return True
+
+
+class CsvLog(_AppendFile):
+    """One monitor CSV file: ``# schema=...`` line, header, rows.
+
+    Opening an existing file whose schema line and header match appends to it
+    (a requeued attempt); a partial last line left by a killed writer is
+    terminated first so the next row starts on its own line (readers skip the
+    partial one: its cell count is wrong). A file with another schema or header
+    is renamed to ``<name>.<n>.old`` and a fresh one started; ``self.moved_aside``
+    then names it.
+    """
+
+    def __init__(self, path: str, schema: str, columns: Sequence[str],
+                 on_error: Optional[ErrorHook] = None,
+                 write: Callable[[int, bytes], int] = os.write):
+        super().__init__(path, on_error, write)
+        self.schema = schema
+        self.columns = tuple(columns)
+        self.moved_aside: Optional[str] = None
+        self.appended = False
+        self._pending = ""  # header (or line end) not yet written: goes before the next rows
+        self._prepare()
+
+    def _prepare(self) -> None:
+        first = _schema.header_comment(self.schema)
+        header = ",".join(self.columns) + "\n"
+        head = _read_head(self.path)
+        if head:
+            lines = head.split(b"\n", 2)
+            if len(lines) >= 2 and lines[0].decode("utf-8", "replace") + "\n" == first \
+                    and lines[1].decode("utf-8", "replace") + "\n" == header:
+                self.appended = True
+                if not _ends_with_newline(self.path):
+                    self._pending = "\n"
+                    self._write_pending()
+                return
+            n = 1
+            while os.path.exists(f"{self.path}.{n}.old"):
+                n += 1
+            try:
+                os.replace(self.path, f"{self.path}.{n}.old")
+                self.moved_aside = f"{self.path}.{n}.old"
+            except OSError as e:
+                self._failed(e)
+                return
+        self._pending = first + header
+        self._write_pending()
+
+    def _write_pending(self) -> None:
+        if self.write_text(self._pending):
+            self._pending = ""
+
+    def write_rows(self, rows: Iterable[Sequence]) -> bool:
+        text = format_rows(rows)
+        if self._pending:
+            if not self.write_text(self._pending + text):
+                return False
+            self._pending = ""
+            return True
+        return self.write_text(text)
+
+
+class EventLog(_AppendFile):
+    """``<host>.events.jsonl``: one JSON object a line (time_unix, host, kind, detail)."""
+
+    def __init__(self, path: str, host: str, on_error: Optional[ErrorHook] = None,
+                 write: Callable[[int, bytes], int] = os.write, clock=None):
+        super().__init__(path, on_error, write)
+        import time
+        self.host = host
+        self._clock = clock or time.time
+        if os.path.isfile(path) and not _ends_with_newline(path):
+            self.write_text("\n")
+
+    def emit(self, kind: str, detail: Optional[dict] = None,
+             time_unix: Optional[float] = None) -> bool:
+        rec = {
+            "time_unix": round(self._clock() if time_unix is None else time_unix, 3),
+            "host": self.host,
+            "kind": kind,
+            "detail": detail or {},
+        }
+        try:
+            line = json.dumps(rec, default=str, separators=(",", ":")) + "\n"
+        except (TypeError, ValueError) as e:  # never lose the event over a bad detail
+            line = json.dumps({**rec, "detail": {"repr": repr(detail), "json_error": str(e)}},
+                              separators=(",", ":")) + "\n"
+        return self.write_text(line)
+
+
+def stderr(msg: str) -> None:
+    try:
+        sys.stderr.write(f"hpclaunch-monitor: {msg}\n")
+        sys.stderr.flush()
+    except Exception:
+        pass

@@ -1,0 +1,445 @@
+"""NVIDIA GPUs through NVML: one row per GPU per interval, plus the driver's power samples.
+
+The ``pynvml`` module (from ``nvidia-ml-py``) is a parameter of :class:`NvmlSampler`
+so tests inject a fake; :func:`load_pynvml` imports the real one lazily.
+
+Per GPU and interval the sampler makes about ten NVML calls: one
+``nvmlDeviceGetFieldValues`` batch (instant power, 1 s average power, total energy,
+memory temperature), then temperature, memory, utilisation, two clocks, enforced
+power limit, clocks-event (throttle) reasons and two violation counters;
+``nvmlDeviceGetPowerUsage`` and ``nvmlDeviceGetTotalEnergyConsumption`` only where
+the batch lacks the field. Slowdown/shutdown thresholds are read once at start;
+aggregate double-bit ECC every ``slow_every_s`` (30 s). It never lists processes
+and never runs nvidia-smi.
+
+A capability that answers NOT_SUPPORTED, NO_PERMISSION or FUNCTION_NOT_FOUND is
+skipped from then on and said once (``source_unavailable`` event, with
+``capability``); its cell stays empty. Any other NVMLError while sampling a GPU
+gives that GPU a row with empty measurements and the reason in ``error``
+(``nvml_error`` event when the error state changes); the other GPUs go on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import time
+from typing import Dict, List, Optional
+
+from . import schema
+
+FAKE_ENV = "HPCLAUNCH_MONITOR_FAKE_NVML"  # test hook: module name or .py path replacing pynvml
+
+# Field ids (nvml.h), kept here so a fake module need not define them all.
+FI_MEMORY_TEMP = 82
+FI_TOTAL_ENERGY = 83
+FI_POWER_AVERAGE = 185
+FI_POWER_INSTANT = 186
+
+# Error codes that mean "this capability is not there": skip it from then on.
+_NOT_THERE = {3, 4, 13}  # NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND
+_NOT_FOUND = 6           # nvmlDeviceGetSamples: no sample newer than the timestamp
+
+# Throttle bits that mean the clocks were really held down (not idle/app/display settings).
+THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+_COL = {c: i for i, c in enumerate(schema.GPU_COLUMNS)}
+_NCOL = len(schema.GPU_COLUMNS)
+
+
+def load_pynvml():
+    """The NVML binding: ``pynvml`` from nvidia-ml-py, or the test hook's module."""
+    fake = os.environ.get(FAKE_ENV)
+    if fake:
+        if fake.endswith(".py"):
+            spec = importlib.util.spec_from_file_location("hpclaunch_fake_nvml", fake)
+            mod = importlib.util.module_from_spec(spec)
+            import sys
+            sys.modules[spec.name] = mod
+            spec.loader.exec_module(mod)
+            return mod
+        return importlib.import_module(fake)
+    import pynvml  # noqa: WPS433 (lazy on purpose)
+    return pynvml
+
+
+def _err_text(e: BaseException) -> str:
+    name = type(e).__name__
+    try:
+        msg = str(e)
+    except Exception:
+        msg = ""
+    return f"{name}: {msg}" if msg else name
+
+
+def _fv(v):
+    """The value of one nvmlFieldValue_t, by its valueType."""
+    t = v.valueType
+    u = v.value
+    if t == 0:
+        return u.dVal
+    if t == 1:
+        return u.uiVal
+    if t == 2:
+        return u.ulVal
+    if t == 3:
+        return u.ullVal
+    if t == 4:
+        return u.sllVal
+    if t == 5:
+        return u.siVal
+    if t == 6:
+        return u.usVal
+    return None
+
+
+class _Gpu:
+    __slots__ = ("index", "handle", "uuid", "ranks", "off", "fields", "last_energy",
+                 "throttle", "margin_low", "error", "trace_ts", "slowdown", "shutdown",
+                 "next_slow", "ecc")
+
+    def __init__(self, index, handle, uuid, ranks):
+        self.index = index
+        self.handle = handle
+        self.uuid = uuid
+        self.ranks = ranks
+        self.off: set = set()          # capabilities found missing
+        self.fields: List[int] = []
+        self.last_energy: Optional[int] = None
+        self.throttle = 0
+        self.margin_low = False
+        self.error: Optional[str] = None
+        self.trace_ts = -1
+        self.slowdown = None
+        self.shutdown = None
+        self.next_slow = 0.0
+        self.ecc = None
+
+
+class NvmlSampler:
+    """Samples the selected GPUs of this node. ``events`` has ``emit(kind, detail)``."""
+
+    name = "nvml"
+
+    def __init__(self, nvml, host: str, events, rank_map=None, margin_c: float = 5.0,
+                 slow_every_s: float = 30.0, power_trace: bool = True, clock=time.time):
+        self.nv = nvml
+        self.host = host
+        self.events = events
+        self.rank_map = rank_map  # callable([(index, uuid)]) -> {"selected": {index: ranks}, ...}
+        self.margin_c = margin_c
+        self.slow_every_s = slow_every_s
+        self.power_trace = power_trace
+        self.clock = clock
+        self.gpus: List[_Gpu] = []
+        self.available = False
+        self.reason: Optional[str] = None
+        self.map_info: dict = {}
+        self._initialised = False
+        self.start_us = 0
+        self._NVMLError = getattr(nvml, "NVMLError", Exception) if nvml is not None else Exception
+
+    # -- set-up ------------------------------------------------------------------------
+    def start(self) -> bool:
+        nv = self.nv
+        if nv is None:
+            return self._unavailable("nvidia-ml-py (pynvml) is not installed")
+        try:
+            nv.nvmlInit()
+            self._initialised = True
+            count = nv.nvmlDeviceGetCount()
+        except self._NVMLError as e:
+            return self._unavailable(_err_text(e))
+        except Exception as e:  # a broken binding must not stop the other sources
+            return self._unavailable(_err_text(e))
+        if count == 0:
+            return self._unavailable("NVML reports no GPU on this node")
+        devices = []
+        handles = {}
+        for i in range(count):
+            try:
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+                uuid = nv.nvmlDeviceGetUUID(h)
+                if isinstance(uuid, bytes):
+                    uuid = uuid.decode("ascii", "replace")
+            except self._NVMLError as e:
+                self.events.emit("nvml_error", {"gpu_index": i, "error": _err_text(e),
+                                                "during": "enumeration"})
+                continue
+            devices.append((i, uuid))
+            handles[i] = (h, uuid)
+        info = self.rank_map(devices) if self.rank_map else \
+            {"selected": {i: "" for i, _ in devices}, "gpus_from": "all NVML devices"}
+        self.map_info = info
+        self.start_us = int(self.clock() * 1e6)
+        for idx, ranks in info["selected"].items():
+            h, uuid = handles[idx]
+            g = _Gpu(idx, h, uuid, ranks)
+            self._probe(g)
+            self.gpus.append(g)
+        if not self.gpus:
+            return self._unavailable("none of this node's GPUs is the job's "
+                                     f"({info.get('gpus_from')}: {info.get('unmatched')})")
+        self.available = True
+        driver = None
+        try:
+            driver = nv.nvmlSystemGetDriverVersion()
+            if isinstance(driver, bytes):
+                driver = driver.decode()
+        except Exception:
+            pass
+        self.events.emit("source_available", {
+            "source": self.name, "driver": driver,
+            "gpus": [{"index": g.index, "uuid": g.uuid, "ranks": g.ranks} for g in self.gpus],
+            "fields": {g.index: g.fields for g in self.gpus}})
+        return True
+
+    def _unavailable(self, reason: str) -> bool:
+        self.available = False
+        self.reason = reason
+        self.events.emit("source_unavailable", {"source": self.name, "reason": reason})
+        return False
+
+    def _missing(self, g: _Gpu, cap: str, reason: str) -> None:
+        if cap not in g.off:
+            g.off.add(cap)
+            self.events.emit("source_unavailable", {"source": self.name, "gpu_index": g.index,
+                                                    "capability": cap, "reason": reason})
+
+    def _call(self, g: _Gpu, cap: str, fn, *args):
+        """``fn(*args)``; None if the capability is missing (said once)."""
+        if cap in g.off:
+            return None
+        try:
+            return fn(*args)
+        except self._NVMLError as e:
+            if getattr(e, "value", None) in _NOT_THERE:
+                self._missing(g, cap, _err_text(e))
+                return None
+            raise
+        except AttributeError as e:  # an old binding without the function
+            self._missing(g, cap, _err_text(e))
+            return None
+
+    def _probe(self, g: _Gpu) -> None:
+        nv = self.nv
+        want = [FI_POWER_INSTANT, FI_POWER_AVERAGE, FI_TOTAL_ENERGY, FI_MEMORY_TEMP]
+        vals = None
+        if hasattr(nv, "nvmlDeviceGetFieldValues"):
+            try:
+                vals = self._call(g, "field_values", nv.nvmlDeviceGetFieldValues, g.handle, want)
+            except self._NVMLError as e:
+                self.events.emit("nvml_error", {"gpu_index": g.index, "error": _err_text(e),
+                                                "during": "field-value probe"})
+                vals = None
+        else:
+            self._missing(g, "field_values", "nvmlDeviceGetFieldValues not offered by the binding")
+        if vals is not None:
+            for fid, v in zip(want, vals):
+                if v.nvmlReturn not in _NOT_THERE:
+                    g.fields.append(fid)  # success, or a transient error: keep asking
+        names = {FI_POWER_INSTANT: ("power_instant", "instant power field not offered: "
+                                    "power_w is nvmlDeviceGetPowerUsage"),
+                 FI_POWER_AVERAGE: ("power_average", "1 s average power field not offered"),
+                 FI_MEMORY_TEMP: ("mem_temp", "memory temperature field not offered")}
+        for fid, (cap, why) in names.items():
+            if fid not in g.fields:
+                self._missing(g, cap, why)
+        if FI_TOTAL_ENERGY not in g.fields:
+            try:
+                e = self._call(g, "energy_counter", nv.nvmlDeviceGetTotalEnergyConsumption, g.handle)
+                if e is not None:
+                    g.last_energy = int(e)
+            except self._NVMLError:
+                pass  # transient; sampled again each interval
+        for cap, const in (("slowdown", "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN"),
+                           ("shutdown", "NVML_TEMPERATURE_THRESHOLD_SHUTDOWN")):
+            try:
+                v = self._call(g, cap + "_threshold", nv.nvmlDeviceGetTemperatureThreshold,
+                               g.handle, getattr(nv, const))
+            except self._NVMLError as e:
+                self.events.emit("nvml_error", {"gpu_index": g.index, "error": _err_text(e),
+                                                "during": cap + " threshold"})
+                v = None
+            setattr(g, cap, v)
+
+    # -- sampling ----------------------------------------------------------------------
+    def sample(self, now: float) -> List[tuple]:
+        rows = []
+        for g in self.gpus:
+            row = [None] * _NCOL
+            row[0] = now
+            row[1] = self.host
+            row[2] = g.index
+            row[3] = g.uuid
+            row[4] = g.ranks
+            try:
+                self._sample_gpu(g, row, now)
+                if g.error is not None:
+                    self.events.emit("nvml_error", {"gpu_index": g.index, "recovered": True,
+                                                    "previous_error": g.error})
+                    g.error = None
+            except self._NVMLError as e:
+                msg = _err_text(e)
+                row = [now, self.host, g.index, g.uuid, g.ranks] + [None] * (_NCOL - 6) + [msg]
+                if msg != g.error:
+                    self.events.emit("nvml_error", {"gpu_index": g.index, "error": msg})
+                g.error = msg
+            rows.append(tuple(row))
+        return rows
+
+    def _sample_gpu(self, g: _Gpu, row: list, now: float) -> None:
+        nv = self.nv
+        h = g.handle
+        C = _COL
+        power = avg = energy = None
+        if g.fields:
+            vals = self._call(g, "field_values", nv.nvmlDeviceGetFieldValues, h, g.fields)
+            if vals is None:
+                g.fields = []
+            else:
+                for fid, v in zip(g.fields, vals):
+                    if v.nvmlReturn != 0:
+                        continue
+                    x = _fv(v)
+                    if fid == FI_POWER_INSTANT:
+                        power = x / 1000.0
+                    elif fid == FI_POWER_AVERAGE:
+                        avg = x / 1000.0
+                    elif fid == FI_TOTAL_ENERGY:
+                        energy = int(x)
+                    elif fid == FI_MEMORY_TEMP:
+                        row[C["mem_temp_c"]] = x
+                bad = [fid for fid, v in zip(g.fields, vals) if v.nvmlReturn in _NOT_THERE]
+                if bad:
+                    g.fields = [f for f in g.fields if f not in bad]
+        if power is None or (avg is None and FI_POWER_INSTANT in g.fields):
+            mw = self._call(g, "power_usage", nv.nvmlDeviceGetPowerUsage, h)
+            if mw is not None:
+                if power is None:
+                    power = mw / 1000.0
+                else:
+                    avg = mw / 1000.0  # on Ampere+ (not GA100) GetPowerUsage is the 1 s average
+        row[C["power_w"]] = power
+        row[C["power_avg_w"]] = avg
+        if FI_TOTAL_ENERGY not in g.fields:
+            e = self._call(g, "energy_counter", nv.nvmlDeviceGetTotalEnergyConsumption, h)
+            energy = int(e) if e is not None else None
+        if energy is not None:
+            if g.last_energy is not None and energy < g.last_energy:
+                self.events.emit("energy_counter_reset", {
+                    "source": self.name, "gpu_index": g.index, "previous_mj": g.last_energy,
+                    "now_mj": energy})
+            g.last_energy = energy
+        row[C["energy_mj"]] = energy
+        temp = self._call(g, "temperature", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
+        row[C["temp_c"]] = temp
+        mem = self._call(g, "memory", nv.nvmlDeviceGetMemoryInfo, h)
+        if mem is not None:
+            row[C["mem_used_mib"]] = mem.used / 1048576.0
+            row[C["mem_total_mib"]] = mem.total / 1048576.0
+        util = self._call(g, "utilization", nv.nvmlDeviceGetUtilizationRates, h)
+        if util is not None:
+            row[C["util_pct"]] = util.gpu
+            row[C["mem_util_pct"]] = util.memory
+        row[C["sm_clock_mhz"]] = self._call(g, "sm_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
+        row[C["mem_clock_mhz"]] = self._call(g, "mem_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
+        lim = self._call(g, "power_limit", nv.nvmlDeviceGetEnforcedPowerLimit, h)
+        row[C["power_limit_w"]] = lim / 1000.0 if lim is not None else None
+        reasons = None
+        if "clocks_event_reasons" not in g.off:
+            reasons = self._call(g, "clocks_event_reasons",
+                                 getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", _absent), h)
+        if reasons is None:
+            reasons = self._call(g, "throttle_reasons",
+                                 getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", _absent), h)
+        row[C["throttle_reasons"]] = reasons
+        if reasons is not None:
+            self._throttle_events(g, int(reasons), now)
+        v = self._call(g, "violation_power", nv.nvmlDeviceGetViolationStatus, h, nv.NVML_PERF_POLICY_POWER)
+        row[C["viol_power_ns"]] = v.violationTime if v is not None else None
+        v = self._call(g, "violation_thermal", nv.nvmlDeviceGetViolationStatus, h, nv.NVML_PERF_POLICY_THERMAL)
+        row[C["viol_thermal_ns"]] = v.violationTime if v is not None else None
+        row[C["slowdown_temp_c"]] = g.slowdown
+        row[C["shutdown_temp_c"]] = g.shutdown
+        if now >= g.next_slow:
+            g.next_slow = now + self.slow_every_s
+            row[C["ecc_dbe_total"]] = self._call(
+                g, "ecc_dbe", nv.nvmlDeviceGetTotalEccErrors, h,
+                nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_AGGREGATE_ECC)
+        if temp is not None and g.slowdown is not None:
+            margin = g.slowdown - temp
+            if margin < self.margin_c and not g.margin_low:
+                g.margin_low = True
+                self.events.emit("thermal_margin_low", {
+                    "gpu_index": g.index, "temp_c": temp, "slowdown_temp_c": g.slowdown,
+                    "margin_c": margin, "threshold_c": self.margin_c}, now)
+            elif g.margin_low and margin >= self.margin_c + 1.0:  # 1 degree hysteresis
+                g.margin_low = False
+
+    def _throttle_events(self, g: _Gpu, reasons: int, now: float) -> None:
+        cur = reasons & THROTTLE_MASK
+        if cur == g.throttle:
+            return
+        started = cur & ~g.throttle
+        ended = g.throttle & ~cur
+        for bits, kind in ((ended, "throttle_stop"), (started, "throttle_start")):
+            if bits:
+                self.events.emit(kind, {
+                    "gpu_index": g.index, "mask": bits,
+                    "reasons": [n for b, n in schema.THROTTLE_REASONS.items() if bits & b],
+                    "throttle_reasons": reasons}, now)
+        g.throttle = cur
+
+    def drain_power_samples(self) -> List[tuple]:
+        """Rows for the power trace: the driver's buffered power samples since the last call.
+
+        The first call of each GPU asks for the whole buffer and keeps the samples
+        from the monitor's start on (when the timestamps are epoch microseconds).
+        """
+        if not self.power_trace:
+            return []
+        nv = self.nv
+        rows = []
+        for g in self.gpus:
+            if "power_samples" in g.off or g.error is not None:
+                continue
+            first = g.trace_ts < 0
+            try:
+                got = self._call(g, "power_samples", nv.nvmlDeviceGetSamples, g.handle,
+                                 nv.NVML_TOTAL_POWER_SAMPLES, 0 if first else g.trace_ts)
+            except self._NVMLError:
+                continue  # NOT_FOUND = nothing new; other errors show in the GPU's row
+            if not got:
+                continue
+            vtype, samples = got
+            floor = 0 if first else g.trace_ts
+            if first and samples and max(s.timeStamp for s in samples) > 1e15:
+                floor = self.start_us
+            last = floor if first else g.trace_ts
+            for s in samples:
+                ts = s.timeStamp
+                if ts <= floor and not (first and floor == 0):
+                    continue
+                u = s.sampleValue
+                mw = (u.uiVal if vtype == 1 else u.ullVal if vtype == 3 else u.ulVal if vtype == 2
+                      else u.dVal if vtype == 0 else u.siVal if vtype == 5 else u.sllVal)
+                rows.append((ts / 1e6, self.host, g.index, mw / 1000.0))
+                if ts > last:
+                    last = ts
+            g.trace_ts = last
+        rows.sort(key=lambda r: (r[0], r[2]))
+        return rows
+
+    def close(self) -> None:
+        if self._initialised:
+            try:
+                self.nv.nvmlShutdown()
+            except Exception:
+                pass
+            self._initialised = False
+
+
+def _absent(*_args):
+    raise AttributeError("function not offered by this NVML binding")

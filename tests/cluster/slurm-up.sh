@@ -1,0 +1,428 @@
+#!/usr/bin/env bash
+# slurm-up.sh: bring up a throwaway, REAL Slurm cluster on this one machine for hpclaunch's tests.
+#
+#   tests/cluster/slurm-up.sh [-n NODES] [-c CPUS_PER_NODE] [-d STATEDIR] [-a dbd|none]
+#
+# What it builds (see tests/cluster/README.md for the why and the timings):
+#   munged -> (MariaDB -> slurmdbd) -> slurmctld on the host -> one slurmd per node, each node in its
+#   own network + UTS namespace (hostname cI, address 10.200.0.(10+I) on bridge br-slurm 10.200.0.1/24).
+#
+# Contract with callers (CI, tests/cluster/fixture.py):
+#   * stdout carries exactly ONE line at the end: `export SLURM_CONF=<STATEDIR>/slurm.conf`;
+#     everything else goes to stderr, so `eval "$(slurm-up.sh)"` is safe.
+#   * idempotent: if the same cluster (same statedir/nodes/cpus/accounting) is already up and healthy,
+#     it only prints the export line.
+#   * it never clobbers a cluster it did not start, or one of ours with other settings: it exits 3 and
+#     says to run slurm-down.sh first. Slurm's ports (6817 ctld, 6818 slurmd, 6819 dbd) are fixed, so there
+#     can only be one cluster per machine.
+#   * it needs root (namespaces, /etc/hosts, daemons running as root) and no systemd.
+set -euo pipefail
+
+NODES=2
+CPUS=""            # default depends on NODES, see below
+STATEDIR=/tmp/hpclaunch-slurm
+ACCT=dbd
+# Everything here is measured on a 2-core VM: 16 nodes come up in a few seconds, but give them more room.
+READY_TIMEOUT=${SLURM_UP_TIMEOUT:-90}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+usage() {
+    sed -n '2,5p' "${BASH_SOURCE[0]}" >&2
+    exit 2
+}
+log() { echo "slurm-up: $*" >&2; }
+die() { echo "slurm-up: ERROR: $*" >&2; exit 1; }
+
+while getopts "n:c:d:a:h" opt; do
+    case $opt in
+        n) NODES=$OPTARG ;;
+        c) CPUS=$OPTARG ;;
+        d) STATEDIR=$OPTARG ;;
+        a) ACCT=$OPTARG ;;
+        *) usage ;;
+    esac
+done
+shift $((OPTIND - 1))
+[[ $# -eq 0 ]] || usage
+
+# Node I gets 10.200.0.(10+I); keep well inside the /24 and inside what 2 cores can carry.
+[[ $NODES =~ ^[0-9]+$ ]] && (( NODES >= 1 && NODES <= 64 )) || die "-n must be 1..64 (got '$NODES')"
+# The scale test runs 16 nodes on 2 real cores: 4 CPUs each would advertise 64 "cores" and invite tests
+# to oversubscribe the VM 32x, so above 8 nodes the default drops to 2 (config_overrides allows either).
+if [[ -z $CPUS ]]; then
+    if (( NODES > 8 )); then CPUS=2; else CPUS=4; fi
+fi
+[[ $CPUS =~ ^[0-9]+$ ]] && (( CPUS >= 1 && CPUS <= 256 )) || die "-c must be 1..256 (got '$CPUS')"
+[[ $ACCT == dbd || $ACCT == none ]] || die "-a must be dbd or none (got '$ACCT')"
+# The statedir gets its subfolders wiped on a fresh start: insist on an absolute, non-trivial path so a
+# typo cannot point that at / or a home directory.
+[[ $STATEDIR == /* && $STATEDIR != / && $STATEDIR != *..* ]] || die "-d must be an absolute path (got '$STATEDIR')"
+STATEDIR=${STATEDIR%/}
+(( EUID == 0 )) || die "must run as root (network namespaces, /etc/hosts, daemons as SlurmUser=root)"
+
+CONF=$STATEDIR/slurm.conf
+EXPORT_LINE="export SLURM_CONF=$CONF"
+# The identity of a cluster: what callers ask for. Stored at start and compared on re-runs.
+WANT_ID="statedir=$STATEDIR nodes=$NODES cpus=$CPUS acct=$ACCT"
+BRIDGE=br-slurm
+HOSTS_TAG="# hpclaunch-slurm-test"
+CTLD_HOST=$(hostname -s)
+export SLURM_CONF=$CONF
+
+# One up/down at a time per machine: pytest-xdist workers or a CI retry could otherwise race on the
+# fixed ports, the bridge and /etc/hosts.
+# Every daemon started below is run with `9>&-`: a daemon that inherited fd 9 would hold the lock for its
+# whole life and block the next up/down (flock locks belong to the open file, not to the process).
+exec 9>/tmp/hpclaunch-slurm.lock
+flock -w 120 9 || die "could not get /tmp/hpclaunch-slurm.lock within 120 s (another slurm-up/down running?)"
+# Our own nested slurm-down.sh calls must not wait for the lock we hold.
+export HPCLAUNCH_SLURM_LOCKED=1
+
+# ----------------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------------
+port_busy() { [[ -n $(ss -Hltn "sport = :$1" 2>/dev/null) ]]; }
+
+# A pid from a pid file that is alive and not a zombie (PID 1 here reaps lazily: gotcha 12).
+pid_alive() {
+    local pid=$1 state
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    [[ -r /proc/$pid/stat ]] || return 1
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+    [[ $state != Z && $state != X ]]
+}
+pidfile_alive() { [[ -s $1 ]] && pid_alive "$(cat "$1" 2>/dev/null)"; }
+
+# Polls "$@" every 0.1 s until it succeeds or $1 seconds pass.
+wait_for() {
+    local timeout=$1; shift
+    local deadline=$((SECONDS + timeout))
+    until "$@" >/dev/null 2>&1; do
+        (( SECONDS < deadline )) || return 1
+        sleep 0.1
+    done
+}
+
+ctld_up() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
+# All nodes idle (not idle* = not responding, not drained/down). Needs sinfo to answer at all.
+all_idle() {
+    local n
+    n=$(sinfo -h -N -t idle -o '%N %t' 2>/dev/null | awk '$2 == "idle"' | sort -u | wc -l)
+    (( n == NODES ))
+}
+
+log_tails() {
+    local f
+    for f in "$STATEDIR"/log/*.log /var/log/munge/munged.log "$STATEDIR"/log/mariadb.err; do
+        [[ -s $f ]] || continue
+        echo "----- tail of $f -----" >&2
+        tail -n 25 "$f" >&2
+    done
+}
+
+fail_with_logs() {
+    echo "slurm-up: ERROR: $*" >&2
+    log_tails
+    echo "slurm-up: tearing the half-started cluster down (logs stay in $STATEDIR/log)" >&2
+    "$HERE/slurm-down.sh" -d "$STATEDIR" >&2 9>&- || true
+    exit 1
+}
+
+healthy() { ctld_up && all_idle; }
+
+# ----------------------------------------------------------------------------------------------------
+# 0. Is a cluster already there?
+# ----------------------------------------------------------------------------------------------------
+HAVE_ID=$(cat "$STATEDIR/cluster.id" 2>/dev/null || true)
+# "Ours" = this statedir's settings file exists and one of its daemons is alive. Also counts a cluster
+# whose slurmctld died but whose slurmdbd/slurmd live on: that one is ours to tear down, not foreign.
+OURS=0
+if [[ -n $HAVE_ID ]]; then
+    for f in "$STATEDIR"/run/slurmctld.pid "$STATEDIR"/run/slurmdbd.pid "$STATEDIR"/run/slurmd-*.pid; do
+        if pidfile_alive "$f"; then OURS=1; break; fi
+    done
+fi
+if port_busy 6817 || port_busy 6819 || (( OURS )); then
+    if (( OURS )) && [[ $HAVE_ID == "$WANT_ID" ]]; then
+        if healthy; then
+            log "cluster already up and healthy ($WANT_ID): reusing it"
+            echo "$EXPORT_LINE" > "$STATEDIR/env.sh"
+            echo "$EXPORT_LINE"
+            exit 0
+        fi
+        # Ours, same settings, but not (yet) healthy: give it a moment (e.g. a second caller right after
+        # start, or nodes still registering) before declaring it broken.
+        if pidfile_alive "$STATEDIR/run/slurmctld.pid" && wait_for 20 healthy; then
+            log "cluster up and healthy after waiting ($WANT_ID): reusing it"
+            echo "$EXPORT_LINE" > "$STATEDIR/env.sh"
+            echo "$EXPORT_LINE"
+            exit 0
+        fi
+        echo "slurm-up: ERROR: the cluster in $STATEDIR is running but not healthy (scontrol ping / sinfo)." >&2
+        echo "slurm-up: run: $HERE/slurm-down.sh -d $STATEDIR   and start again." >&2
+        exit 3
+    fi
+    if (( OURS )); then
+        echo "slurm-up: ERROR: a cluster started by this script is running with other settings:" >&2
+        echo "slurm-up:   running:   ${HAVE_ID:-unknown}" >&2
+        echo "slurm-up:   requested: $WANT_ID" >&2
+        echo "slurm-up: refusing to clobber it; run: $HERE/slurm-down.sh -d $STATEDIR   first." >&2
+        exit 3
+    fi
+    echo "slurm-up: ERROR: Slurm's ports are busy (6817 ctld and/or 6819 dbd), but not by a cluster this" >&2
+    echo "slurm-up: script started in $STATEDIR. Refusing to clobber it. Listening:" >&2
+    ss -Hltnp 'sport = :6817 or sport = :6819' >&2 || true
+    echo "slurm-up: if it is ours under another statedir, run slurm-down.sh -d THAT_DIR." >&2
+    exit 3
+fi
+
+# Nothing of ours is running, but an earlier run may have died half-way (namespaces, bridge, hosts lines,
+# a slurmd without its controller). Clear that before building: the down script is idempotent.
+if [[ -e $STATEDIR/cluster.id ]] || ip link show "$BRIDGE" >/dev/null 2>&1 || ls /run/netns/sn* >/dev/null 2>&1; then
+    log "cleaning leftovers of an earlier run"
+    "$HERE/slurm-down.sh" -d "$STATEDIR" >&2 9>&- || true
+fi
+port_busy 6818 && die "port 6818 (slurmd) is busy: another slurmd runs on this machine; refusing to start"
+
+T0=$(date +%s.%N)
+
+# ----------------------------------------------------------------------------------------------------
+# 1. Packages. CI machines are fresh; locally they are usually there, so only touch apt when needed.
+# ----------------------------------------------------------------------------------------------------
+PKGS=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins openmpi-bin libpmix2 iproute2 util-linux hostname)
+[[ $ACCT == dbd ]] && PKGS+=(slurmdbd slurm-wlm-mysql-plugin mariadb-server mariadb-client)
+MISSING=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed' || MISSING+=("$p")
+done
+if (( ${#MISSING[@]} )); then
+    log "installing: ${MISSING[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update >&2 9>&-
+    # --no-install-recommends: otherwise 42 packages (HDF5, RRD, ROCm SMI, ...) come along for nothing.
+    # "invoke-rc.d: policy-rc.d denied execution of start." is expected: we start the daemons ourselves.
+    apt-get install -y --no-install-recommends "${MISSING[@]}" >&2 9>&-
+fi
+
+# ----------------------------------------------------------------------------------------------------
+# 2. Fresh state. Job ids restart at 1 with a fresh StateSaveLocation, so everything that remembers ids
+#    (state, spool, logs, the accounting DB below) is reset together.
+# ----------------------------------------------------------------------------------------------------
+mkdir -p "$STATEDIR"
+rm -rf "$STATEDIR"/ctld "$STATEDIR"/d "$STATEDIR"/run "$STATEDIR"/log "$STATEDIR"/started.* \
+       "$STATEDIR"/env.sh "$STATEDIR"/cluster.id "$STATEDIR"/nodes
+mkdir -p "$STATEDIR"/{ctld,run,log}
+for ((i = 1; i <= NODES; i++)); do mkdir -p "$STATEDIR/d/c$i/tmp"; done   # gotcha 4: not created by slurmd
+echo "$NODES" > "$STATEDIR/nodes"   # read by slurm-down.sh to know which namespaces are ours
+
+# ----------------------------------------------------------------------------------------------------
+# 3. munge. Shared by every Slurm daemon and client on the machine; reuse one that already works and only
+#    stop it later if we started it.
+# ----------------------------------------------------------------------------------------------------
+munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+if ! munge_ok; then
+    if [[ ! -s /etc/munge/munge.key ]]; then
+        log "creating /etc/munge/munge.key"
+        mungekey --create --keyfile=/etc/munge/munge.key
+        chown munge:munge /etc/munge/munge.key
+        chmod 600 /etc/munge/munge.key
+    fi
+    # No systemd: its RuntimeDirectory= would normally create /run/munge.
+    mkdir -p /run/munge /var/log/munge /var/lib/munge
+    chown munge:munge /run/munge /var/log/munge /var/lib/munge
+    # A stale pid file from a killed munged makes the new one refuse to start.
+    if [[ -e /run/munge/munged.pid ]] && ! pidfile_alive /run/munge/munged.pid; then rm -f /run/munge/munged.pid; fi
+    runuser -u munge -- /usr/sbin/munged 9>&-
+    touch "$STATEDIR/started.munge"
+    wait_for 10 munge_ok || fail_with_logs "munged did not come up"
+fi
+
+# ----------------------------------------------------------------------------------------------------
+# 4. MariaDB + slurmdbd (-a dbd). Without them sacct fails ("Slurm accounting storage is disabled"),
+#    accounts/QOS cannot be validated, and submitit cannot see cancelled jobs.
+# ----------------------------------------------------------------------------------------------------
+mysql_ok() { mysqladmin --protocol=socket --socket=/run/mysqld/mysqld.sock ping >/dev/null 2>&1; }
+if [[ $ACCT == dbd ]]; then
+    if ! mysql_ok; then
+        mkdir -p /run/mysqld
+        chown mysql:mysql /run/mysqld
+        if [[ ! -d /var/lib/mysql/mysql ]]; then
+            log "initializing /var/lib/mysql"
+            mariadb-install-db --user=mysql --datadir=/var/lib/mysql >&2 9>&-
+        fi
+        # Loopback only, no DNS lookups; mariadbd daemonizes itself by being backgrounded here (it does
+        # not fork). setsid so it does not die with the caller's terminal/process group.
+        setsid /usr/sbin/mariadbd --user=mysql --datadir=/var/lib/mysql --bind-address=127.0.0.1 \
+            --skip-name-resolve --socket=/run/mysqld/mysqld.sock --pid-file=/run/mysqld/mysqld.pid \
+            --log-error="$STATEDIR/log/mariadb.err" </dev/null >/dev/null 2>&1 9>&- &
+        touch "$STATEDIR/started.mariadb"
+        wait_for 30 mysql_ok || fail_with_logs "MariaDB did not come up"
+    fi
+    # Drop the accounting DB: job ids restart at 1 with the fresh state, and old rows with the same ids
+    # would make sacct show the wrong job (gotcha 9).
+    mariadb --protocol=socket --socket=/run/mysqld/mysqld.sock -uroot <<'SQL'
+DROP DATABASE IF EXISTS slurm_acct_db;
+CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurmpw';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+FLUSH PRIVILEGES;
+SQL
+
+    # slurmdbd has no -f: it reads slurmdbd.conf next to $SLURM_CONF, which must be 0600 and owned by
+    # SlurmUser (gotcha 8).
+    cat > "$STATEDIR/slurmdbd.conf" <<EOF
+# Written by tests/cluster/slurm-up.sh; regenerated at each fresh start.
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+SlurmUser=root
+PidFile=$STATEDIR/run/slurmdbd.pid
+LogFile=$STATEDIR/log/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=slurm
+StoragePass=slurmpw
+StorageLoc=slurm_acct_db
+EOF
+    chmod 600 "$STATEDIR/slurmdbd.conf"
+fi
+
+# ----------------------------------------------------------------------------------------------------
+# 5. Network: one namespace per node on a private bridge, so each node has its own address and hostname
+#    (`srun hostname` prints c1, c2, ...), as on a real cluster. Nothing is routed beyond 10.200.0.0/24.
+# ----------------------------------------------------------------------------------------------------
+ip link add "$BRIDGE" type bridge
+ip addr add 10.200.0.1/24 dev "$BRIDGE"
+ip link set "$BRIDGE" up
+for ((i = 1; i <= NODES; i++)); do
+    ns=sn$i
+    ip netns add "$ns"
+    ip link add "vh$i" type veth peer name eth0 netns "$ns"
+    ip link set "vh$i" master "$BRIDGE" up
+    ip -n "$ns" addr add "10.200.0.$((10 + i))/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+done
+# Node names must resolve on the host (srun, slurmctld) and in the nodes (the mount namespace and thus
+# /etc/hosts is shared). Rewrite in place: /etc/hosts may be a bind mount, so no mv over it.
+HOSTS_NEW=$(grep -v -- "$HOSTS_TAG" /etc/hosts || true)
+{
+    printf '%s\n' "$HOSTS_NEW"
+    for ((i = 1; i <= NODES; i++)); do printf '10.200.0.%d c%d %s\n' $((10 + i)) "$i" "$HOSTS_TAG"; done
+} > /etc/hosts
+
+# ----------------------------------------------------------------------------------------------------
+# 6. slurm.conf
+# ----------------------------------------------------------------------------------------------------
+MEM_MB=$(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo)
+# Memory is not a consumable (CR_Core), so each node advertises 90% of the host's memory: RealMemory only
+# bounds what a single job may ask for with --mem.
+NODE_MEM=$((MEM_MB * 9 / 10))
+if [[ $ACCT == dbd ]]; then
+    ACCT_CONF="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+# associations: unknown --account is refused; qos: unknown/disallowed --qos is refused; limits: QOS limits apply.
+AccountingStorageEnforce=associations,limits,qos
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30"
+else
+    ACCT_CONF="AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none"
+fi
+cat > "$CONF" <<EOF
+# Written by tests/cluster/slurm-up.sh ($WANT_ID); regenerated at each fresh start.
+ClusterName=hpclaunch
+# Must be this host's short name (gotcha 3); the address is the bridge so the namespaced nodes reach it.
+SlurmctldHost=$CTLD_HOST(10.200.0.1)
+# Everything runs as root: no chown of state/spool/log dirs, no munge uid mapping.
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CryptoType=crypto/munge
+StateSaveLocation=$STATEDIR/ctld
+SlurmdSpoolDir=$STATEDIR/d/%n
+SlurmctldPidFile=$STATEDIR/run/slurmctld.pid
+SlurmdPidFile=$STATEDIR/run/slurmd-%n.pid
+SlurmctldLogFile=$STATEDIR/log/slurmctld.log
+SlurmdLogFile=$STATEDIR/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+# No cgroup dependency: works whatever the host mounts (the nodes share the host's cgroup tree).
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+# Trust CPUs=/RealMemory= below instead of the hardware: lets 2 real cores pose as NODES x CPUS.
+SlurmdParameters=config_overrides
+# No MPI plugin unless asked; srun --mpi=pmix is what Debian's Open MPI 4.1 understands (README).
+MpiDefault=none
+# The nodes share one /tmp (same mount namespace), and mpi/pmix creates /tmp/spmix_appdir_<uid>_<step> on
+# every node: the second node then fails with "Cannot create directory ...: File exists" and the step
+# aborts. Slurm expands %n in TmpFS (it supports several slurmd per host), which gives each node its own.
+TmpFS=$STATEDIR/d/%n/tmp
+MailProg=/bin/true
+# Test-speed settings: short jobs are scheduled at once, a requeued job restarts after ~11 s instead of
+# 121 s, finished jobs stay visible in squeue/scontrol for 5 min, a returning node is usable at once.
+SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=2,sched_min_interval=0
+AuthInfo=cred_expire=10
+MinJobAge=300
+KillWait=5
+ReturnToService=2
+SlurmctldTimeout=30
+SlurmdTimeout=60
+# Deliberately small (Slurm's default is 1001 too, sites often raise it): the largest array index is
+# MaxArraySize-1 = 1000, so tests can check that hpclaunch splits a 2500-task array into chunks.
+MaxArraySize=1001
+MaxJobCount=20000
+# Reject jobs over a partition limit (e.g. --time above MaxTime) at submission instead of letting them pend.
+EnforcePartLimits=ALL
+$ACCT_CONF
+JobCompType=jobcomp/filetxt
+JobCompLoc=$STATEDIR/log/jobcomp.txt
+EOF
+for ((i = 1; i <= NODES; i++)); do
+    echo "NodeName=c$i NodeHostname=c$i NodeAddr=10.200.0.$((10 + i)) CPUs=$CPUS RealMemory=$NODE_MEM State=UNKNOWN" >> "$CONF"
+done
+# Finite MaxTime on purpose: tests check that a --time above the partition's limit is refused. Refused at
+# submission needs EnforcePartLimits (set above); without it such a job is accepted and pends forever with
+# Reason=PartitionTimeLimit.
+echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=60 State=UP" >> "$CONF"
+chmod 644 "$CONF"
+echo "$WANT_ID" > "$STATEDIR/cluster.id"
+
+# ----------------------------------------------------------------------------------------------------
+# 7. Daemons, in dependency order. They all fork and exit 0 even when they die right after on a config
+#    error, so readiness is always checked, never inferred from exit codes.
+# ----------------------------------------------------------------------------------------------------
+if [[ $ACCT == dbd ]]; then
+    slurmdbd >&2 9>&- || fail_with_logs "slurmdbd failed to start"
+    wait_for 30 port_busy 6819 || fail_with_logs "slurmdbd did not listen on 6819"
+fi
+slurmctld >&2 9>&- || fail_with_logs "slurmctld failed to start"
+wait_for 30 ctld_up || fail_with_logs "slurmctld did not answer scontrol ping"
+
+for ((i = 1; i <= NODES; i++)); do
+    # Not `ip netns exec`: it remounts /sys, /sys/fs/cgroup vanishes and slurmd refuses to start
+    # (gotcha 6). nsenter keeps the host's mount namespace; unshare --uts gives the node its own hostname.
+    nsenter --net="/run/netns/sn$i" unshare --uts bash -c "hostname c$i; exec slurmd -N c$i" >&2 9>&- \
+        || fail_with_logs "slurmd c$i failed to start"
+done
+wait_for "$READY_TIMEOUT" all_idle || { sinfo -N >&2 || true; fail_with_logs "not all $NODES nodes became idle within ${READY_TIMEOUT} s"; }
+
+# ----------------------------------------------------------------------------------------------------
+# 8. Accounts and QOS for the tests of --account/--qos validation. The cluster and root's association to
+#    account root are created by slurmctld's registration; add an hpclaunch account and give root an
+#    association to it with QOS normal (slurmdbd creates QOS normal on a fresh DB).
+# ----------------------------------------------------------------------------------------------------
+if [[ $ACCT == dbd ]]; then
+    sacctmgr -i add account hpclaunch Description="hpclaunch tests" Organization=hpclaunch >&2 \
+        || fail_with_logs "sacctmgr add account failed"
+    sacctmgr -i add user root Account=hpclaunch QOS=normal DefaultQOS=normal >&2 \
+        || fail_with_logs "sacctmgr add user failed"
+    assoc_ready() { sacctmgr -n -P show assoc where user=root account=hpclaunch format=Account | grep -qx hpclaunch; }
+    wait_for 10 assoc_ready || fail_with_logs "association root/hpclaunch not visible"
+fi
+
+echo "$EXPORT_LINE" > "$STATEDIR/env.sh"
+log "up: $NODES nodes x $CPUS CPUs, accounting=$ACCT, statedir=$STATEDIR in $(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s"
+echo "$EXPORT_LINE"

@@ -1,0 +1,383 @@
+"""A fake ``pynvml`` that replays per-GPU value series, for tests and the benchmark.
+
+It implements the functions ``monitors/nvml.py`` calls with pynvml's signatures,
+return shapes (attribute objects standing in for the ctypes structs) and exception
+classes (``NVMLError`` with ``.value``, mapped to ``NVMLError_NotSupported`` etc. by
+the same ``__new__`` trick as nvidia-ml-py).
+
+A scenario is a dict ``{"devices": [device, ...], "library_missing": bool}``; a device
+has ``uuid``, ``series`` ({key: list or callable(i)}) and ``unsupported`` (keys that
+answer NOT_SUPPORTED). Each key keeps its own call counter: call ``i`` returns
+``series[min(i, len - 1)]`` (the last value is held) or ``f(i)``; an entry
+``{"error": code}`` raises ``NVMLError(code)`` for that call. The default scenario is
+hand-made from public ``nvidia-smi -q`` dumps of H100 80GB HBM3 boards (idle ~72 W,
+700 W limit, slowdown 89 C, shutdown 92 C, 81559 MiB) - there is no GPU on the machine
+this was written on, so nothing here was recorded from a live driver.
+
+``HPCLAUNCH_FAKE_NVML_SCENARIO`` may name a JSON file with a scenario (used by the
+daemon subprocess tests); :func:`configure` sets one in-process. ``CALLS`` counts calls
+by function name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+import sys
+import time
+from collections import Counter
+
+# ---- constants (values as in nvidia-ml-py's pynvml.py) -----------------------------
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_UNKNOWN = 999
+
+NVML_TEMPERATURE_GPU = 0
+NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0
+NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_PERF_POLICY_POWER = 0
+NVML_PERF_POLICY_THERMAL = 1
+NVML_TOTAL_POWER_SAMPLES = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_AGGREGATE_ECC = 1
+NVML_VALUE_TYPE_DOUBLE = 0
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION = 83
+NVML_FI_DEV_POWER_AVERAGE = 185
+NVML_FI_DEV_POWER_INSTANT = 186
+
+_STRINGS = {
+    1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
+    6: "Not Found", 10: "Timeout", 12: "NVML Shared Library Not Found",
+    13: "Function Not Found", 15: "GPU is lost", 999: "Unknown Error",
+}
+
+
+class NVMLError(Exception):
+    _valClassMapping: dict = {}
+
+    def __new__(typ, value):
+        if typ == NVMLError:
+            typ = NVMLError._valClassMapping.get(value, typ)
+        obj = Exception.__new__(typ)
+        obj.value = value
+        return obj
+
+    def __str__(self):
+        return _STRINGS.get(self.value, "NVML Error with code %d" % self.value)
+
+    def __eq__(self, other):
+        return self.value == other.value
+
+    __hash__ = Exception.__hash__
+
+
+def _make_error_classes():
+    mod = sys.modules[__name__]
+    for name in [x for x in dir(mod) if x.startswith("NVML_ERROR_")]:
+        cls_name = "NVMLError_" + string.capwords(name.replace("NVML_ERROR_", ""), "_").replace("_", "")
+        val = getattr(mod, name)
+
+        def gen_new(v):
+            def new(typ, *args):
+                return NVMLError.__new__(typ, v)
+            return new
+        cls = type(cls_name, (NVMLError,), {"__new__": gen_new(val)})
+        cls.__module__ = __name__
+        setattr(mod, cls_name, cls)
+        NVMLError._valClassMapping[val] = cls
+
+
+_make_error_classes()
+
+
+# ---- struct stand-ins --------------------------------------------------------------
+class _Value:
+    __slots__ = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+    def __init__(self, v=0):
+        for s in self.__slots__:
+            setattr(self, s, 0)
+        if isinstance(v, float):
+            self.dVal = v
+        else:
+            self.uiVal = self.ulVal = self.ullVal = self.sllVal = self.siVal = int(v)
+
+
+class _Field:
+    __slots__ = ("fieldId", "scopeId", "timestamp", "latencyUsec", "valueType", "nvmlReturn", "value")
+
+
+class _Struct:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+class _Handle:
+    def __init__(self, index):
+        self.index = index
+
+    def __repr__(self):
+        return f"<fake nvmlDevice {self.index}>"
+
+
+# ---- scenarios ---------------------------------------------------------------------
+def _h100(uuid, seed=0, **over):
+    """An H100 SXM going from idle to load: 100 ms power samples, counters rising."""
+    def power(i):
+        return 72000 + min(i, 10) * 60000 + (i * 7919 + seed) % 5000   # mW
+    series = {
+        "power_instant_mw": power,
+        "power_average_mw": lambda i: power(i) - 1500,
+        "power_usage_mw": lambda i: power(i) - 1500,
+        "energy_mj": lambda i: 1_234_567_000 + i * (72000 + min(i, 10) * 60000) // 1000 * 1000,
+        "temp_c": lambda i: 31 + min(i, 20),
+        "mem_temp_c": lambda i: 40 + min(i, 20),
+        "mem_used_mib": lambda i: 1 + min(i, 5) * 12000,
+        "mem_total_mib": [81559],
+        "util_gpu": lambda i: 0 if i == 0 else 97,
+        "util_mem": lambda i: 0 if i == 0 else 41,
+        "sm_clock": lambda i: 1980,
+        "mem_clock": [2619],
+        "power_limit_mw": [700000],
+        "clocks_event_reasons": lambda i: 0x1 if i == 0 else 0x0,
+        "viol_power_ns": [0],
+        "viol_thermal_ns": [0],
+        "ecc_dbe": [0],
+        "slowdown_c": [89],
+        "shutdown_c": [92],
+    }
+    series.update(over.pop("series", {}))
+    return {"uuid": uuid, "series": series, "unsupported": over.pop("unsupported", []), **over}
+
+
+def default_scenario():
+    return {"driver": "550.54.15", "devices": [
+        _h100("GPU-0f1e2d3c-0000-4000-8000-000000000000", 0),
+        _h100("GPU-0f1e2d3c-0000-4000-8000-000000000001", 1),
+    ]}
+
+
+_scenario = None
+_counters: Counter = Counter()
+CALLS: Counter = Counter()
+_initialised = False
+
+
+def configure(scenario=None):
+    """Install ``scenario`` (None: the default) and reset all counters."""
+    global _scenario
+    _scenario = scenario if scenario is not None else default_scenario()
+    _counters.clear()
+    CALLS.clear()
+
+
+def _load():
+    global _scenario
+    if _scenario is None:
+        path = os.environ.get("HPCLAUNCH_FAKE_NVML_SCENARIO")
+        if path:
+            with open(path) as f:
+                _scenario = json.load(f)
+        else:
+            _scenario = default_scenario()
+    return _scenario
+
+
+def _dev(handle):
+    return _load()["devices"][handle.index]
+
+
+def _next(handle, key, advance=True):
+    d = _dev(handle)
+    if key in d.get("unsupported", ()):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    s = d["series"][key]
+    i = _counters[(handle.index, key)]
+    if advance:
+        _counters[(handle.index, key)] += 1
+    v = s(i) if callable(s) else s[min(i, len(s) - 1)]
+    if isinstance(v, dict) and "error" in v:
+        raise NVMLError(v["error"])
+    return v
+
+
+def _count(name):
+    CALLS[name] += 1
+    if not _initialised:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+
+
+# ---- the API -----------------------------------------------------------------------
+def nvmlInit():
+    global _initialised
+    CALLS["nvmlInit"] += 1
+    if _load().get("library_missing"):
+        raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND)
+    _initialised = True
+
+
+def nvmlInitWithFlags(flags):
+    nvmlInit()
+
+
+def nvmlShutdown():
+    global _initialised
+    CALLS["nvmlShutdown"] += 1
+    if not _initialised:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    _initialised = False
+
+
+def nvmlSystemGetDriverVersion():
+    _count("nvmlSystemGetDriverVersion")
+    return _load().get("driver", "550.54.15")
+
+
+def nvmlDeviceGetCount():
+    _count("nvmlDeviceGetCount")
+    return len(_load()["devices"])
+
+
+def nvmlDeviceGetHandleByIndex(index):
+    _count("nvmlDeviceGetHandleByIndex")
+    if not 0 <= index < len(_load()["devices"]):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return _Handle(index)
+
+
+def nvmlDeviceGetUUID(handle):
+    _count("nvmlDeviceGetUUID")
+    return _dev(handle)["uuid"]
+
+
+_FIELD_KEYS = {NVML_FI_DEV_POWER_INSTANT: "power_instant_mw", NVML_FI_DEV_POWER_AVERAGE: "power_average_mw",
+               NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "energy_mj", NVML_FI_DEV_MEMORY_TEMP: "mem_temp_c"}
+
+
+def nvmlDeviceGetFieldValues(handle, fieldIds):
+    _count("nvmlDeviceGetFieldValues")
+    d = _dev(handle)
+    if "field_values" in d.get("unsupported", ()):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    out = []
+    now_us = int(time.time() * 1e6)
+    for fid in fieldIds:
+        f = _Field()
+        f.fieldId, f.scopeId = (fid if isinstance(fid, tuple) else (fid, 0))
+        f.timestamp = now_us
+        f.latencyUsec = 0
+        key = _FIELD_KEYS.get(f.fieldId)
+        f.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG if key == "energy_mj" else NVML_VALUE_TYPE_UNSIGNED_INT
+        f.value = _Value(0)
+        if key is None:
+            f.nvmlReturn = NVML_ERROR_INVALID_ARGUMENT
+        else:
+            try:
+                f.value = _Value(_next(handle, key))
+                f.nvmlReturn = NVML_SUCCESS
+            except NVMLError as e:
+                f.nvmlReturn = e.value
+        out.append(f)
+    return out
+
+
+def nvmlDeviceGetPowerUsage(handle):
+    _count("nvmlDeviceGetPowerUsage")
+    return _next(handle, "power_usage_mw")
+
+
+def nvmlDeviceGetTotalEnergyConsumption(handle):
+    _count("nvmlDeviceGetTotalEnergyConsumption")
+    return _next(handle, "energy_mj")
+
+
+def nvmlDeviceGetTemperature(handle, sensor):
+    _count("nvmlDeviceGetTemperature")
+    return _next(handle, "temp_c")
+
+
+def nvmlDeviceGetTemperatureThreshold(handle, threshold):
+    _count("nvmlDeviceGetTemperatureThreshold")
+    key = "slowdown_c" if threshold == NVML_TEMPERATURE_THRESHOLD_SLOWDOWN else "shutdown_c"
+    return _next(handle, key)
+
+
+def nvmlDeviceGetMemoryInfo(handle, version=None):
+    _count("nvmlDeviceGetMemoryInfo")
+    used = _next(handle, "mem_used_mib")
+    total = _next(handle, "mem_total_mib")
+    return _Struct(total=total * 1048576, used=used * 1048576, free=(total - used) * 1048576)
+
+
+def nvmlDeviceGetUtilizationRates(handle):
+    _count("nvmlDeviceGetUtilizationRates")
+    return _Struct(gpu=_next(handle, "util_gpu"), memory=_next(handle, "util_mem"))
+
+
+def nvmlDeviceGetClockInfo(handle, type):
+    _count("nvmlDeviceGetClockInfo")
+    return _next(handle, "sm_clock" if type == NVML_CLOCK_SM else "mem_clock")
+
+
+def nvmlDeviceGetEnforcedPowerLimit(handle):
+    _count("nvmlDeviceGetEnforcedPowerLimit")
+    return _next(handle, "power_limit_mw")
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(handle):
+    _count("nvmlDeviceGetCurrentClocksEventReasons")
+    if "clocks_event_reasons_fn" in _dev(handle).get("unsupported", ()):
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+    return _next(handle, "clocks_event_reasons")
+
+
+def nvmlDeviceGetCurrentClocksThrottleReasons(handle):
+    _count("nvmlDeviceGetCurrentClocksThrottleReasons")
+    return _next(handle, "clocks_event_reasons")
+
+
+def nvmlDeviceGetViolationStatus(device, perfPolicyType):
+    _count("nvmlDeviceGetViolationStatus")
+    key = "viol_power_ns" if perfPolicyType == NVML_PERF_POLICY_POWER else "viol_thermal_ns"
+    return _Struct(referenceTime=int(time.time() * 1e6), violationTime=_next(device, key))
+
+
+def nvmlDeviceGetTotalEccErrors(handle, errorType, counterType):
+    _count("nvmlDeviceGetTotalEccErrors")
+    return _next(handle, "ecc_dbe")
+
+
+def nvmlDeviceGetSamples(device, sampling_type, timeStamp):
+    """Power samples every 100 ms of wall time, as the driver's ring buffer holds them."""
+    _count("nvmlDeviceGetSamples")
+    d = _dev(device)
+    if "power_samples" in d.get("unsupported", ()):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    now = int(time.time() * 10) * 100_000  # last 100 ms boundary, µs
+    start = max(timeStamp, now - 2_000_000)  # the buffer holds the last 2 s here
+    first = (start // 100_000 + 1) * 100_000
+    ts = list(range(first, now + 1, 100_000))
+    if not ts:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    mw = _next(device, "power_instant_mw", advance=False)
+    return (NVML_VALUE_TYPE_UNSIGNED_INT,
+            [_Struct(timeStamp=t, sampleValue=_Value(int(mw) + (t // 100_000) % 7 * 100)) for t in ts])
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle):  # present so a test can see it is never called
+    _count("nvmlDeviceGetComputeRunningProcesses")
+    return []

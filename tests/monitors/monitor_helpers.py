@@ -1,0 +1,46 @@
+"""Helpers shared by the monitor tests (a plain module: conftest.py is not importable)."""
+
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAKE_PATH = os.path.join(HERE, "fake_nvml.py")
+
+
+class Events:
+    """Stands in for EventLog: records (kind, detail)."""
+
+    def __init__(self):
+        self.records = []
+
+    def emit(self, kind, detail=None, time_unix=None):
+        self.records.append((kind, detail or {}))
+        return True
+
+    def kinds(self):
+        return [k for k, _ in self.records]
+
+    def of(self, kind):
+        return [d for k, d in self.records if k == kind]
+
+
+def read_csv(path):
+    """(schema line, header, complete rows as dicts) - rows whose cell count is wrong are skipped."""
+    with open(path) as f:
+        lines = f.read().split("\n")
+    assert lines[0].startswith("# schema="), lines[:2]
+    header = lines[1].split(",")
+    rows = [dict(zip(header, ln.split(","))) for ln in lines[2:]
+            if ln and len(ln.split(",")) == len(header)]
+    return lines[0], header, rows
+
+
+def read_events(path):
+    import json
+    out = []
+    with open(path) as f:
+        for ln in f:
+            try:
+                out.append(json.loads(ln))
+            except ValueError:
+                pass  # a partial last line
+    return out

@@ -1,0 +1,103 @@
+"""The log writers: contract layout, append on requeue, partial lines, full disk."""
+
+import errno
+import json
+import os
+
+from hypothesis import given, settings, strategies as st
+
+from hpclaunch.monitors import schema
+from hpclaunch.monitors.logfiles import CsvLog, EventLog, cell, format_rows
+from monitor_helpers import read_csv
+
+COLS = ("time_unix", "host", "a", "error")
+
+
+def test_cells_empty_for_unmeasured_never_zero():
+    assert cell(None) == "" and cell(float("nan")) == ""
+    assert cell(0) == "0" and cell(0.0) == "0.0" and cell(1795315122.6371234) == "1795315122.637"
+    assert cell("a,b\nc\"d") == "a;b c'd"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(), st.floats(allow_nan=True, allow_infinity=False),
+                          st.text()), min_size=1, max_size=8))
+def test_any_row_keeps_its_cell_count(row):
+    line = format_rows([row])
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert len(line[:-1].split(",")) == len(row)
+
+
+def test_new_file_has_schema_line_and_header(tmp_path):
+    p = str(tmp_path / "n.gpu.csv")
+    log = CsvLog(p, schema.GPU_SCHEMA, COLS)
+    log.write_rows([(1.5, "n", 3, None)])
+    log.close()
+    with open(p) as f:
+        assert f.read() == "# schema=hpclaunch.monitor.gpu/1\ntime_unix,host,a,error\n1.5,n,3,\n"
+
+
+def test_reopen_appends_without_second_header_and_ends_partial_line(tmp_path):
+    p = str(tmp_path / "n.gpu.csv")
+    log = CsvLog(p, schema.GPU_SCHEMA, COLS)
+    log.write_rows([(1.0, "n", 1, None)])
+    log.write_text("2.0,n,")  # what a SIGKILL mid-write could leave
+    log.close()
+    log = CsvLog(p, schema.GPU_SCHEMA, COLS)
+    assert log.appended and log.moved_aside is None
+    log.write_rows([(3.0, "n", 3, None)])
+    log.close()
+    first, header, rows = read_csv(p)
+    assert header == list(COLS)
+    assert [r["time_unix"] for r in rows] == ["1.0", "3.0"]
+    assert open(p).read().count("# schema=") == 1
+
+
+def test_other_schema_is_moved_aside(tmp_path):
+    p = str(tmp_path / "n.gpu.csv")
+    with open(p, "w") as f:
+        f.write("# schema=hpclaunch.monitor.gpu/0\ntime_unix,x\n1,2\n")
+    log = CsvLog(p, schema.GPU_SCHEMA, COLS)
+    assert log.moved_aside == p + ".1.old" and os.path.exists(p + ".1.old")
+    log.close()
+    assert read_csv(p)[1] == list(COLS)
+
+
+def test_full_disk_drops_rows_says_once_and_recovers(tmp_path):
+    said = []
+    full = [True]
+
+    def write(fd, data):
+        if full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+    p = str(tmp_path / "n.host.csv")
+    log = CsvLog(p, schema.HOST_SCHEMA, COLS, on_error=lambda path, e: said.append(e.errno), write=write)
+    for i in range(5):
+        assert not log.write_rows([(i, "n", i, None)])
+    assert said == [errno.ENOSPC] and log.dropped_writes == 6  # header + 5 batches
+    full[0] = False
+    assert log.write_rows([(9, "n", 9, None)])
+    log.close()
+    # the header that could not be written goes first: the file is never without it
+    assert open(p).read() == "# schema=hpclaunch.monitor.host/1\ntime_unix,host,a,error\n9,n,9,\n"
+
+
+def test_dev_full_for_real(tmp_path):
+    said = []
+    p = str(tmp_path / "n.host.csv")
+    os.symlink("/dev/full", p)
+    log = CsvLog(p, schema.HOST_SCHEMA, COLS, on_error=lambda path, e: said.append(e.errno))
+    assert not log.write_rows([(1, "n", 1, None)])
+    assert said == [errno.ENOSPC]
+
+
+def test_event_log_lines(tmp_path):
+    p = str(tmp_path / "n.events.jsonl")
+    ev = EventLog(p, "n", clock=lambda: 12.3456)
+    ev.emit("stopped", {"reason": "SIGTERM"})
+    ev.emit("error", {"obj": object()})  # not JSON-able: still one line
+    ev.close()
+    lines = [json.loads(x) for x in open(p)]
+    assert lines[0] == {"time_unix": 12.346, "host": "n", "kind": "stopped", "detail": {"reason": "SIGTERM"}}
+    assert lines[1]["kind"] == "error"

@@ -1,0 +1,208 @@
+"""NvmlSampler against the fake NVML (and the real binding's absent-library path)."""
+
+import pytest
+
+from hpclaunch.monitors import schema
+from hpclaunch.monitors.nvml import NvmlSampler
+from hpclaunch.monitors.ranks import gpu_rank_map
+
+C = {c: i for i, c in enumerate(schema.GPU_COLUMNS)}
+
+
+def _sampler(fake, events, **kw):
+    s = NvmlSampler(fake, "n1", events, **kw)
+    assert s.start()
+    return s
+
+
+def _run(s, n, t0=1000.0, dt=1.0):
+    return [s.sample(t0 + k * dt) for k in range(n)]
+
+
+def test_rows_follow_the_schema(fake, events):
+    s = _sampler(fake, events)
+    rows = s.sample(1000.0)
+    assert len(rows) == 2
+    for r in rows:
+        assert len(r) == len(schema.GPU_COLUMNS)
+        assert r[C["host"]] == "n1"
+        assert r[C["gpu_uuid"]].startswith("GPU-")
+        assert r[C["error"]] is None
+        assert r[C["power_w"]] > 50 and r[C["power_avg_w"]] > 50
+        assert r[C["energy_mj"]] > 0
+        assert r[C["slowdown_temp_c"]] == 89 and r[C["shutdown_temp_c"]] == 92
+        assert r[C["power_limit_w"]] == 700.0
+        assert r[C["mem_total_mib"]] == 81559
+        assert r[C["ecc_dbe_total"]] == 0          # first row reads the slow path
+    assert events.of("source_available")[0]["source"] == "nvml"
+
+
+def test_thresholds_read_once_and_ecc_on_the_slow_path(fake, events):
+    s = _sampler(fake, events, slow_every_s=30)
+    rows = _run(s, 40)
+    assert fake.CALLS["nvmlDeviceGetTemperatureThreshold"] == 4  # 2 GPUs x 2 thresholds, at start
+    ecc = [r[0][C["ecc_dbe_total"]] for r in rows]
+    assert [i for i, v in enumerate(ecc) if v is not None] == [0, 30]
+    assert fake.CALLS["nvmlDeviceGetComputeRunningProcesses"] == 0
+    assert fake.CALLS["nvmlDeviceGetFieldValues"] == 2 + 2 * 40  # probe + one batch per sample
+
+
+def test_energy_counter_reset_is_an_event(fake, events):
+    sc = fake.default_scenario()
+    sc["devices"][0]["series"]["energy_mj"] = [5000, 6000, 7000, 100, 200, 300]
+    fake.configure(sc)
+    s = _sampler(fake, events)
+    rows = _run(s, 5)
+    assert [r[0][C["energy_mj"]] for r in rows] == [6000, 7000, 100, 200, 300]
+    resets = events.of("energy_counter_reset")
+    assert len(resets) == 1
+    assert resets[0]["gpu_index"] == 0 and resets[0]["previous_mj"] == 7000 and resets[0]["now_mj"] == 100
+
+
+def test_gpu_lacking_energy_counter_says_so_and_leaves_the_cell_empty(fake, events):
+    sc = fake.default_scenario()
+    sc["devices"][1]["unsupported"] = ["energy_mj"]
+    fake.configure(sc)
+    s = _sampler(fake, events)
+    rows = _run(s, 3)
+    for r in rows:
+        assert r[0][C["energy_mj"]] is not None
+        assert r[1][C["energy_mj"]] is None       # empty, never 0
+        assert r[1][C["error"]] is None           # the rest of the row is measured
+        assert r[1][C["power_w"]] is not None
+    said = [d for d in events.of("source_unavailable") if d.get("capability") == "energy_counter"]
+    assert len(said) == 1 and said[0]["gpu_index"] == 1 and "Not Supported" in said[0]["reason"]
+
+
+def test_one_gpu_raising_mid_run_gets_an_error_row_and_the_loop_goes_on(fake, events):
+    sc = fake.default_scenario()
+    lost = {"error": fake.NVML_ERROR_GPU_IS_LOST}
+    sc["devices"][1]["series"]["temp_c"] = [40, 41, lost, lost, 42, 43]
+    fake.configure(sc)
+    s = _sampler(fake, events)
+    rows = _run(s, 6)
+    gpu1 = [r[1] for r in rows]
+    assert [r[C["error"]] for r in gpu1[:2]] == [None, None]
+    for r in gpu1[2:4]:
+        assert r[C["error"]] == "NVMLError_GpuIsLost: GPU is lost"
+        measured = [r[C[c]] for c in schema.GPU_COLUMNS[5:-1]]
+        assert measured == [None] * len(measured)
+        assert r[C["gpu_uuid"]] and r[C["gpu_index"]] == 1
+    assert gpu1[4][C["error"]] is None and gpu1[4][C["temp_c"]] == 42
+    assert all(r[0][C["error"]] is None for r in rows)   # GPU 0 unaffected
+    errs = events.of("nvml_error")
+    assert len(errs) == 2                                # once when it broke, once recovered
+    assert errs[0]["gpu_index"] == 1 and "GPU is lost" in errs[0]["error"]
+    assert errs[1].get("recovered") is True
+
+
+def test_not_supported_is_probed_once_then_skipped(fake, events):
+    sc = fake.default_scenario()
+    sc["devices"][0]["unsupported"] = ["viol_power_ns", "mem_temp_c", "power_instant_mw"]
+    fake.configure(sc)
+    s = _sampler(fake, events)
+    rows = _run(s, 5)
+    before = fake.CALLS["nvmlDeviceGetViolationStatus"]
+    s.sample(2000.0)
+    assert fake.CALLS["nvmlDeviceGetViolationStatus"] - before == 3  # GPU0 thermal, GPU1 both
+    caps = sorted(d["capability"] for d in events.of("source_unavailable") if d.get("gpu_index") == 0)
+    assert caps == ["mem_temp", "power_instant", "violation_power"]
+    r = rows[-1][0]
+    assert r[C["viol_power_ns"]] is None and r[C["viol_thermal_ns"]] == 0
+    assert r[C["mem_temp_c"]] is None
+    # without the instant field, power_w is nvmlDeviceGetPowerUsage and the average field stays
+    assert r[C["power_w"]] is not None and r[C["power_avg_w"]] is not None
+
+
+def test_field_values_missing_falls_back_to_single_calls(fake, events):
+    sc = fake.default_scenario()
+    sc["devices"][0]["unsupported"] = ["field_values"]
+    fake.configure(sc)
+    s = _sampler(fake, events)
+    r = _run(s, 2)[-1][0]
+    assert r[C["power_w"]] is not None and r[C["energy_mj"]] is not None
+    assert r[C["power_avg_w"]] is None and r[C["mem_temp_c"]] is None
+
+
+def test_throttle_and_thermal_margin_events(fake, events):
+    sc = fake.default_scenario()
+    sc["devices"][0]["series"]["clocks_event_reasons"] = [0, 0x1, 0x4, 0x4 | 0x20, 0x20, 0x0]
+    sc["devices"][0]["series"]["temp_c"] = [70, 80, 85, 86, 83, 82, 86]
+    fake.configure(sc)
+    s = _sampler(fake, events, margin_c=5.0)
+    _run(s, 7)
+    th = [(k, d["reasons"]) for k, d in events.records if k.startswith("throttle_")]
+    assert th == [("throttle_start", ["sw_power_cap"]), ("throttle_start", ["sw_thermal_slowdown"]),
+                  ("throttle_stop", ["sw_power_cap"]), ("throttle_stop", ["sw_thermal_slowdown"])]
+    low = events.of("thermal_margin_low")
+    # 85 (margin 4) -> event; 83 (margin 6 >= 5+1) re-arms; 86 -> second event
+    assert [d["temp_c"] for d in low] == [85, 86]
+    assert low[0]["slowdown_temp_c"] == 89 and low[0]["threshold_c"] == 5.0
+
+
+def test_clocks_event_reasons_falls_back_to_throttle_reasons(fake, events):
+    sc = fake.default_scenario()
+    sc["devices"][0]["unsupported"] = ["clocks_event_reasons_fn"]
+    sc["devices"][0]["series"]["clocks_event_reasons"] = [0x4]
+    fake.configure(sc)
+    s = _sampler(fake, events)
+    r = _run(s, 2)[-1][0]
+    assert r[C["throttle_reasons"]] == 0x4
+    # GPU 0 asked once (then skipped), GPU 1 twice
+    assert fake.CALLS["nvmlDeviceGetCurrentClocksEventReasons"] == 3
+    assert fake.CALLS["nvmlDeviceGetCurrentClocksThrottleReasons"] == 2
+
+
+def test_power_trace_drains_new_samples_only(fake, events, monkeypatch):
+    s = _sampler(fake, events)
+    t = [s.start_us / 1e6 + 1.0]
+    monkeypatch.setattr(fake.time, "time", lambda: t[0])
+    a = s.drain_power_samples()
+    assert a and all(r[0] > s.start_us / 1e6 for r in a)
+    assert {r[2] for r in a} == {0, 1}
+    assert all(len(r) == len(schema.POWER_TRACE_COLUMNS) for r in a)
+    t[0] += 0.5
+    b = s.drain_power_samples()
+    assert len(b) == 10                     # 5 new 100 ms samples x 2 GPUs
+    assert min(r[0] for r in b) > max(r[0] for r in a)
+    assert s.drain_power_samples() == []    # NOT_FOUND: nothing new
+
+
+def test_power_trace_unsupported_is_said_once(fake, events):
+    sc = fake.default_scenario()
+    for d in sc["devices"]:
+        d["unsupported"] = ["power_samples"]
+    fake.configure(sc)
+    s = _sampler(fake, events)
+    for _ in range(3):
+        assert s.drain_power_samples() == []
+    assert fake.CALLS["nvmlDeviceGetSamples"] == 2
+    assert len([d for d in events.of("source_unavailable") if d.get("capability") == "power_samples"]) == 2
+
+
+def test_library_missing_is_unavailable_with_reason(fake, events):
+    fake.configure({"library_missing": True, "devices": []})
+    s = NvmlSampler(fake, "n1", events)
+    assert not s.start()
+    assert events.of("source_unavailable") == [
+        {"source": "nvml", "reason": "NVMLError_LibraryNotFound: NVML Shared Library Not Found"}]
+
+
+def test_real_pynvml_on_this_machine_states_why(events):
+    pynvml = pytest.importorskip("pynvml")
+    s = NvmlSampler(pynvml, "n1", events)
+    if s.start():  # a GPU node: sample for real
+        rows = s.sample(1000.0)
+        assert rows and all(len(r) == len(schema.GPU_COLUMNS) for r in rows)
+        s.close()
+    else:
+        reason = events.of("source_unavailable")[0]["reason"]
+        assert reason and "NVML" in reason
+
+
+def test_rank_map_selects_the_jobs_gpus(fake, events):
+    env = {"SLURM_JOB_GPUS": "1", "HPCLAUNCH_TASKS_PER_NODE": "2", "SLURM_NODEID": "3"}
+    s = NvmlSampler(fake, "n1", events, rank_map=lambda devs: gpu_rank_map(devs, env))
+    assert s.start()
+    rows = s.sample(1.0)
+    assert [(r[C["gpu_index"]], r[C["ranks"]]) for r in rows] == [(1, "6;7")]

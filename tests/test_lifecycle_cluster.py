@@ -1,0 +1,200 @@
+"""The whole job lifecycle on the real Slurm test cluster (2 nodes in network namespaces)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def hl(*args, cwd, check=True, timeout=300):
+    proc = subprocess.run([sys.executable, "-m", "hpclaunch", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+    if check:
+        assert proc.returncode == 0, f"hpclaunch {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def job_file(tmp_path, text, name="job.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def submit_json(tmp_path, job, *extra):
+    proc = hl("submit", job, "--backend", "slurm", "--json", *extra, cwd=str(tmp_path))
+    return json.loads(proc.stdout[: proc.stdout.rindex("}") + 1])
+
+
+def test_torchrun_two_nodes_two_ranks(slurm, hpc_home, tmp_path):
+    job = job_file(tmp_path, f"""
+name: ddp two nodes
+profile: testcluster
+launcher: torchrun
+command: [python, {EXAMPLES}/ddp_check.py, "30"]
+resources: {{nodes: 2, tasks_per_node: 2, cpus_per_task: 1, time: "00:05:00"}}
+monitor: {{interval: 0.5}}
+""")
+    proc = hl("submit", job, "--backend", "slurm", "--wait", cwd=str(tmp_path), timeout=300)
+    run_dir = [line.split(": ", 1)[1].strip() for line in proc.stdout.splitlines() if "run directory" in line][0]
+    logs = {r: open(os.path.join(run_dir, "logs", "attempt0", f"rank{r}.log")).read() for r in range(4)}
+    hosts = {r: logs[r].split(" host ")[1].split()[0] for r in range(4)}
+    assert hosts == {0: "c1", 1: "c1", 2: "c2", 3: "c2"}, hosts
+    assert "params identical: True" in logs[0]
+    # one monitor per node, rows for both hosts, and no monitor left running after the job
+    assert sorted(f for f in os.listdir(os.path.join(run_dir, "monitor")) if f.endswith(".host.csv")) == \
+        ["c1.host.csv", "c2.host.csv"]
+    assert subprocess.run(["pgrep", "-f", f"hpclaunch.monitors.*{run_dir}"], capture_output=True).returncode == 1
+    st = json.loads(hl("status", "ddp two nodes", "--json", cwd="/").stdout)
+    assert st["state"] == "COMPLETED" and st["exit_code"] == 0
+
+
+def test_mpi_two_nodes(slurm, hpc_home, tmp_path):
+    job = job_file(tmp_path, f"""
+name: mpi-allreduce
+profile: testcluster
+launcher: mpi
+command: [python, {EXAMPLES}/mpi_allreduce.py]
+resources: {{nodes: 2, tasks_per_node: 2, time: "00:03:00"}}
+monitor: {{interval: 0}}
+""")
+    proc = hl("submit", job, "--backend", "slurm", "--wait", cwd=str(tmp_path))
+    run_dir = [line.split(": ", 1)[1].strip() for line in proc.stdout.splitlines() if "run directory" in line][0]
+    out = [open(os.path.join(run_dir, "logs", "attempt0", f"rank{r}.log")).read() for r in range(4)]
+    assert all("sum 10 ok" in o for o in out), out
+    assert {o.split(" host ")[1].split()[0] for o in out} == {"c1", "c2"}
+
+
+def test_status_states_cancel_and_logs(slurm, hpc_home, tmp_path):
+    job = job_file(tmp_path, """
+name: sleeper
+profile: testcluster
+launcher: srun
+command: [bash, -c, "echo started; sleep 300"]
+resources: {nodes: 1, tasks_per_node: 1, time: "00:10:00"}
+monitor: {interval: 0}
+""")
+    sub = submit_json(tmp_path, job)
+    seen = set()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        st = json.loads(hl("status", sub["job_id"], "--json", cwd="/").stdout)
+        seen.add(st["state"])
+        if st["state"] == "RUNNING":
+            break
+        time.sleep(0.3)
+    assert "RUNNING" in seen
+    time.sleep(1)
+    assert "started" in hl("logs", "sleeper", cwd="/").stdout
+    hl("cancel", sub["job_id"], cwd="/")
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        st = json.loads(hl("status", sub["job_id"], "--json", cwd="/").stdout)
+        if st["state"] not in ("RUNNING", "COMPLETING", "PENDING"):
+            break
+        time.sleep(0.5)
+    assert st["state"] == "CANCELLED", st
+    listing = json.loads(hl("list", "--all", "--json", cwd="/").stdout)
+    assert [r["state"] for r in listing if r["job_id"] == sub["job_id"]] == ["CANCELLED"]
+
+
+def test_dependency_chain(slurm, hpc_home, tmp_path):
+    first = job_file(tmp_path, """
+name: first
+profile: testcluster
+launcher: srun
+command: [bash, -c, "sleep 3; date +%s.%N"]
+resources: {nodes: 1, tasks_per_node: 1}
+monitor: {interval: 0}
+""", "first.yaml")
+    second = job_file(tmp_path, """
+name: second
+profile: testcluster
+launcher: srun
+command: [bash, -c, "date +%s.%N"]
+resources: {nodes: 1, tasks_per_node: 1}
+monitor: {interval: 0}
+""", "second.yaml")
+    a = submit_json(tmp_path, first)
+    b = submit_json(tmp_path, second, "--after", f"first:afterok")
+    code = hl("status", b["job_id"], cwd="/").returncode
+    assert code == 0
+    hl("submit", second, "--backend", "slurm", "--after", a["job_id"], "--wait", cwd=str(tmp_path))
+    for _ in range(60):
+        if json.loads(hl("status", b["job_id"], "--json", cwd="/").stdout)["state"] == "COMPLETED":
+            break
+        time.sleep(0.5)
+    end_a = float(open(os.path.join(a["run_dir"], "logs", "attempt0", "rank0.log")).read())
+    start_b = float(open(os.path.join(b["run_dir"], "logs", "attempt0", "rank0.log")).read())
+    assert start_b > end_a
+
+
+def test_preflight_failures_queue_nothing(slurm, hpc_home, tmp_path):
+    # A profile that knows nothing of this cluster's limits, so the live preflight must catch them.
+    (tmp_path / "hpc_profiles").mkdir()
+    (tmp_path / "hpc_profiles" / "open.yaml").write_text(
+        "name: open\nextends: testcluster\nnode: {cpus: 64, mem: 1000G}\n"
+        "limits: {partitions: [], max_time: null, max_nodes: null}\n")
+    base = """
+name: preflight
+profile: open
+launcher: srun
+command: [hostname]
+monitor: {interval: 0}
+"""
+    cases = [
+        ("slurm: {partition: nosuch}\nresources: {nodes: 1, tasks_per_node: 1}\n",
+         "slurm.partition: no such partition on cluster"),
+        ("resources: {nodes: 1, tasks_per_node: 8, cpus_per_task: 1}\n",
+         "resources.cpus_per_task: needs 8 CPUs per node; nodes of partition 'debug' have at most 4"),
+        ("resources: {nodes: 1, tasks_per_node: 1, time: '02:00:00'}\n",
+         "resources.time: over partition 'debug''s MaxTime of 01:00:00"),
+        ("resources: {nodes: 3, tasks_per_node: 1}\n", "resources.nodes: partition 'debug' has 2 node(s)"),
+        ("slurm: {account: nobody}\nresources: {nodes: 1, tasks_per_node: 1}\n",
+         "slurm.account: you have no association with account 'nobody'"),
+        ("slurm: {qos: nosuchqos}\nresources: {nodes: 1, tasks_per_node: 1}\n", "slurm.qos"),
+    ]
+    before = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout
+    for text, words in cases:
+        proc = hl("submit", job_file(tmp_path, base + text), "--backend", "slurm", cwd=str(tmp_path), check=False)
+        assert proc.returncode == 2, (text, proc.stdout, proc.stderr)
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert words in proc.stderr, proc.stderr
+    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout == before
+    assert json.loads(hl("list", "--all", "--json", cwd="/").stdout) == []
+    assert not (tmp_path / "runs").exists()
+
+
+def test_controller_down_is_a_clear_error(slurm, hpc_home, tmp_path, monkeypatch):
+    job = job_file(tmp_path, "name: nope\nprofile: testcluster\nlauncher: srun\ncommand: [hostname]\n"
+                             "resources: {nodes: 1, tasks_per_node: 1}\nmonitor: {interval: 0}\n")
+    subprocess.run(["scontrol", "shutdown", "slurmctld"], check=True, capture_output=True)
+    try:
+        for _ in range(50):
+            if subprocess.run(["scontrol", "ping"], capture_output=True).returncode != 0:
+                break
+            time.sleep(0.2)
+        env = dict(os.environ, HPCLAUNCH_SLURM_RETRIES="2", HPCLAUNCH_SLURM_RETRY_DELAY="0.1")
+        proc = subprocess.run([sys.executable, "-m", "hpclaunch", "submit", job, "--backend", "slurm"],
+                              cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr and "controller" in proc.stderr.lower(), proc.stderr
+        assert json.loads(hl("list", "--all", "--json", cwd="/").stdout) == []
+        assert not (tmp_path / "runs").exists() or not os.listdir(tmp_path / "runs")
+    finally:
+        subprocess.run(["slurmctld"], check=True)
+        for _ in range(100):
+            if subprocess.run(["scontrol", "ping"], capture_output=True, text=True).stdout.count("UP"):
+                break
+            time.sleep(0.2)
+        for _ in range(100):
+            idle = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).stdout
+            if idle.strip() and all(s in ("idle", "mixed", "allocated") for s in idle.split()):
+                break
+            time.sleep(0.3)
