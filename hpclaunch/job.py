@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Literal, Optional, Tuple
+from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from .typedload import Scalar, field
 from .units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
@@ -143,6 +143,20 @@ class Train:
 
 
 @dataclass
+class Sweep:
+    """A parameter sweep: one Slurm job array, one task per point. `{name}` in command arguments
+    and env values is replaced by the point's value of parameter `name`."""
+
+    parameters: Dict[str, Any] = field(help="name -> a list of values, {range: [start, stop, step]}, or for "
+                                       "random search {choice: [...]}, {uniform: [a, b]}, {loguniform: [a, b]}",
+                                       example="{lr: [0.1, 0.01]}")
+    method: Literal["grid", "random"] = field("grid", help="every combination, or `samples` random points")
+    samples: Optional[int] = field(None, help="points for random search", minimum=1, maximum=1000000)
+    seed: int = field(0, help="seed of random search", minimum=0)
+    parallelism: Optional[int] = field(None, help="tasks running at once (--array=...%N)", minimum=1)
+
+
+@dataclass
 class Job:
     """An hpclaunch job file."""
 
@@ -160,6 +174,7 @@ class Job:
     train: Train = field(default_factory=Train)
     workdir: Optional[str] = field(None, help="directory the ranks start in (default: the submit directory)",
                                    check=_no_nul)
+    sweep: Optional[Sweep] = field(None, help="run the job once per parameter point, as a job array")
     runs_root: Optional[str] = field(None, help="where run directories go (default: the profile's, else ./runs)",
                                      check=lambda v: runs_root_problem(v))
 

@@ -48,8 +48,10 @@ class Job:
         be = self._backend()
         if self.record.backend == "local":
             st = be.status(self.record.run_dir)
+        elif self.record.array_size:
+            st = self._array_status(be)
         else:
-            st = be.status(self.record.job_id, array=bool(self.record.array_size))
+            st = be.status(self.record.job_id)
         outcome = script_outcome(self.record.run_dir)
         if outcome and outcome.get("outcome") == "gave_up" and st.final:
             st.state = "GAVE_UP"
@@ -58,6 +60,26 @@ class Job:
         if st.state not in ("UNKNOWN", ""):
             self.registry.update_state(self.record.key, st.state, exit_code=st.exit_code, attempts=attempts)
         return st
+
+    def chunks(self) -> list[JobRecord]:
+        """A sweep's job arrays (one unless it was split at MaxArraySize)."""
+        root = self.record.parent_key or self.record.key
+        return [r for r in self.registry.list() if r.key == root or r.parent_key == root]
+
+    def _array_status(self, be):
+        counts: dict[str, int] = {}
+        for rec in sorted(self.chunks(), key=lambda r: r.key):
+            part = be.status(rec.job_id, array=True)
+            for state, n in part.tasks.items():
+                counts[state] = counts.get(state, 0) + n
+        from .launchers.slurm import JobStatus
+        total = sum(self.registry.get(r.key).array_size or 0 for r in self.chunks())
+        active = [s for s in counts if s not in FINAL_STATES]
+        if sum(counts.values()) < total:  # finished tasks reach sacct a moment after squeue forgets them
+            active.append("RUNNING")
+        state = ("PENDING" if set(active) <= {"PENDING"} else "RUNNING") if active else \
+            ("COMPLETED" if set(counts) == {"COMPLETED"} else "FAILED" if counts else "UNKNOWN")
+        return JobStatus(state, None, "", "", f"{sum(counts.values())}/{total} tasks seen", 1, "squeue+sacct", counts)
 
     def wait(self, poll: float = 2.0, timeout: Optional[float] = None,
              on_change: Optional[Callable[[object], None]] = None):
@@ -174,7 +196,10 @@ def find_job(ref: str, registry: Optional[Registry] = None) -> Job:
     if not found:
         raise HpclaunchError(f"job {ref!r}: not in the registry ({reg.path}) \u2014 give a job id or name from "
                              "`hpclaunch list --all`")
-    return Job(found[0], reg)
+    rec = found[0]
+    if rec.parent_key:
+        rec = reg.get(rec.parent_key)
+    return Job(rec, reg)
 
 
 def is_final(state: str) -> bool:

@@ -94,6 +94,9 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
                 nodes=resolved.job.resources.nodes, resolved=resolved.to_document())
 
     if be.name == "local":
+        if request.array_size:
+            raise HpclaunchError(f"{resolved.job_path}: sweep: sweeps run as Slurm job arrays — "
+                                 "submit with --backend slurm")
         if after:
             raise HpclaunchError("--after: dependencies need Slurm \u2014 submit with --backend slurm")
         be.check(resolved)
@@ -110,6 +113,8 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
         return Job(rec, reg)
 
     args = [f"--dependency={','.join(parse_after(a, reg) for a in after)}"] if after else []
+    if request.array_size:
+        return _submit_array(be, reg, resolved, request, script, args, root, cwd, meta, preflight)
     if preflight:
         be.config()  # a controller that does not answer fails here, with Slurm's message
         be.preflight(resolved, request, script, args)
@@ -130,6 +135,45 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
         raise
     reg.event(rec.key, "released")
     return Job(rec, reg)
+
+
+def _submit_array(be, reg: Registry, resolved: Resolved, request, script: str, args: list[str], root: str,
+                  cwd: str, meta: dict, preflight: bool) -> Job:
+    """A sweep: one job array, split into several when it is larger than the cluster's MaxArraySize.
+    Every chunk is held until all are queued and recorded, so a sweep is queued whole or not at all."""
+    from .launchers.request import _array_spec
+    if preflight:
+        be.config()
+    size = max(1, be.max_array_size())
+    n, par = request.array_size, request.parallelism
+    chunks = [(off, min(size, n - off)) for off in range(0, n, size)]
+    if preflight:
+        be.preflight(resolved, request, script, args + [f"--array={_array_spec(chunks[0][1], par)}"])
+    ids: list[str] = []
+    try:
+        for k, (off, count) in enumerate(chunks):
+            extra = [f"--array={_array_spec(count, par)}"]
+            if k:
+                sweep_dir = os.path.join(root, f"{request.slug}-{ids[0]}")
+                extra += [f"--export=ALL,HPCLAUNCH_ARRAY_OFFSET={off},HPCLAUNCH_SWEEP_ID={ids[0]}",
+                          f"--output={sweep_dir}/logs/slurm-%A_%a.out"]
+            ids.append(be.sbatch(script, args + extra + ["--hold"], cwd))
+        run_dir = os.path.join(root, f"{request.slug}-{ids[0]}")
+        make_run_dir(run_dir, resolved, script)
+        first = None
+        for (off, count), job_id in zip(chunks, ids):
+            rec = reg.add(backend="slurm", cluster=be.cluster_name(), job_id=job_id, name=resolved.job.name,
+                          run_dir=run_dir, partition=resolved.job.slurm.partition, array_size=count,
+                          parent_key=first.key if first else None, **meta)
+            first = first or rec
+    except BaseException:
+        for job_id in ids:
+            _cancel_quietly(be, job_id)
+        raise
+    for job_id in ids:
+        be.release(job_id)
+    reg.event(first.key, "released", {"arrays": ids, "tasks": n})
+    return Job(first, reg)
 
 
 def _cancel_quietly(be, job_id: str) -> None:

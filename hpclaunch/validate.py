@@ -66,6 +66,12 @@ def validate_job(job: Job, profile: Profile, sources: SourceMap) -> list[Problem
     _requeue_rules(job, seconds, bad)
     _train_rules(job, profile, bad)
     _env_rules(job, bad)
+    if job.sweep is not None and job.sweep.parameters is not None:
+        from .sweep import check, count
+        check(job.sweep, job.command or [], job.env or {}, bad)
+        n = count(job.sweep)
+        if n > 100000:
+            bad("sweep.parameters", f"the sweep has {n} points", n, "use at most 100000 (or random search)")
     for i, opt in enumerate(job.slurm.extra or []):
         name = opt.split("=", 1)[0]
         if not _EXTRA.match(opt):

@@ -57,7 +57,11 @@ class BatchRequest:
     horovod_args: Tuple[str, ...]
     gpu_directive: Optional[str] = None  # "--gpus-per-node=4" / "--gres=gpu:4" for steps that need the GPUs
     requeue_exit: int = REQUEUE_EXIT
-    array: Optional[str] = None        # "0-49%10" for sweeps (lifecycle issue)
+    array: Optional[str] = None        # "0-49%10" for sweeps
+    array_size: int = 0
+    parallelism: Optional[int] = None
+    # per sweep point: (command, env entries that vary, the point as JSON)
+    sweep_tasks: Tuple[Tuple[Tuple[str, ...], Tuple[Tuple[str, str], ...], str], ...] = ()
     notes: Tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -97,7 +101,8 @@ def build_request(resolved: Resolved) -> BatchRequest:
     if s.exclusive:
         d.append(("exclusive", None))
     runs_root = job.runs_root or profile.runs_root
-    d.append(("output", _log_path(runs_root, slug(job.name), array=False)))
+    sweep_tasks, varying = _sweep_tasks(job)
+    d.append(("output", _log_path(runs_root, slug(job.name), array=bool(sweep_tasks))))
     d.append(("open-mode", "append"))
     if job.requeue.max_attempts > 1:
         d.append(("signal", f"B:{job.requeue.signal}@{job.requeue.grace}"))
@@ -113,7 +118,7 @@ def build_request(resolved: Resolved) -> BatchRequest:
         for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
             if name not in job.env and name not in profile.env:
                 env.append((name, profile.network.interface))
-    env.extend(job.env.items())
+    env.extend((k, v) for k, v in job.env.items() if k not in varying)
 
     return BatchRequest(
         job_name=job.name,
@@ -146,10 +151,39 @@ def build_request(resolved: Resolved) -> BatchRequest:
         horovod_controller=profile.horovod.controller,
         horovod_args=tuple(profile.horovod.extra_args),
         gpu_directive=gpu_directive,
+        array=_array_spec(len(sweep_tasks), job.sweep.parallelism) if sweep_tasks else None,
+        array_size=len(sweep_tasks),
+        parallelism=job.sweep.parallelism if job.sweep else None,
+        sweep_tasks=sweep_tasks,
     )
+
+
+def _array_spec(n: int, parallelism: Optional[int], offset: int = 0) -> str:
+    spec = f"{offset}-{offset + n - 1}" if n > 1 else str(offset)
+    return spec + (f"%{parallelism}" if parallelism else "")
+
+
+def _sweep_tasks(job):
+    if job.sweep is None:
+        return (), set()
+    import json
+    from hpclaunch.sweep import fill, points
+    varying = {k for k, v in job.env.items() if _has_placeholder(v)}
+    tasks = []
+    for point in points(job.sweep):
+        cmd = tuple(fill(a, point) for a in job.command)
+        env = tuple((k, fill(job.env[k], point)) for k in job.env if k in varying)
+        tasks.append((cmd, env, json.dumps(point, sort_keys=True)))
+    return tuple(tasks), varying
+
+
+def _has_placeholder(text: str) -> bool:
+    import re
+    return re.search(r"\{[A-Za-z_][A-Za-z0-9_]*\}", text) is not None
 
 
 def _log_path(runs_root: str, name_slug: str, array: bool) -> str:
     # Relative paths in #SBATCH resolve against the submit directory, as the run directory does.
-    run = f"{name_slug}-%A/task%a" if array else f"{name_slug}-%j"
-    return f"{runs_root.rstrip('/')}/{run}/logs/slurm.out"
+    if array:  # one log folder per sweep; %A_%a names each task's log
+        return f"{runs_root.rstrip('/')}/{name_slug}-%A/logs/slurm-%A_%a.out"
+    return f"{runs_root.rstrip('/')}/{name_slug}-%j/logs/slurm.out"

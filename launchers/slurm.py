@@ -216,21 +216,12 @@ class SlurmBackend:
     def status(self, job_id: str, array: bool = False) -> JobStatus:
         proc = slurmcli.run(["squeue", "-h", "-r", "-j", job_id, "-o", "%i|%T|%M|%D|%R"], check=False)
         rows = list(slurmcli.columns(proc.stdout)) if proc.returncode == 0 else []
-        if rows and not array:
+        if array:
+            return self._array_status(job_id, rows)
+        if rows:
             jid, state, elapsed, nodes, reason = (rows[0] + [""] * 5)[:5]
             return JobStatus(state, None, elapsed, nodes, reason, self._restarts(job_id) + 1, "squeue")
-        done = self._sacct(job_id, array)
-        if array:
-            counts: dict[str, int] = {}
-            for r in rows:
-                counts[r[1]] = counts.get(r[1], 0) + 1
-            if done is not None:
-                for state, n in done.tasks.items():
-                    counts[state] = counts.get(state, 0) + n
-            running = [s for s in counts if s not in ("COMPLETED",)]
-            overall = "RUNNING" if any(s in ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING") for s in counts) \
-                else ("COMPLETED" if counts and not running else (sorted(counts)[0] if counts else "UNKNOWN"))
-            return JobStatus(overall, None, "", "", "", 1, "squeue+sacct", counts)
+        done = self._sacct(job_id)
         if done is not None:
             return done
         recs = slurmcli.show("job", job_id)
@@ -242,6 +233,26 @@ class SlurmBackend:
                              int(r.get("Restarts", "0") or 0) + 1, "scontrol")
         return JobStatus("UNKNOWN", source="none")
 
+    def _array_status(self, job_id: str, squeue_rows: list[list[str]]) -> JobStatus:
+        """Counts per state over an array's tasks: finished ones from sacct (or scontrol), live ones
+        from squeue, which wins for a task both know."""
+        per: dict[str, str] = {}
+        proc = slurmcli.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State"], check=False)
+        if proc.returncode == 0:
+            for cols in slurmcli.columns(proc.stdout):
+                if len(cols) >= 2 and "[" not in cols[0]:
+                    per[cols[0]] = cols[1].split()[0]
+        else:
+            for rec in slurmcli.show("job", job_id):
+                if rec.get("ArrayTaskId", "").isdigit():
+                    per[f"{rec.get('ArrayJobId')}_{rec['ArrayTaskId']}"] = rec.get("JobState", "UNKNOWN")
+        for row in squeue_rows:
+            per[row[0]] = row[1]
+        counts: dict[str, int] = {}
+        for state in per.values():
+            counts[state] = counts.get(state, 0) + 1
+        return JobStatus("", tasks=counts, source="squeue+sacct")
+
     def _restarts(self, job_id: str) -> int:
         recs = slurmcli.show("job", job_id)
         try:
@@ -249,23 +260,15 @@ class SlurmBackend:
         except ValueError:
             return 0
 
-    def _sacct(self, job_id: str, array: bool) -> Optional[JobStatus]:
+    def _sacct(self, job_id: str) -> Optional[JobStatus]:
         cmd = ["sacct", "-n", "-P", "-X", "-D", "-j", job_id, "-o", "JobID,State,ExitCode,Elapsed,NodeList"]
         proc = slurmcli.run(cmd, check=False)
         if proc.returncode != 0 or not proc.stdout.strip():
             return None
-        rows = [r for r in slurmcli.columns(proc.stdout) if len(r) >= 5]
-        if array:
-            latest: dict[str, list[str]] = {}
-            for r in rows:
-                latest[r[0]] = r
-            counts: dict[str, int] = {}
-            for r in latest.values():
-                state = r[1].split()[0]
-                counts[state] = counts.get(state, 0) + 1
-            return JobStatus("", tasks=counts, source="sacct")
-        attempts = sum(1 for r in rows if r[0] == job_id)
+        rows = [r for r in slurmcli.columns(proc.stdout) if len(r) >= 5 and r[0] == job_id]
+        if not rows:
+            return None
         jid, state, code, elapsed, nodes = rows[-1][:5]
         exit_code = code.split(":")[0]
         return JobStatus(state.split()[0], int(exit_code) if exit_code.isdigit() else None, elapsed, nodes, "",
-                         max(attempts, 1), "sacct")
+                         len(rows), "sacct")

@@ -198,3 +198,83 @@ def test_controller_down_is_a_clear_error(slurm, hpc_home, tmp_path, monkeypatch
             if idle.strip() and all(s in ("idle", "mixed", "allocated") for s in idle.split()):
                 break
             time.sleep(0.3)
+
+
+def test_array_of_50_with_parallelism_10(slurm, hpc_home, tmp_path):
+    job = job_file(tmp_path, """
+name: sweep50
+profile: testcluster
+launcher: srun
+command: [bash, -c, "echo point {i} x={x}; echo $(date +%s.%N) start >> $HPCLAUNCH_RUN_DIR/../starts; sleep 1; echo $(date +%s.%N) end >> $HPCLAUNCH_RUN_DIR/../starts"]
+resources: {nodes: 1, tasks_per_node: 1, cpus_per_task: 1}
+monitor: {interval: 0}
+requeue: {max_attempts: 1}
+sweep:
+  parameters:
+    i: {range: [0, 25]}
+    x: [a, b]
+  parallelism: 10
+""")
+    sub = submit_json(tmp_path, job)
+    seen_running = 0
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        st = json.loads(hl("status", sub["job_id"], "--json", cwd="/").stdout)
+        seen_running = max(seen_running, st["tasks"].get("RUNNING", 0))
+        if st["state"] in ("COMPLETED", "FAILED"):
+            break
+        time.sleep(0.5)
+    assert st["state"] == "COMPLETED" and st["tasks"] == {"COMPLETED": 50}, st
+    assert seen_running <= 10
+    points = set()
+    for t in range(50):
+        out = open(os.path.join(sub["run_dir"], f"task{t}", "logs", "attempt0", "rank0.log")).read()
+        points.add(out.split("\n")[0])
+    assert len(points) == 50 and "point 24 x=b" in points
+    # never more than 10 at once, measured from the tasks' own start/end stamps
+    events = []
+    for line in open(os.path.join(sub["run_dir"], "starts")).read().split("\n"):
+        if line:
+            t, kind = line.split()
+            events.append((float(t), 1 if kind == "start" else -1))
+    running = peak = 0
+    for _, d in sorted(events):
+        running += d
+        peak = max(peak, running)
+    assert peak <= 10
+
+
+def test_sweep_larger_than_max_array_size_is_split(slurm, hpc_home, tmp_path):
+    # The test cluster's MaxArraySize is 1001: 1,200 points become two arrays with one run folder.
+    job = job_file(tmp_path, """
+name: bigsweep
+profile: testcluster
+launcher: srun
+command: [bash, -c, "echo {i}"]
+resources: {nodes: 1, tasks_per_node: 1}
+monitor: {interval: 0}
+requeue: {max_attempts: 1}
+sweep:
+  parameters: {i: {range: [0, 1200]}}
+  parallelism: 4
+""")
+    sub = submit_json(tmp_path, job)
+    try:
+        chunks = [r for r in json.loads(hl("list", "--all", "--json", cwd="/").stdout) if r["name"] == "bigsweep"]
+        assert sorted(r["array_size"] for r in chunks) == [199, 1001]
+        assert {r["run_dir"] for r in chunks} == {sub["run_dir"]}
+        # the second array's tasks count on from 1001 into the same folder
+        deadline = time.time() + 120
+        while time.time() < deadline and not os.path.exists(
+                os.path.join(sub["run_dir"], "task1001", "logs", "attempt0", "rank0.log")):
+            time.sleep(0.5)
+        log = os.path.join(sub["run_dir"], "task1001", "logs", "attempt0", "rank0.log")
+        for _ in range(40):
+            if os.path.exists(log) and open(log).read().strip():
+                break
+            time.sleep(0.5)
+        assert open(log).read().strip() == "1001"
+    finally:
+        for r in json.loads(hl("list", "--all", "--json", cwd="/").stdout):
+            if r["name"] == "bigsweep":
+                subprocess.run(["scancel", r["job_id"]])

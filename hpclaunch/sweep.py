@@ -1,0 +1,126 @@
+"""Sweeps: parameter specs to points, and `{name}` placeholders filled per point."""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import re
+from typing import Any, Optional
+
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_KINDS = ("range", "choice", "uniform", "loguniform")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def check(sweep, command: list[str], env: dict[str, str], bad) -> None:
+    """Problems with a sweep: malformed specs, unknown or unused placeholders."""
+    names = list(sweep.parameters)
+    for name, spec in sweep.parameters.items():
+        path = f"sweep.parameters.{name}"
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            bad(path, "is not a valid parameter name", name, "use letters, digits and _")
+            continue
+        problem = _spec_problem(spec, sweep.method)
+        if problem:
+            bad(path, problem[0], spec, problem[1])
+    if sweep.method == "random" and sweep.samples is None:
+        bad("sweep.samples", "random search needs a number of points", None, "add `samples: 20`")
+    used = set()
+    for i, arg in enumerate(command):
+        for m in _PLACEHOLDER.finditer(arg):
+            used.add(m.group(1))
+            if m.group(1) not in sweep.parameters:
+                bad(f"command[{i}]", f"uses {{{m.group(1)}}}, which is not a sweep parameter", arg,
+                    f"add it under sweep.parameters or use one of: {', '.join(names)}")
+    for key, value in env.items():
+        for m in _PLACEHOLDER.finditer(value):
+            used.add(m.group(1))
+            if m.group(1) not in sweep.parameters:
+                bad(f"env.{key}", f"uses {{{m.group(1)}}}, which is not a sweep parameter", value,
+                    f"add it under sweep.parameters or use one of: {', '.join(names)}")
+    for name in names:
+        if name not in used:
+            bad(f"sweep.parameters.{name}", "is not used: every task would run the same command", name,
+                f"put {{{name}}} in a command argument or an env value")
+
+
+def _spec_problem(spec: Any, method: str) -> Optional[tuple[str, str]]:
+    if isinstance(spec, list):
+        return None if spec else ("has no values", "list at least one value")
+    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in _KINDS:
+        return ("is not a parameter spec", "use a list, or one of {range: [0, 10]}, {choice: [...]}, "
+                "{uniform: [a, b]}, {loguniform: [a, b]}")
+    kind, args = next(iter(spec.items()))
+    if kind == "range":
+        if not (isinstance(args, list) and 1 <= len(args) <= 3 and all(isinstance(a, int) and not isinstance(a, bool)
+                                                                          for a in args)):
+            return ("range takes [stop], [start, stop] or [start, stop, step] integers", "e.g. {range: [0, 100]}")
+        if len(range(*args)) == 0:
+            return ("range is empty", "make stop greater than start")
+        return None
+    if kind == "choice":
+        return None if isinstance(args, list) and args else ("choice needs a non-empty list", "e.g. {choice: [a, b]}")
+    if method != "random":
+        return (f"{kind} draws random values", "use method: random, or a list of values")
+    ok = isinstance(args, list) and len(args) == 2 and all(isinstance(a, (int, float)) and not isinstance(a, bool)
+                                                            for a in args) and args[0] < args[1]
+    if not ok:
+        return (f"{kind} takes [low, high] with low < high", "e.g. {uniform: [0.0, 1.0]}")
+    if kind == "loguniform" and args[0] <= 0:
+        return ("loguniform needs low > 0", "e.g. {loguniform: [1.0e-5, 1.0e-1]}")
+    return None
+
+
+def points(sweep) -> list[dict[str, str]]:
+    names = list(sweep.parameters)
+    if sweep.method == "grid":
+        axes = [_values(sweep.parameters[n]) for n in names]
+        return [{n: _text(v) for n, v in zip(names, combo)} for combo in itertools.product(*axes)]
+    rng = random.Random(sweep.seed)
+    out = []
+    for _ in range(sweep.samples or 0):
+        out.append({n: _text(_draw(sweep.parameters[n], rng)) for n in names})
+    return out
+
+
+def _values(spec: Any) -> list:
+    if isinstance(spec, list):
+        return spec
+    kind, args = next(iter(spec.items()))
+    if kind == "range":
+        return list(range(*args))
+    return list(args)  # choice
+
+
+def _draw(spec: Any, rng: random.Random) -> Any:
+    if isinstance(spec, list):
+        return rng.choice(spec)
+    kind, args = next(iter(spec.items()))
+    if kind == "range":
+        return rng.choice(range(*args))
+    if kind == "choice":
+        return rng.choice(args)
+    if kind == "uniform":
+        return rng.uniform(args[0], args[1])
+    return math.exp(rng.uniform(math.log(args[0]), math.log(args[1])))
+
+
+def fill(text: str, point: dict[str, str]) -> str:
+    return _PLACEHOLDER.sub(lambda m: point.get(m.group(1), m.group(0)), text)
+
+
+def count(sweep) -> int:
+    if sweep.method == "random":
+        return sweep.samples or 0
+    n = 1
+    for spec in sweep.parameters.values():
+        n *= len(_values(spec)) if _spec_problem(spec, "grid") is None else 1
+    return n
