@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import os
 from dataclasses import dataclass
 
@@ -25,7 +24,12 @@ class Resolved:
     profile: LoadedProfile
     job_path: str
     origins: dict[str, str]
-    source_hash: str  # sha256 of the job file's bytes (the audit trail's "which file")
+    source_bytes: bytes  # the job file as read (its sha256 is the audit trail's "which file")
+
+    @property
+    def source_hash(self) -> str:
+        import hashlib
+        return hashlib.sha256(self.source_bytes).hexdigest()
 
     def to_document(self) -> dict:
         """The resolved job as written to the run directory's job.yaml."""
@@ -70,8 +74,7 @@ def resolve_job(job_path: str, overrides: list[str] | tuple[str, ...] = (), cwd:
                      if p.path not in bad]
     if problems:
         raise InvalidInput(problems)
-    digest = hashlib.sha256(with_bytes or b"").hexdigest()
-    return Resolved(job, profile, job_path, origins, digest)
+    return Resolved(job, profile, job_path, origins, with_bytes or b"")
 
 
 def _read_bytes(path: str) -> bytes | None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import typing
 from typing import Any
 
@@ -68,6 +67,7 @@ def _suggest(dotted: str) -> str:
     tp = _field_type(prefix) if prefix else Job
     if dataclasses.is_dataclass(tp):
         names = [f.name for f in dataclasses.fields(tp)]
+        import difflib
         close = difflib.get_close_matches(last, names, n=1)
         if close:
             return f"did you mean '{(prefix + '.') if prefix else ''}{close[0]}'?"

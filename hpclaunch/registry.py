@@ -150,6 +150,7 @@ class Registry:
         now = time.time()
         user, host = _user(), socket.gethostname()
         with self._tx():
+            self._retire_reused_id(backend, cluster, job_id, now, user)
             cur = self._db.execute(
                 "INSERT INTO jobs (backend, cluster, job_id, name, user, host, submit_time, job_file, job_sha256,"
                 " profile, partition, launcher, nodes, array_size, run_dir, resolved, state, parent_key)"
@@ -162,6 +163,20 @@ class Registry:
             self._db.execute("INSERT INTO events (job_key, time, user, kind, detail) VALUES (?,?,?,?,?)",
                              (key, now, user, "submitted", json.dumps({"job_id": job_id, "host": host})))
         return self.get(key)
+
+    def _retire_reused_id(self, backend: str, cluster: str, job_id: str, now: float, user: str) -> None:
+        """Slurm job ids restart with a fresh cluster (a new StateSaveLocation): an older row with the
+        same id is a different job. It keeps its history under `<id>~<key>`, and the id means the new job."""
+        row = self._db.execute("SELECT key FROM jobs WHERE backend = ? AND cluster = ? AND job_id = ?",
+                               (backend, cluster, job_id)).fetchone()
+        if row is None:
+            return
+        old = row["key"]
+        self._db.execute("UPDATE jobs SET job_id = ? WHERE key = ?", (f"{job_id}~{old}", old))
+        self._db.execute("INSERT INTO events (job_key, time, user, kind, detail) VALUES (?,?,?,?,?)",
+                         (old, now, user, "job_id_reused",
+                          json.dumps({"job_id": job_id, "now": f"{job_id}~{old}",
+                                      "why": "the cluster gave the same id to a newer job"})))
 
     def update_state(self, key: int, state: str, *, exit_code: int | None = None,
                      attempts: int | None = None, end_time: float | None = None, detail: Any = None) -> None:

@@ -9,7 +9,6 @@ the conversion too, but costs more import time than the whole renderer's budget
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import typing
 from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Union
 
@@ -121,6 +120,7 @@ class Loader:
 
     def _unknown_key(self, path: str, key: Any, value: Any, valid: list[str]) -> None:
         sub = f"{path}.{key}" if path else str(key)
+        import difflib  # only on errors
         close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
         where = f"under {path}" if path else "at the top level"
         if close:
@@ -177,6 +177,7 @@ class Loader:
             choices = typing.get_args(tp)
             if value in choices and type(value) is type(choices[0]):
                 return value
+            import difflib
             close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
             fix = (f"did you mean '{close[0]}'? " if close else "") + \
                 "choose one of: " + ", ".join(str(c) for c in choices)
