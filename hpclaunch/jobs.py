@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import time
@@ -82,11 +83,23 @@ class Job:
         return JobStatus(state, None, "", "", f"{sum(counts.values())}/{total} tasks seen", 1, "squeue+sacct", counts)
 
     def wait(self, poll: float = 2.0, timeout: Optional[float] = None,
-             on_change: Optional[Callable[[object], None]] = None):
+             on_change: Optional[Callable[[object], None]] = None, resubmit_on_node_failure: bool = True):
+        """Follow the job to its end. A node that fails under it (the job ends NODE_FAIL, or is stuck
+        pending on a node that went down, or failed while one of its nodes is down) makes hpclaunch
+        resubmit it without that node, into the same run directory, so it resumes from its checkpoint;
+        `self` then follows the new job."""
         start = time.monotonic()
         last = None
         while True:
             st = self.status()
+            if resubmit_on_node_failure and self.record.backend == "slurm" and not self.record.array_size:
+                replacement = self._resubmit_if_node_failed(st)
+                if replacement is not None:
+                    if on_change:
+                        on_change(st)
+                    self.record = replacement
+                    last = None
+                    continue
             key = (st.state, st.attempts, tuple(sorted(st.tasks.items())))
             if on_change and key != last:
                 on_change(st)
@@ -96,6 +109,27 @@ class Job:
             if timeout is not None and time.monotonic() - start > timeout:
                 return st
             time.sleep(poll)
+
+    def _resubmit_if_node_failed(self, st) -> Optional[JobRecord]:
+        be = self._backend()
+        failing = st.state == "NODE_FAIL" or (st.state in ("FAILED", "TIMEOUT") and st.nodes) or (
+            st.state == "PENDING" and any(w in st.reason for w in ("NodeDown", "ReqNodeNotAvail", "NodeFail")))
+        if not failing:
+            return None
+        nodes = st.nodes or _job_nodes(self.record.job_id)
+        down = be.down_nodes(nodes)
+        if not down:
+            return None
+        doc = json.loads(self.record.resolved or "{}")
+        max_attempts = int(doc.get("requeue", {}).get("max_attempts", 1))
+        attempts = max(st.attempts, self.record.attempts)
+        if attempts >= max_attempts:
+            return None
+        if st.state == "PENDING":
+            be.cancel(self.record.job_id)
+        from .submission import resubmit
+        return resubmit(self.record, self.registry, exclude=down, attempts_so_far=attempts,
+                        reason=f"node failure: {','.join(down)} ({st.state})")
 
     def cancel(self) -> None:
         be = self._backend()
@@ -118,6 +152,12 @@ class Job:
                 text = "\n".join(text.splitlines()[-tail:]) + "\n"
             parts.append(text)
         return "".join(parts)
+
+
+def _job_nodes(job_id: str) -> str:
+    from .launchers import slurmcli
+    recs = slurmcli.show("job", job_id)
+    return recs[0].get("NodeList", "") if recs else ""
 
 
 def attempts_of(run_dir: str) -> list[int]:

@@ -6,6 +6,7 @@ registry only ever holds jobs that were queued.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from typing import Optional, Sequence
@@ -89,9 +90,11 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
     request = build_request(resolved)
     script = render_script(request)
     root = request.runs_root if os.path.isabs(request.runs_root) else os.path.join(cwd, request.runs_root)
+    document = resolved.to_document()
+    document["hpclaunch"]["submit_dir"] = cwd
     meta = dict(job_file=os.path.abspath(resolved.job_path), job_sha256=resolved.source_hash,
                 profile=resolved.profile.profile.name, launcher=resolved.job.launcher,
-                nodes=resolved.job.resources.nodes, resolved=resolved.to_document())
+                nodes=resolved.job.resources.nodes, resolved=document)
 
     if be.name == "local":
         if request.array_size:
@@ -181,3 +184,32 @@ def _cancel_quietly(be, job_id: str) -> None:
         be.cancel(job_id)
     except Exception:
         pass
+
+
+def resubmit(record, registry: Registry, *, exclude: Sequence[str], attempts_so_far: int, reason: str):
+    """Queue a job again from its own script, without the given nodes, continuing in its run
+    directory (checkpoints, logs per attempt). Returns the new registry record."""
+    be = get_backend("slurm")
+    with open(os.path.join(record.run_dir, "script.sbatch"), encoding="utf-8") as f:
+        script = f.read()
+    args = [f"--exclude={','.join(exclude)}",
+            f"--export=ALL,HPCLAUNCH_RESUME_DIR={record.run_dir},HPCLAUNCH_ATTEMPT_BASE={attempts_so_far}",
+            f"--output={os.path.join(record.run_dir, 'logs', 'slurm.out')}", "--hold"]
+    doc = json.loads(record.resolved or "{}")
+    cwd = doc.get("hpclaunch", {}).get("submit_dir") or os.path.dirname(os.path.dirname(record.run_dir))
+    job_id = be.sbatch(script, args, cwd)
+    try:
+        new = registry.add(backend="slurm", cluster=record.cluster, job_id=job_id, name=record.name,
+                           run_dir=record.run_dir, job_file=record.job_file, job_sha256=record.job_sha256,
+                           profile=record.profile, partition=record.partition, launcher=record.launcher,
+                           nodes=record.nodes, resolved=json.loads(record.resolved) if record.resolved else None,
+                           parent_key=None)
+        registry.update_state(new.key, "PENDING", attempts=attempts_so_far + 1)
+        registry.update_state(record.key, "NODE_FAIL" if record.state != "CANCELLED" else record.state,
+                              detail={"resubmitted_as": job_id, "reason": reason})
+        registry.event(new.key, "resubmitted", {"from": record.job_id, "exclude": list(exclude), "reason": reason})
+    except BaseException:
+        _cancel_quietly(be, job_id)
+        raise
+    be.release(job_id)
+    return new

@@ -211,6 +211,19 @@ class SlurmBackend:
     def cancel(self, job_id: str) -> None:
         slurmcli.run(["scancel", job_id])
 
+    def down_nodes(self, nodelist: str) -> list[str]:
+        """Nodes of `nodelist` that Slurm now reports DOWN, DRAIN(ED), FAIL or NOT_RESPONDING."""
+        if not nodelist or nodelist in ("None", "(null)"):
+            return []
+        members = set(slurmcli.hostnames(nodelist))
+        bad = []
+        for rec in slurmcli.show("node"):
+            if rec.get("NodeName") in members:
+                state = rec.get("State", "")
+                if any(w in state for w in ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING")):
+                    bad.append(rec["NodeName"])
+        return sorted(bad)
+
     # --- status ---------------------------------------------------------------------------------
 
     def status(self, job_id: str, array: bool = False) -> JobStatus:

@@ -141,7 +141,9 @@ def resolve(profile: str = DEFAULT_PROFILE, overrides: Optional[Mapping[str, Any
     if problems:
         raise InvalidInput(problems)
     which = cluster or _default_cluster()
-    params, init = _parameters(spec, loaded, origins, which)
+    requeue = merged.get("requeue")
+    signal_chosen = isinstance(requeue, dict) and "signal" in requeue  # by the profile or the caller
+    params, init = _parameters(spec, loaded, origins, which, signal_chosen)
     params.update(passthrough)
     return Settings(spec, loaded, origins, which, params, init)
 
@@ -170,7 +172,8 @@ def _exports(spec: JobSpec, profile) -> list[str]:
     return [f"export {k}={shlex.quote(str(v))}" for k, v in env]
 
 
-def _parameters(spec: JobSpec, loaded: LoadedProfile, origins: dict, cluster: str) -> tuple[dict, dict]:
+def _parameters(spec: JobSpec, loaded: LoadedProfile, origins: dict, cluster: str,
+                signal_chosen: bool) -> tuple[dict, dict]:
     prof, r, s, rq = loaded.profile, spec.resources, spec.slurm, spec.requeue
     minutes = max(1, math.ceil(parse_time_seconds(r.time) / 60))
     setup = list(prof.setup) + _exports(spec, prof)
@@ -206,7 +209,7 @@ def _parameters(spec: JobSpec, loaded: LoadedProfile, origins: dict, cluster: st
     for opt in s.extra:
         name, eq, value = opt[2:].partition("=")
         extra[name] = value if eq else True
-    if "requeue.signal" in origins:
+    if signal_chosen:
         # The profile or the caller chose the signal: submitit must send and catch that one.
         # Otherwise submitit's USR2 stays (NCCL swallows USR1: NVIDIA/nccl#704).
         extra["signal"] = f"{rq.signal}@{rq.grace}"

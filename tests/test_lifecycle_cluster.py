@@ -278,3 +278,54 @@ sweep:
         for r in json.loads(hl("list", "--all", "--json", cwd="/").stdout):
             if r["name"] == "bigsweep":
                 subprocess.run(["scancel", r["job_id"]])
+
+
+def test_node_failure_resubmits_without_the_node(hpc_home, tmp_path):
+    """A 2-node job on a 3-node cluster loses its second node mid-run: hpclaunch resubmits it without
+    that node, into the same run directory, and it resumes from its checkpoint and finishes."""
+    from conftest import cluster_fixture
+    cluster_fixture.cluster_available_or_skip()
+    os.environ.update(cluster_fixture.ensure_cluster(nodes=3))
+    try:
+        data = tmp_path / "digits.csv"
+        subprocess.run([sys.executable, "-m", "hpclaunch.train_entry.digits", str(data)], check=True,
+                       capture_output=True)
+        job = job_file(tmp_path, f"""
+name: survive-node-loss
+profile: testcluster
+launcher: torchrun
+command: [python, -m, hpclaunch.train_entry, --data, {data}, --epochs, "60", --checkpoint-every, "20",
+          --dist-timeout, "30", --quiet]
+resources: {{nodes: 2, tasks_per_node: 1, cpus_per_task: 1, time: "00:10:00"}}
+monitor: {{interval: 0}}
+requeue: {{max_attempts: 3}}
+""")
+        sub = submit_json(tmp_path, job)
+        ckpt = os.path.join(sub["run_dir"], "checkpoints")
+        deadline = time.time() + 180
+        while time.time() < deadline and not any(n.startswith("step-") for n in os.listdir(ckpt)):
+            time.sleep(0.5)
+        assert any(n.startswith("step-") for n in os.listdir(ckpt)), "no checkpoint before the node loss"
+        st = json.loads(hl("status", sub["job_id"], "--json", cwd="/").stdout)
+        victim = subprocess.run(["scontrol", "show", "hostnames", st["nodes"]], capture_output=True,
+                                text=True).stdout.split()[1]
+        subprocess.run(["scontrol", "update", f"NodeName={victim}", "State=DOWN", "Reason=test"], check=True)
+        proc = subprocess.run([sys.executable, "-c",
+                               "import sys; from hpclaunch.jobs import find_job; j = find_job(sys.argv[1]);"
+                               "st = j.wait(poll=1); print(j.id, st.state, st.nodes)", sub["job_id"]],
+                              capture_output=True, text=True, timeout=400)
+        assert proc.returncode == 0, proc.stderr
+        new_id, state, nodes = proc.stdout.split()
+        assert new_id != sub["job_id"] and state == "COMPLETED", proc.stdout
+        assert victim not in subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True,
+                                            text=True).stdout.split()
+        logs = os.listdir(os.path.join(sub["run_dir"], "logs"))
+        assert "attempt0" in logs and "attempt1" in logs
+        resumed = open(os.path.join(sub["run_dir"], "logs", "attempt1", "rank0.log")).read()
+        assert "resum" in resumed.lower(), resumed[-2000:]
+        listing = json.loads(hl("list", "--all", "--json", cwd="/").stdout)
+        states = {r["job_id"]: r["state"] for r in listing if r["name"] == "survive-node-loss"}
+        assert states[sub["job_id"]] == "NODE_FAIL" and states[new_id] == "COMPLETED"
+    finally:
+        subprocess.run(["scontrol", "update", "NodeName=c1,c2,c3", "State=RESUME"], capture_output=True)
+        os.environ.update(cluster_fixture.ensure_cluster(nodes=2))
