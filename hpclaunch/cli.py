@@ -66,6 +66,16 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("job", metavar="JOB")
     c.add_argument("--json", action="store_true")
 
+    c = sub.add_parser("report", help="energy, power and thermal report of a job, or of the fleet with --since",
+                       description="Energy, power and thermal report of a job (id, name or run directory): "
+                                   "text, versioned JSON or one self-contained HTML page. With --since, a fleet view "
+                                   "across the registry's jobs.")
+    c.add_argument("job", nargs="?", metavar="JOB|RUN_DIR")
+    c.add_argument("--format", "-f", choices=["text", "json", "html"], default=None,
+                   help="default: text, or from the -o suffix (.json, .html)")
+    c.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
+    c.add_argument("--since", metavar="AGE", help="fleet view over jobs submitted within AGE, e.g. 7d")
+
     c = sub.add_parser("schema", help="print the JSON Schema of job files (or profiles), for editors")
     c.add_argument("--profile", action="store_true", help="the schema of profile files instead")
     return p
@@ -299,6 +309,41 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from .errors import HpclaunchError
+    fmt = args.format
+    if fmt is None:
+        suffix = os.path.splitext(args.output or "")[1].lower()
+        fmt = {".json": "json", ".html": "html", ".htm": "html"}.get(suffix, "text")
+    if args.since:
+        import time as _time
+        from .monitors.report import build_fleet_report, render_fleet
+        from .registry import Registry
+        since = _time.time() - _parse_age(args.since)
+        rows = [{"id": r.job_id, "name": r.name, "user": r.user, "partition": r.partition or "",
+                 "run_dir": r.run_dir, "submit_time": r.submit_time} for r in Registry().list(since=since)]
+        out = render_fleet(build_fleet_report(rows), fmt)
+    else:
+        if not args.job:
+            raise HpclaunchError("report: which job? — give a job id, name or run directory, or --since 7d")
+        run_dir = args.job if os.path.isdir(args.job) else None
+        if run_dir is None:
+            from .jobs import find_job
+            run_dir = find_job(args.job).run_dir
+        if not os.path.isdir(os.path.join(run_dir, "monitor")) and not os.path.isdir(os.path.join(run_dir, "metrics")):
+            raise HpclaunchError(f"{run_dir}: no monitor/ or metrics/ folder — is this a run directory?")
+        from .monitors.report import build_report, render
+        color = args.output is None and sys.stdout.isatty()
+        out = render(build_report(run_dir), fmt, color=color)
+    if args.output:
+        from .atomic import write_atomic
+        write_atomic(args.output, out, mode=0o644)
+        print(f"report written to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(out if isinstance(out, str) else out.decode())
+    return 0
+
+
 def _print_json(data) -> None:
     import json
     print(json.dumps(data, indent=2, default=str))
@@ -315,4 +360,5 @@ _COMMANDS = {
     "list": cmd_list,
     "logs": cmd_logs,
     "cancel": cmd_cancel,
+    "report": cmd_report,
 }

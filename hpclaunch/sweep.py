@@ -25,6 +25,15 @@ def check(sweep, command: list[str], env: dict[str, str], bad) -> None:
     names = list(sweep.parameters)
     for name, spec in sweep.parameters.items():
         path = f"sweep.parameters.{name}"
+        if "." in name:
+            key = name.split(".", 1)
+            if key[0] not in JOB_KEY_PREFIXES or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key[1]):
+                bad(path, "only env.* and train.* job keys can vary within one job array", name,
+                    "sweep resources or launchers as separate jobs; use env.NAME, train.KEY or a {placeholder}")
+                continue
+            if key[0] == "train" and key[1] not in _train_keys():
+                bad(path, "is not a train key", name, "use one of: " + ", ".join("train." + k for k in _train_keys()))
+            continue
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
             bad(path, "is not a valid parameter name", name, "use letters, digits and _")
             continue
@@ -47,9 +56,18 @@ def check(sweep, command: list[str], env: dict[str, str], bad) -> None:
                 bad(f"env.{key}", f"uses {{{m.group(1)}}}, which is not a sweep parameter", value,
                     f"add it under sweep.parameters or use one of: {', '.join(names)}")
     for name in names:
-        if name not in used:
+        if name not in used and "." not in name:
             bad(f"sweep.parameters.{name}", "is not used: every task would run the same command", name,
                 f"put {{{name}}} in a command argument or an env value")
+
+
+JOB_KEY_PREFIXES = ("env", "train")
+
+
+def _train_keys() -> list[str]:
+    import dataclasses
+    from .job import Train
+    return [f.name for f in dataclasses.fields(Train)]
 
 
 def _spec_problem(spec: Any, method: str) -> Optional[tuple[str, str]]:

@@ -170,9 +170,12 @@ def _sweep_tasks(job):
     from hpclaunch.sweep import fill, points
     varying = {k for k, v in job.env.items() if _has_placeholder(v)}
     tasks = []
+    swept_env = [name.split(".", 1)[1] for name in job.sweep.parameters if name.startswith("env.")]
+    varying |= set(swept_env)
     for point in points(job.sweep):
         cmd = tuple(fill(a, point) for a in job.command)
-        env = tuple((k, fill(job.env[k], point)) for k in job.env if k in varying)
+        env = tuple((k, fill(job.env[k], point)) for k in job.env if k in varying and k not in swept_env)
+        env += tuple((k, point[f"env.{k}"]) for k in swept_env)
         tasks.append((cmd, env, json.dumps(point, sort_keys=True)))
     return tuple(tasks), varying
 

@@ -329,3 +329,21 @@ requeue: {{max_attempts: 3}}
     finally:
         subprocess.run(["scontrol", "update", "NodeName=c1,c2,c3", "State=RESUME"], capture_output=True)
         os.environ.update(cluster_fixture.ensure_cluster(nodes=2))
+
+
+def test_status_without_accounting(hpc_home, tmp_path):
+    """With slurmdbd off (sacct disabled), status still follows a job to its end through scontrol."""
+    from conftest import cluster_fixture
+    cluster_fixture.cluster_available_or_skip()
+    os.environ.update(cluster_fixture.ensure_cluster(nodes=2, accounting="none"))
+    try:
+        assert subprocess.run(["sacct", "-n"], capture_output=True).returncode != 0   # really disabled
+        job = job_file(tmp_path, "name: no-acct\nprofile: testcluster\nlauncher: srun\ncommand: [bash, -c, 'exit 4']\n"
+                                 "resources: {nodes: 1, tasks_per_node: 1}\nmonitor: {interval: 0}\n"
+                                 "requeue: {max_attempts: 1}\n")
+        proc = hl("submit", job, "--backend", "slurm", "--wait", cwd=str(tmp_path), check=False)
+        assert proc.returncode == 4, proc.stderr
+        st = json.loads(hl("status", "no-acct", "--json", cwd="/").stdout)
+        assert st["state"] == "FAILED" and st["exit_code"] == 4 and st["source"] == "scontrol", st
+    finally:
+        os.environ.update(cluster_fixture.ensure_cluster(nodes=2))
