@@ -66,4 +66,4 @@ def display_path(path: str) -> str:
         rel = os.path.relpath(path)
     except ValueError:
         return path
-    return rel if len(rel) < len(path) and not rel.startswith("../..") else path
+    return rel if len(rel) < len(path) and not rel.startswith("..") else path

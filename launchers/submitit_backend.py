@@ -180,7 +180,7 @@ def _parameters(spec: JobSpec, loaded: LoadedProfile, origins: dict, cluster: st
     if cluster != "slurm":
         # LocalExecutor: one node; it knows the time limit, task count and setup lines only.
         if r.nodes != 1:
-            raise InvalidInput([Problem(origins.get("resources.nodes", "executor()"), "resources.nodes",
+            raise InvalidInput([Problem(SourceMap("executor()", origins).of("resources.nodes"), "resources.nodes",
                                         "without Slurm, submitit runs on this machine only", r.nodes,
                                         "use nodes=1, or run where sbatch and SLURM_CONF are set")])
         return ({"timeout_min": minutes, "tasks_per_node": r.tasks_per_node, "cpus_per_task": r.cpus_per_task,
