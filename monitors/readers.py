@@ -1,0 +1,380 @@
+"""Readers for the monitor log contract (``monitors/schema.py``) and the metrics files.
+
+Used by the reports. A CSV log is read into a :class:`Table`: numeric columns become float64
+numpy arrays (an empty cell — "not measured" — becomes NaN, never 0), text columns become
+dictionary codes (int32, -1 = empty) plus the list of distinct values, which keeps 10 M-row
+logs cheap.
+
+Two engines, same result:
+
+* ``"pyarrow"`` (default when pyarrow is importable): multi-threaded C++ parser; rows whose cell
+  count differs from the header's (a killed writer's partial last line) are skipped through
+  ``invalid_row_handler``. Measured in ``bench/report/bench_report.py``.
+* ``"csv"``: the standard library's csv module; tolerant of anything (repeated schema/header
+  lines after a daemon restart appended to the same file, unparsable cells). Used when pyarrow
+  is missing or refuses a file.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import schema
+
+# Columns the reports read (others are ignored; a newer schema may add columns at the end).
+GPU_NUMERIC = (
+    "time_unix", "gpu_index", "power_w", "energy_mj", "temp_c", "mem_temp_c", "mem_used_mib",
+    "mem_total_mib", "util_pct", "power_limit_w", "throttle_reasons", "slowdown_temp_c",
+    "viol_power_ns", "viol_thermal_ns", "ecc_dbe_total",
+)
+GPU_TEXT = ("host", "gpu_uuid", "ranks", "error")
+HOST_NUMERIC = (
+    "time_unix", "cpu_pct", "mem_used_mib", "mem_total_mib", "load1", "rapl_energy_uj",
+    "cpu_temp_c", "monitor_cpu_s", "monitor_rss_mib",
+)
+HOST_TEXT = ("host",)
+TRACE_NUMERIC = ("time_unix", "gpu_index", "power_w")
+TRACE_TEXT = ("host",)
+
+
+@dataclass
+class Table:
+    """One log file (or several concatenated): columns as numpy arrays."""
+
+    path: str
+    n: int = 0
+    num: Dict[str, np.ndarray] = field(default_factory=dict)
+    # text column -> (codes int32 with -1 for empty, dictionary list)
+    text: Dict[str, Tuple[np.ndarray, List[str]]] = field(default_factory=dict)
+    schema_line: Optional[str] = None
+    missing_columns: List[str] = field(default_factory=list)
+    skipped_rows: int = 0
+    engine: str = ""
+    warnings: List[str] = field(default_factory=list)
+
+    def col(self, name: str) -> np.ndarray:
+        """Numeric column; all-NaN if the file lacks it."""
+        a = self.num.get(name)
+        if a is None:
+            a = np.full(self.n, np.nan)
+        return a
+
+    def text_values(self, name: str) -> np.ndarray:
+        """Text column decoded to an object array ('' for empty); for small tables / tests."""
+        codes, dic = self.text.get(name, (np.full(self.n, -1, np.int32), []))
+        lut = np.array(list(dic) + [""], dtype=object)
+        return lut[codes]
+
+
+def have_pyarrow() -> bool:
+    try:
+        import pyarrow.csv  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def _read_head(path: str) -> Tuple[Optional[str], Optional[List[str]], int]:
+    """(schema line, header cells, number of leading lines to skip)."""
+    schema_line = None
+    skip = 0
+    with open(path, "r", newline="", errors="replace") as f:
+        for line in f:
+            skip += 1
+            s = line.strip()
+            if not s:
+                continue
+            if s.startswith("#"):
+                if s[1:].strip().startswith("schema=") and schema_line is None:
+                    schema_line = s[1:].strip()[len("schema="):]
+                continue
+            return schema_line, next(csv.reader([s])), skip
+    return schema_line, None, skip
+
+
+def _check_schema(t: Table, expected: str) -> None:
+    if t.schema_line is None:
+        t.warnings.append(f"{t.path}: no '# schema=' line; assuming {expected}")
+        return
+    name, _, ver = t.schema_line.partition("/")
+    ename, _, ever = expected.partition("/")
+    if name != ename:
+        t.warnings.append(f"{t.path}: schema {t.schema_line!r}, expected {expected!r}")
+    elif ver != ever:
+        t.warnings.append(f"{t.path}: schema version {ver} (reader knows {ever}); reading known columns")
+
+
+def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequence[str],
+               engine: str = "auto") -> Table:
+    """Read one contract CSV. ``engine``: "auto" | "pyarrow" | "csv"."""
+    path = str(path)
+    t = Table(path=path)
+    schema_line, header, skip = _read_head(path)
+    t.schema_line = schema_line
+    _check_schema(t, expected_schema)
+    if header is None:
+        t.warnings.append(f"{path}: empty file (no header)")
+        t.engine = "none"
+        for c in numeric:
+            t.num[c] = np.empty(0)
+        for c in text:
+            t.text[c] = (np.empty(0, np.int32), [])
+        return t
+    t.missing_columns = [c for c in (*numeric, *text) if c not in header]
+    if engine == "auto":
+        engine = "pyarrow" if have_pyarrow() else "csv"
+    if engine == "pyarrow":
+        try:
+            _read_pyarrow(t, header, skip, numeric, text)
+            t.engine = "pyarrow"
+            return t
+        except Exception as e:  # noqa: BLE001 - any refusal: fall back to the tolerant reader
+            t.num.clear()
+            t.text.clear()
+            t.skipped_rows = 0
+            t.engine = f"csv (pyarrow refused: {type(e).__name__})"
+    else:
+        t.engine = "csv"
+    _read_csvmod(t, header, numeric, text)
+    return t
+
+
+def _read_pyarrow(t: Table, header, skip, numeric, text) -> None:
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    present_num = [c for c in numeric if c in header]
+    present_txt = [c for c in text if c in header]
+    skipped = [0]
+
+    def on_invalid(row):
+        skipped[0] += 1
+        return "skip"
+
+    types = {c: pa.float64() for c in present_num}
+    types.update({c: pa.dictionary(pa.int32(), pa.string()) for c in present_txt})
+    # Duplicate header names would confuse column selection; the csv path copes.
+    if len(set(header)) != len(header):
+        raise ValueError("duplicate column names")
+    tbl = pcsv.read_csv(
+        t.path,
+        read_options=pcsv.ReadOptions(skip_rows=skip, column_names=header, use_threads=True,
+                                      block_size=8 << 20),
+        parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
+        convert_options=pcsv.ConvertOptions(column_types=types,
+                                            include_columns=present_num + present_txt,
+                                            null_values=[""], strings_can_be_null=True,
+                                            quoted_strings_can_be_null=True),
+    )
+    t.skipped_rows = skipped[0]
+    t.n = tbl.num_rows
+    if present_txt:
+        tbl = tbl.unify_dictionaries()
+    for c in present_num:
+        col = tbl.column(c)
+        t.num[c] = (np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in col.chunks])
+                    if col.num_chunks else np.empty(0)).astype(np.float64, copy=False)
+    for c in present_txt:
+        col = tbl.column(c)
+        if col.num_chunks == 0:
+            t.text[c] = (np.empty(0, np.int32), [])
+            continue
+        dic = col.chunk(0).dictionary.to_pylist()
+        codes = np.concatenate([ch.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+                                for ch in col.chunks]).astype(np.int32, copy=False)
+        # empty string values (only if not mapped to null) count as empty too
+        if "" in dic:
+            codes = np.where(codes == dic.index(""), -1, codes).astype(np.int32)
+        t.text[c] = (codes, dic)
+    for c in numeric:
+        if c not in t.num:
+            t.num[c] = np.full(t.n, np.nan)
+    for c in text:
+        if c not in t.text:
+            t.text[c] = (np.full(t.n, -1, np.int32), [])
+
+
+def _read_csvmod(t: Table, header, numeric, text) -> None:
+    ncell = len(header)
+    idx_num = [(c, header.index(c)) for c in numeric if c in header]
+    idx_txt = [(c, header.index(c)) for c in text if c in header]
+    num_vals: Dict[str, list] = {c: [] for c, _ in idx_num}
+    txt_vals: Dict[str, list] = {c: [] for c, _ in idx_txt}
+    skipped = 0
+    bad_cells = 0
+    nan = math.nan
+    with open(t.path, "r", newline="", errors="replace") as f:
+        for row in csv.reader(f):
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            if row[0].lstrip().startswith("#"):
+                continue
+            if row == header:  # a restarted writer appended a new header
+                continue
+            if len(row) != ncell:
+                skipped += 1
+                continue
+            try:
+                float(row[idx_num[0][1]]) if idx_num else None
+            except ValueError:
+                skipped += 1
+                continue
+            for c, i in idx_num:
+                v = row[i]
+                if v == "":
+                    num_vals[c].append(nan)
+                else:
+                    try:
+                        num_vals[c].append(float(v))
+                    except ValueError:
+                        bad_cells += 1
+                        num_vals[c].append(nan)
+            for c, i in idx_txt:
+                txt_vals[c].append(row[i])
+    t.skipped_rows = skipped
+    if bad_cells:
+        t.warnings.append(f"{t.path}: {bad_cells} unparsable numeric cells read as not measured")
+    t.n = len(next(iter(num_vals.values()))) if num_vals else (
+        len(next(iter(txt_vals.values()))) if txt_vals else 0)
+    for c in numeric:
+        t.num[c] = np.asarray(num_vals[c], dtype=np.float64) if c in num_vals else np.full(t.n, np.nan)
+    for c in text:
+        if c in txt_vals:
+            dic: Dict[str, int] = {}
+            codes = np.fromiter((-1 if v == "" else dic.setdefault(v, len(dic)) for v in txt_vals[c]),
+                                dtype=np.int32, count=t.n)
+            t.text[c] = (codes, list(dic))
+        else:
+            t.text[c] = (np.full(t.n, -1, np.int32), [])
+
+
+def read_gpu_log(path, engine="auto") -> Table:
+    return read_table(path, schema.GPU_SCHEMA, GPU_NUMERIC, GPU_TEXT, engine)
+
+
+def read_host_log(path, engine="auto") -> Table:
+    return read_table(path, schema.HOST_SCHEMA, HOST_NUMERIC, HOST_TEXT, engine)
+
+
+def read_power_trace(path, engine="auto") -> Table:
+    return read_table(path, schema.POWER_TRACE_SCHEMA, TRACE_NUMERIC, TRACE_TEXT, engine)
+
+
+def monitor_files(run_dir) -> Dict[str, List[Path]]:
+    """Monitor files by kind ("gpu", "host", "events", "power_trace"), sorted by name.
+
+    Every ``*.gpu.csv`` is read, including rotated/copied ones (``node1.gpu.csv.1`` is not matched;
+    ``node1.part2.gpu.csv`` is): duplicates are removed later on (host, GPU, time).
+    """
+    mon = Path(run_dir) / schema.MONITOR_DIR
+    out: Dict[str, List[Path]] = {"gpu": [], "host": [], "events": [], "power_trace": []}
+    if not mon.is_dir():
+        return out
+    for p in sorted(mon.iterdir()):
+        n = p.name
+        if n.endswith(".gpu.csv"):
+            out["gpu"].append(p)
+        elif n.endswith(".host.csv"):
+            out["host"].append(p)
+        elif n.endswith(".events.jsonl"):
+            out["events"].append(p)
+        elif n.endswith(".power_trace.csv"):
+            out["power_trace"].append(p)
+    return out
+
+
+def read_jsonl(path) -> Tuple[List[dict], int]:
+    """JSON lines; returns (records, number of unparsable lines skipped, e.g. a partial last line)."""
+    recs: List[dict] = []
+    bad = 0
+    loads = json.loads
+    with open(path, "r", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                r = loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(r, dict):
+                recs.append(r)
+            else:
+                bad += 1
+    return recs, bad
+
+
+def metrics_files(run_dir) -> List[Path]:
+    d = Path(run_dir) / "metrics"
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if p.name.startswith("rank") and p.name.endswith(".jsonl"))
+
+
+METRIC_FLOATS = ("time_unix", "step", "epoch", "loss", "samples_per_s", "step_time_s", "samples",
+                 "val_loss", "val_accuracy")
+
+
+def read_metrics_arrays(path, engine: str = "auto") -> Tuple[Dict[str, np.ndarray], int]:
+    """A metrics file as arrays: ``is_step``/``is_epoch`` masks and float columns (NaN = absent).
+
+    pyarrow's JSON reader when available (a partial last line is cut off first); the json module
+    line by line otherwise or when pyarrow refuses the file (e.g. a field changing type).
+    Returns (arrays, number of unparsable lines skipped)."""
+    if engine in ("auto", "pyarrow") and have_pyarrow():
+        try:
+            return _metrics_pyarrow(path)
+        except Exception:  # noqa: BLE001 - fall back to the tolerant reader
+            pass
+    recs, bad = read_jsonl(path)
+    kinds = [r.get("kind") for r in recs]
+    out: Dict[str, np.ndarray] = {
+        "is_step": np.array([k == "step" for k in kinds], dtype=bool),
+        "is_epoch": np.array([k == "epoch" for k in kinds], dtype=bool),
+    }
+    for c in METRIC_FLOATS:
+        vals = []
+        for r in recs:
+            v = r.get(c)
+            vals.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan)
+        out[c] = np.array(vals, dtype=np.float64)
+    return out, bad
+
+
+def _metrics_pyarrow(path) -> Tuple[Dict[str, np.ndarray], int]:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    with open(path, "rb") as f:
+        data = f.read()
+    bad = 0
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n")
+        tail = data[cut + 1:]
+        try:
+            json.loads(tail)
+        except ValueError:
+            bad = 1
+            data = data[:cut + 1]
+    fields = [pa.field("kind", pa.string())] + [pa.field(c, pa.float64()) for c in METRIC_FLOATS]
+    tbl = pj.read_json(io.BytesIO(data), parse_options=pj.ParseOptions(
+        explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore", newlines_in_values=False))
+    out: Dict[str, np.ndarray] = {}
+    kind = tbl.column("kind")
+    out["is_step"] = np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in kind.chunks]) == "step" \
+        if kind.num_chunks else np.zeros(0, bool)
+    out["is_epoch"] = np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in kind.chunks]) == "epoch" \
+        if kind.num_chunks else np.zeros(0, bool)
+    for c in METRIC_FLOATS:
+        col = tbl.column(c)
+        out[c] = (np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in col.chunks]).astype(np.float64)
+                  if col.num_chunks else np.zeros(0))
+    return out, bad

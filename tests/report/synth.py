@@ -1,0 +1,196 @@
+"""Synthetic run directories in the exact monitor-log contract, with analytically known totals.
+
+GPU power is p(t) = a + b·sin(ω(t − T0) + φ); the energy counter (mJ) is its exact integral (plus an
+offset), optionally reset or wrapped; RAPL is the exact integral of c + d·sin(...). ``write_run``
+returns the expected values so tests can compare the report with the truth.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from hpclaunch.monitors import schema
+
+T0 = 1_763_000_000.0
+
+
+@dataclass
+class GpuSpec:
+    host: str
+    index: int
+    a: float = 250.0                 # W
+    b: float = 100.0                 # W
+    period: float = 120.0            # s
+    phase: float = 0.0
+    ranks: str = ""
+    uuid: Optional[str] = None
+    counter: bool = True
+    power: bool = True
+    counter_offset_mj: float = 1.0e9
+    reset_at: Optional[float] = None         # seconds after T0: counter restarts from 0
+    wrap_mod_mj: Optional[float] = None      # counter stored modulo this
+    drop_frac: float = 0.0                   # random rows missing
+    gap: Optional[Tuple[float, float]] = None  # (start, end) seconds after T0 with no rows
+    throttle_window: Optional[Tuple[float, float]] = None  # sw_power_cap set, viol_power_ns counts
+    viol_counters: bool = True
+    hot_window: Optional[Tuple[float, float]] = None       # temp 86 °C (else 70)
+    idle_window: Optional[Tuple[float, float]] = None      # util 0 (else 95)
+    slowdown: Optional[float] = 89.0
+    util: bool = True
+    missing_power_frac: float = 0.0          # power cell empty (row kept)
+
+    def p(self, t: float) -> float:
+        w = 2 * math.pi / self.period
+        return self.a + self.b * math.sin(w * (t - T0) + self.phase)
+
+    def integral(self, t1: float, t2: float) -> float:
+        w = 2 * math.pi / self.period
+        F = lambda t: self.a * (t - T0) - self.b / w * math.cos(w * (t - T0) + self.phase)  # noqa: E731
+        return F(t2) - F(t1)
+
+
+@dataclass
+class HostSpec:
+    host: str
+    c: float = 400.0
+    d: float = 50.0
+    period: float = 300.0
+    rapl: bool = True
+    interval: float = 5.0
+
+    def integral(self, t1, t2):
+        w = 2 * math.pi / self.period
+        F = lambda t: self.c * (t - T0) - self.d / w * math.cos(w * (t - T0))  # noqa: E731
+        return F(t2) - F(t1)
+
+
+def _in(w, t):
+    return w is not None and w[0] <= t - T0 < w[1]
+
+
+def gpu_row(g: GpuSpec, t: float, rng: random.Random) -> Dict[str, object]:
+    e_mj = None
+    if g.counter:
+        if g.reset_at is not None and t - T0 >= g.reset_at:
+            e_mj = g.integral(T0 + g.reset_at, t) * 1000.0
+        else:
+            e_mj = g.counter_offset_mj + g.integral(T0, t) * 1000.0
+        if g.wrap_mod_mj:
+            e_mj = math.fmod(e_mj, g.wrap_mod_mj)
+        e_mj = round(e_mj, 3)
+    thr = 0
+    if _in(g.throttle_window, t):
+        thr |= 0x4
+    util = 0.0 if _in(g.idle_window, t) else 95.0
+    if util == 0.0:
+        thr |= 0x1
+    viol = None
+    if g.viol_counters:
+        w = g.throttle_window
+        viol = int(round(min(max(t - T0 - w[0], 0.0), w[1] - w[0]) * 1e9)) if w else 0
+    temp = 86.0 if _in(g.hot_window, t) else 70.0
+    power = g.p(t) if g.power and rng.random() >= g.missing_power_frac else None
+    return {
+        "time_unix": repr(t), "host": g.host, "gpu_index": g.index,
+        "gpu_uuid": g.uuid or f"GPU-{g.host}-{g.index:02d}", "ranks": g.ranks,
+        "power_w": "" if power is None else f"{power:.6f}", "power_avg_w": "",
+        "energy_mj": "" if e_mj is None else repr(e_mj), "temp_c": temp, "mem_temp_c": temp + 4,
+        "mem_used_mib": 40000 + g.index, "mem_total_mib": 81559, "util_pct": util if g.util else "",
+        "mem_util_pct": 30, "sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "power_limit_w": 700,
+        "throttle_reasons": thr, "slowdown_temp_c": "" if g.slowdown is None else g.slowdown,
+        "shutdown_temp_c": 92, "viol_power_ns": "" if viol is None else viol,
+        "viol_thermal_ns": 0 if g.viol_counters else "", "ecc_dbe_total": 0, "error": "",
+    }
+
+
+def _write_csv(path: Path, schema_name: str, columns, rows: List[Dict[str, object]], partial: bool = False):
+    with open(path, "w", newline="") as f:
+        f.write(schema.header_comment(schema_name))
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(columns)
+        for r in rows:
+            w.writerow([r.get(c, "") for c in columns])
+        if partial and rows:
+            line = ",".join(str(rows[-1].get(c, "")) for c in columns)
+            f.write(line[: len(line) // 2])  # a killed writer's partial last line, no newline
+
+
+def write_run(run_dir, gpus: List[GpuSpec], hosts: Optional[List[HostSpec]] = None, duration: float = 3600.0,
+              interval: float = 1.0, jitter: float = 0.0, seed: int = 0, partial_last_line: bool = False,
+              shuffle: bool = False, split_overlap: bool = False, metrics: Optional[dict] = None,
+              job_yaml: Optional[str] = None) -> dict:
+    """Write ``run_dir/monitor/*`` (and metrics) and return the expected truth."""
+    run_dir = Path(run_dir)
+    mon = run_dir / schema.MONITOR_DIR
+    mon.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    n = int(round(duration / interval)) + 1
+    times = [T0 + k * interval + (rng.uniform(-jitter, jitter) if 0 < k < n - 1 else 0.0) for k in range(n)]
+    exp: Dict[str, object] = {"gpu": {}, "window": {}, "cpu": {}}
+    by_host: Dict[str, List[Dict[str, object]]] = {}
+    for g in gpus:
+        kept = []
+        for t in times:
+            if g.gap and g.gap[0] <= t - T0 < g.gap[1]:
+                continue
+            if g.drop_frac and 0 < (t - T0) < duration and rng.random() < g.drop_frac:
+                continue
+            kept.append(t)
+        exp["gpu"][(g.host, g.index)] = g.integral(kept[0], kept[-1])
+        exp["window"][(g.host, g.index)] = (kept[0], kept[-1])
+        for t in kept:
+            by_host.setdefault(g.host, []).append(gpu_row(g, t, rng))
+    for h, rows in by_host.items():
+        rows.sort(key=lambda r: float(r["time_unix"]))
+        if shuffle:
+            rng.shuffle(rows)
+        if split_overlap:
+            k1, k2 = int(len(rows) * 0.6), int(len(rows) * 0.4)
+            _write_csv(mon / f"{h}.a.gpu.csv", schema.GPU_SCHEMA, schema.GPU_COLUMNS, rows[:k1])
+            _write_csv(mon / f"{h}.b.gpu.csv", schema.GPU_SCHEMA, schema.GPU_COLUMNS, rows[k2:], partial_last_line)
+        else:
+            _write_csv(mon / schema.gpu_file(h), schema.GPU_SCHEMA, schema.GPU_COLUMNS, rows, partial_last_line)
+    exp["gpu_total"] = sum(exp["gpu"].values())
+    for hs in hosts or []:
+        m = int(duration / hs.interval) + 1
+        rows = []
+        for k in range(m):
+            t = T0 + k * hs.interval
+            rows.append({"time_unix": repr(t), "host": hs.host, "cpu_pct": 40.0, "mem_used_mib": 1000,
+                         "mem_total_mib": 4000, "load1": 3.0,
+                         "rapl_energy_uj": int(round(5e12 + hs.integral(T0, t) * 1e6)) if hs.rapl else "",
+                         "cpu_temp_c": 60.0, "monitor_cpu_s": round(0.004 * (t - T0), 6),
+                         "monitor_rss_mib": 30.0})
+        _write_csv(mon / schema.host_file(hs.host), schema.HOST_SCHEMA, schema.HOST_COLUMNS, rows, partial_last_line)
+        exp["cpu"][hs.host] = hs.integral(T0, T0 + (m - 1) * hs.interval) if hs.rapl else None
+    if metrics:
+        write_metrics(run_dir, **metrics)
+    if job_yaml is not None:
+        (run_dir / "job.yaml").write_text(job_yaml)
+    return exp
+
+
+def write_metrics(run_dir, ranks: int = 4, steps: int = 100, step_time: float = 0.5, slow_rank: Optional[int] = None,
+                  slow_factor: float = 1.25, samples: int = 32, partial: bool = True, epochs: int = 1):
+    d = Path(run_dir) / "metrics"
+    d.mkdir(parents=True, exist_ok=True)
+    for r in range(ranks):
+        st = step_time * (slow_factor if r == slow_rank else 1.0)
+        with open(d / f"rank{r}.jsonl", "w") as f:
+            f.write(json.dumps({"kind": "header", "schema": "hpclaunch.metrics/1", "rank": r}) + "\n")
+            t = T0
+            for s in range(steps):
+                t += st
+                f.write(json.dumps({"kind": "step", "time_unix": t, "rank": r, "epoch": s * epochs // steps,
+                                    "step": s, "loss": 2.0 / (1.0 + 0.05 * s), "samples_per_s": samples / st,
+                                    "step_time_s": st, "samples": samples}) + "\n")
+            for e in range(epochs):
+                f.write(json.dumps({"kind": "epoch", "time_unix": t, "rank": r, "epoch": e, "step": steps - 1,
+                                    "loss": 1.0, "val_loss": 1.1, "val_accuracy": 0.8}) + "\n")
+            if partial:
+                f.write('{"kind": "step", "time_unix": 17630')
