@@ -106,3 +106,26 @@ def test_nodes_over_one_is_refused(hpc_home, tmp_path):
     proc = hl("submit", job, "--backend", "local", cwd=str(tmp_path), check=False)
     assert proc.returncode == 2 and "resources.nodes: the local backend runs one node" in proc.stderr
     assert json.loads(hl("list", "--all", "--json", cwd="/").stdout) == []
+
+
+def test_report_of_a_local_job_and_the_fleet(hpc_home, tmp_path):
+    job = write_job(tmp_path, """
+name: reported
+launcher: srun
+command: [bash, -c, 'sleep 2']
+resources: {nodes: 1, tasks_per_node: 1}
+monitor: {interval: 0.25}
+""")
+    hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path))
+    rep = json.loads(hl("report", "reported", "--format", "json", cwd="/").stdout)
+    assert rep["schema"] == "hpclaunch.report/1"
+    assert rep["energy_j"]["cpu"] is None and rep["energy_j"]["gpu"] is None   # nothing measurable here: null
+    assert any("RAPL" in w for w in rep["warnings"])
+    assert rep["nodes"] and rep["nodes"][0]["host"]
+    out = tmp_path / "r.html"
+    hl("report", "reported", "-o", str(out), cwd="/")
+    assert out.read_text().lstrip().lower().startswith("<!doctype html")
+    fleet = hl("report", "--since", "1d", "--format", "json", cwd="/").stdout
+    assert "reported" in fleet
+    bad = hl("report", "no-such-job", cwd="/", check=False)
+    assert bad.returncode == 2 and "not in the registry" in bad.stderr
