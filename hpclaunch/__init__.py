@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["submit", "Job", "__version__"]
+__all__ = ["submit", "Job", "submit_function", "map_function", "executor", "__version__"]
 
 
 def __getattr__(name):  # lazy: `import hpclaunch` stays cheap for the CLI and for ranks
@@ -12,4 +12,7 @@ def __getattr__(name):  # lazy: `import hpclaunch` stays cheap for the CLI and f
     if name == "Job":
         from .jobs import Job
         return Job
+    if name in ("submit_function", "map_function", "executor"):
+        from .launchers import submitit_backend
+        return getattr(submitit_backend, name)
     raise AttributeError(name)

@@ -60,7 +60,13 @@ def parse_after(spec: str, registry: Registry) -> str:
 
 def make_run_dir(run_dir: str, resolved: Resolved, script: str, tasks: int = 0) -> None:
     os.makedirs(os.path.dirname(run_dir), exist_ok=True)
-    created = not os.path.exists(run_dir)
+    if os.path.exists(run_dir):
+        # Job ids restart when a cluster's state is reset: keep the older run, never overwrite it.
+        n = 1
+        while os.path.exists(f"{run_dir}.prev{n}"):
+            n += 1
+        os.rename(run_dir, f"{run_dir}.prev{n}")
+    created = True
     os.makedirs(run_dir, mode=0o700, exist_ok=True)
     try:
         subdirs = ["logs", "monitor", "metrics", "checkpoints", ".hpclaunch"]
