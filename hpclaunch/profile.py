@@ -50,9 +50,12 @@ class MpiSettings:
 
 @dataclass
 class HorovodSettings:
-    """How horovodrun talks between ranks."""
+    """How the horovod launcher starts ranks and how they talk."""
 
-    controller: Literal["gloo", "mpi"] = field("gloo", help="horovodrun --gloo or --mpi")
+    starter: Literal["horovodrun", "srun"] = field(
+        "horovodrun", help="horovodrun (reaches the other nodes with ssh) or srun (srun --mpi=<mpi.srun_mpi> "
+        "starts the ranks, hvd.init() uses MPI: no ssh, needs Horovod built with MPI)")
+    controller: Literal["gloo", "mpi"] = field("gloo", help="horovodrun --gloo or --mpi (srun starter: local backend only)")
     extra_args: List[str] = field(default_factory=list, help="extra horovodrun arguments")
 
 

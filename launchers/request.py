@@ -55,6 +55,7 @@ class BatchRequest:
     mpirun_args: Tuple[str, ...]
     horovod_controller: str
     horovod_args: Tuple[str, ...]
+    horovod_starter: str
     gpu_directive: Optional[str] = None  # "--gpus-per-node=4" / "--gres=gpu:4" for steps that need the GPUs
     requeue_exit: int = REQUEUE_EXIT
     array: Optional[str] = None        # "0-49%10" for sweeps
@@ -150,6 +151,7 @@ def build_request(resolved: Resolved) -> BatchRequest:
         mpirun_args=tuple(profile.mpi.mpirun_args),
         horovod_controller=profile.horovod.controller,
         horovod_args=tuple(profile.horovod.extra_args),
+        horovod_starter=profile.horovod.starter,
         gpu_directive=gpu_directive,
         array=_array_spec(len(sweep_tasks), job.sweep.parallelism) if sweep_tasks else None,
         array_size=len(sweep_tasks),

@@ -1,0 +1,161 @@
+"""Throughput of the reference model through train_entry vs a bare torchrun DDP script.
+
+Same data (a synthetic 64-feature, 10-class CSV), same MLP, batch and step count; runs
+alternate A (train_entry) / B (bare) ``--reps`` times; reports per-run aggregate samples/s
+(sum over ranks of samples / time between the end of warm-up step W and the last step,
+taken from each process's own per-step wall-clock stamps), medians and the ratio A/B.
+
+    .venv/bin/python bench/train_overhead/bench_train_overhead.py --reps 5
+    ... --with-monitor      # also run `python -m hpclaunch.monitors --interval 1 --run-dir DIR`
+"""
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
+
+
+def make_csv(path, rows, features=64, classes=10, seed=0):
+    import numpy as np
+
+    rng = np.random.RandomState(seed)
+    x = rng.rand(rows, features).astype(np.float32)
+    w = rng.randn(features, classes).astype(np.float32)
+    y = (x @ w).argmax(1)
+    with open(path, "w") as f:
+        f.write(",".join([f"f{i}" for i in range(features)] + ["label"]) + "\n")
+        for row, label in zip(x, y):
+            f.write(",".join(f"{v:.5f}" for v in row) + f",{label}\n")
+
+
+def rate(times, samples, warmup, steps=None):
+    """(wall, robust) samples/s of one process after `warmup` steps.
+
+    times/samples: one entry per record; steps: the step number of each record (records may be
+    every N steps: train_entry --log-every N), default 1, 2, 3, ...
+    wall: samples between the end of step `warmup` and the last record / elapsed time.
+    robust: samples per step / median time per step (insensitive to other tenants' spikes).
+    """
+    steps = steps or list(range(1, len(times) + 1))
+    first = next(i for i, s in enumerate(steps) if s >= warmup)
+    t, n, st = times[first:], samples[first:], steps[first:]
+    wall = sum(ni * (b - a) for ni, a, b in zip(n[1:], st, st[1:])) / (t[-1] - t[0])
+    per_step = sorted((tb - ta) / (b - a) for ta, tb, a, b in zip(t, t[1:], st, st[1:]))
+    robust = statistics.median(n) / per_step[len(per_step) // 2]
+    return wall, robust
+
+
+def _add(a, b):
+    return (a[0] + b[0], a[1] + b[1])
+
+
+def env_for_ranks():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "HPCLAUNCH_"))}
+    env["OMP_NUM_THREADS"] = env.get("BENCH_OMP_THREADS", "1")
+    return env
+
+
+def start_monitor(run_dir):
+    if importlib.util.find_spec("hpclaunch.monitors.__main__") is None:
+        print("  (--with-monitor: hpclaunch.monitors has no __main__ yet; running without it)")
+        return None
+    return subprocess.Popen([sys.executable, "-m", "hpclaunch.monitors", "--interval", "1", "--run-dir", run_dir],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def run_a(args, data, work):
+    run_dir = os.path.join(work, "A")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir)
+    mon = start_monitor(run_dir) if args.with_monitor else None
+    cmd = [TORCHRUN, "--standalone", f"--nproc-per-node={args.nproc}", "-m", "hpclaunch.train_entry",
+           "--data", data, "--epochs", "1000", "--max-steps", str(args.steps), "--batch-size", str(args.batch),
+           "--val-fraction", "0.01", "--run-dir", run_dir, "--no-resume", "--quiet", "--precision", args.precision]
+    cmd += args.train_entry_args
+    try:
+        subprocess.run(cmd, env=env_for_ranks(), check=True, timeout=600)
+    finally:
+        if mon:
+            mon.terminate()
+            mon.wait(10)
+    total = (0.0, 0.0)
+    for r in range(args.nproc):
+        recs = [json.loads(line) for line in open(os.path.join(run_dir, "metrics", f"rank{r}.jsonl"))]
+        steps = [x for x in recs if x["kind"] == "step"]
+        total = _add(total, rate([s["time_unix"] for s in steps], [s["samples"] for s in steps], args.warmup,
+                                 [s["step"] for s in steps]))
+    return total
+
+
+def run_b(args, data, work):
+    out = os.path.join(work, "B")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    mon = start_monitor(out) if args.with_monitor else None
+    cmd = [TORCHRUN, "--standalone", f"--nproc-per-node={args.nproc}", os.path.join(HERE, "bare_ddp.py"),
+           "--data", data, "--steps", str(args.steps), "--batch-size", str(args.batch), "--out-dir", out]
+    if args.precision != "fp32":
+        raise SystemExit("the bare baseline is fp32 only")
+    try:
+        subprocess.run(cmd, env=env_for_ranks(), check=True, timeout=600)
+    finally:
+        if mon:
+            mon.terminate()
+            mon.wait(10)
+    total = (0.0, 0.0)
+    for r in range(args.nproc):
+        d = json.load(open(os.path.join(out, f"bare-rank{r}.json")))
+        total = _add(total, rate(d["times"], d["samples"], args.warmup))
+    return total
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--rows", type=int, default=120_000)
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--with-monitor", action="store_true")
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("train_entry_args", nargs="*", help="extra flags for train_entry (after --)")
+    args = p.parse_args()
+    work = tempfile.mkdtemp(prefix="bench_train_overhead_")
+    data = os.path.join(work, "synthetic.csv")
+    make_csv(data, args.rows)
+    a_rates, b_rates = [], []
+    try:
+        for i in range(args.reps):
+            for label in ("AB" if i % 2 == 0 else "BA"):
+                t0 = time.time()
+                r = run_a(args, data, work) if label == "A" else run_b(args, data, work)
+                (a_rates if label == "A" else b_rates).append(r)
+                print(f"rep {i} {label}: wall {r[0]:8.0f} samples/s, median-step {r[1]:8.0f} samples/s "
+                      f"({time.time() - t0:.1f} s)", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    res = {"args": vars(args), "train_entry": a_rates, "bare": b_rates}
+    for k, name in ((0, "wall-clock"), (1, "median step")):
+        ma, mb = statistics.median(x[k] for x in a_rates), statistics.median(x[k] for x in b_rates)
+        res[name] = {"train_entry": ma, "bare": mb, "ratio": ma / mb}
+        print(f"{name:>12}: train_entry median {ma:8.0f} samples/s | bare DDP median {mb:8.0f} samples/s | "
+              f"ratio {ma / mb:.3f} (goal >= 0.98)")
+    print(f"[{args.nproc} ranks, batch {args.batch}/rank, {args.steps} steps, warm-up {args.warmup}, "
+          f"{args.reps} x A/B alternating; extra train_entry flags: {args.train_entry_args}]")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""2 ranks (torchrun, gloo) on scikit-learn's digits reach >= 95 % validation accuracy."""
+import glob
+import json
+import os
+import time
+
+from conftest import rank_env, run, torchrun_cmd
+from hpclaunch.train_entry.metrics import read_metrics
+
+STEP_KEYS = {"kind", "time_unix", "rank", "epoch", "step", "loss", "samples_per_s", "step_time_s", "samples",
+             "grad_norm", "lr"}
+EPOCH_KEYS = {"kind", "time_unix", "rank", "epoch", "step", "loss", "val_loss", "val_accuracy", "accuracy"}
+
+
+def test_two_rank_ddp_digits(tmp_path, digits_csv):
+    run_dir = tmp_path / "run"
+    t0 = time.time()
+    res = run(torchrun_cmd(2, "--data", digits_csv, "--epochs", 20, "--dist-timeout", 60),
+              env=rank_env(HPCLAUNCH_RUN_DIR=run_dir, HPCLAUNCH_JOB_NAME="digits"), timeout=150)
+    wall = time.time() - t0
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert wall < 120, f"took {wall:.0f} s"
+    # one log line per rank with rank, local rank, world size, host, device, backend
+    for r in (0, 1):
+        assert f"rank={r} local_rank={r} world_size=2 host=" in res.stdout and "device=cpu backend=gloo" in res.stdout
+    files = sorted(glob.glob(str(run_dir / "metrics" / "rank*.jsonl")))
+    assert [os.path.basename(f) for f in files] == ["rank0.jsonl", "rank1.jsonl"]
+    finals = []
+    for r, f in enumerate(files):
+        recs = read_metrics(f)
+        assert recs[0]["kind"] == "header" and recs[0]["schema"] == "hpclaunch.metrics/1"
+        assert recs[0]["world_size"] == 2 and recs[0]["backend"] == "gloo" and recs[0]["rank"] == r
+        steps = [x for x in recs if x["kind"] == "step"]
+        epochs = [x for x in recs if x["kind"] == "epoch"]
+        assert steps and STEP_KEYS <= set(steps[0]) and all(x["rank"] == r for x in steps)
+        assert [x["step"] for x in steps] == list(range(1, len(steps) + 1))
+        assert len(epochs) == 20 and EPOCH_KEYS <= set(epochs[-1])
+        assert all(0.0 <= x["val_accuracy"] <= 1.0 for x in epochs)
+        finals.append(epochs[-1]["val_accuracy"])
+    assert finals[0] == finals[1]          # validation is all-reduced: every rank reports the same number
+    assert finals[0] >= 0.95, finals
+    with open(run_dir / ".hpclaunch" / "finished") as f:
+        fin = json.load(f)
+    assert fin["epoch"] == 20 and fin["step"] == len(steps)
+    ck = sorted(os.listdir(run_dir / "checkpoints"))
+    assert len(ck) == 3   # keep 3
+    last = run_dir / "checkpoints" / f"step-{fin['step']}"
+    assert {"model.safetensors", "trainer.pt", "rng-rank0.pt", "rng-rank1.pt", "manifest.json"} <= set(os.listdir(last))
+    print(f"\n2-rank DDP digits: val_accuracy={finals[0]:.4f} wall={wall:.1f}s")

@@ -1,0 +1,239 @@
+"""Atomic, verifiable checkpoints: ``checkpoints/step-<N>/`` + ``manifest.json`` written last.
+
+Write protocol (``CheckpointStore.begin/commit``):
+  1. rank 0 removes a stale ``.tmp-step-<N>`` and creates it; barrier;
+  2. every rank writes its own files into it (each file: write, flush, fsync); barrier;
+  3. rank 0 writes the shared files, then ``manifest.json`` (sha256 + size of every other file),
+     fsyncs the directory, renames it to ``step-<N>`` and fsyncs ``checkpoints/``; prunes to the
+     newest K; barrier.
+A directory counts as a checkpoint only if its manifest parses and every listed file exists
+with the listed size and sha256 (``verify``); anything else (no manifest, a temp dir, a
+hash mismatch) is never chosen for resume.
+
+This module's file layer does not import torch (the crash test's writer starts fast); the
+state (de)serialisation helpers at the bottom import it lazily.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from typing import Callable, Dict, Optional, Union
+
+log = logging.getLogger("hpclaunch.train_entry")
+
+SCHEMA = "hpclaunch.checkpoint/1"
+MANIFEST = "manifest.json"
+_STEP_RE = re.compile(r"^step-(\d+)$")
+
+Payload = Union[bytes, Callable[[str], None]]   # bytes, or a function that writes the file at a path
+
+
+from hpclaunch.atomic import fsync_dir as _fsync_dir  # noqa: E402 - one implementation for the project
+
+
+def write_file(path: str, payload: Payload) -> None:
+    if callable(payload):
+        payload(path)
+    else:
+        with open(path, "wb") as f:
+            f.write(payload)
+    fd = os.open(path, os.O_RDONLY)  # fsync after the fact also covers files written by a callable
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify(path: str) -> tuple[bool, str, Optional[dict]]:
+    """(ok, reason, manifest) for one checkpoint directory."""
+    mpath = os.path.join(path, MANIFEST)
+    if not os.path.isfile(mpath):
+        return False, "no manifest (partial write)", None
+    try:
+        with open(mpath) as f:
+            manifest = json.load(f)
+        files = manifest["files"]
+        if manifest.get("schema") != SCHEMA:
+            return False, f"unknown schema {manifest.get('schema')!r}", None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return False, f"unreadable manifest ({exc.__class__.__name__})", None
+    for name, meta in files.items():
+        fpath = os.path.join(path, name)
+        try:
+            size = os.path.getsize(fpath)
+        except OSError:
+            return False, f"missing file {name}", None
+        if size != meta.get("size"):
+            return False, f"size mismatch in {name} ({size} != {meta.get('size')})", None
+        try:
+            digest = sha256_file(fpath)
+        except OSError as exc:
+            return False, f"unreadable {name} ({exc})", None
+        if digest != meta.get("sha256"):
+            return False, f"sha256 mismatch in {name}", None
+    return True, "ok", manifest
+
+
+class CheckpointStore:
+    def __init__(self, root: str, keep: int = 3, rank: int = 0, barrier: Callable[[], None] = lambda: None):
+        self.root = root
+        self.keep = keep
+        self.rank = rank
+        self.barrier = barrier
+        if rank == 0:
+            os.makedirs(root, exist_ok=True)
+
+    def step_dir(self, step: int) -> str:
+        return os.path.join(self.root, f"step-{step}")
+
+    def tmp_dir(self, step: int) -> str:
+        return os.path.join(self.root, f".tmp-step-{step}")
+
+    # -- writing ------------------------------------------------------------------------------
+    def save(self, step: int, shared: Dict[str, Payload], per_rank: Dict[str, Payload],
+             meta: Optional[dict] = None) -> str:
+        """Collective: every rank calls it with its own ``per_rank`` files; rank 0 also ``shared``."""
+        tmp = self.tmp_dir(step)
+        if self.rank == 0:
+            os.makedirs(self.root, exist_ok=True)
+            if os.path.exists(tmp):
+                shutil.rmtree(tmp)
+            os.makedirs(tmp)
+        self.barrier()
+        for name, payload in per_rank.items():
+            write_file(os.path.join(tmp, name), payload)
+        self.barrier()
+        final = self.step_dir(step)
+        if self.rank == 0:
+            for name, payload in shared.items():
+                write_file(os.path.join(tmp, name), payload)
+            files = {}
+            for name in sorted(os.listdir(tmp)):
+                p = os.path.join(tmp, name)
+                files[name] = {"sha256": sha256_file(p), "size": os.path.getsize(p)}
+            manifest = {"schema": SCHEMA, "step": step, "time_unix": time.time(), "files": files, **(meta or {})}
+            write_file(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True).encode())
+            _fsync_dir(tmp)
+            if os.path.exists(final):           # e.g. re-saved after a resume: move the old one aside first
+                trash = os.path.join(self.root, f".old-step-{step}-{os.getpid()}")
+                os.rename(final, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            os.rename(tmp, final)
+            _fsync_dir(self.root)
+            self.prune()
+        self.barrier()
+        return final
+
+    def prune(self) -> None:
+        """Keep the newest ``keep`` valid checkpoints; drop older ones, and invalid dirs older than them."""
+        steps = self.list_steps()
+        kept = 0
+        for step in steps:
+            path = self.step_dir(step)
+            if kept < self.keep:
+                if os.path.isfile(os.path.join(path, MANIFEST)):
+                    kept += 1
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+
+    def clean_temp(self) -> None:
+        """Remove leftovers of interrupted writes (rank 0, before training starts)."""
+        if not os.path.isdir(self.root):
+            return
+        for name in os.listdir(self.root):
+            if name.startswith((".tmp-step-", ".old-step-")):
+                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+
+    # -- reading ------------------------------------------------------------------------------
+    def list_steps(self) -> list:
+        if not os.path.isdir(self.root):
+            return []
+        steps = []
+        for name in os.listdir(self.root):
+            m = _STEP_RE.match(name)
+            if m and os.path.isdir(os.path.join(self.root, name)):
+                steps.append(int(m.group(1)))
+        return sorted(steps, reverse=True)
+
+    def latest_valid(self) -> tuple[Optional[str], Optional[dict], list]:
+        """(path, manifest, skipped) of the newest valid checkpoint; skipped = [(path, reason)]."""
+        skipped = []
+        for step in self.list_steps():
+            path = self.step_dir(step)
+            ok, reason, manifest = verify(path)
+            if ok:
+                return path, manifest, skipped
+            skipped.append((path, reason))
+        return None, None, skipped
+
+
+# --- state (de)serialisation (torch, lazily) ---------------------------------------------------
+
+def torch_bytes(obj) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def torch_load(path: str):
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def rng_state() -> dict:
+    import random
+
+    import numpy as np
+    import torch
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        cuda = state["cuda"]
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+
+
+def save_weights_payload(model) -> Callable[[str], None]:
+    def _write(path: str) -> None:
+        from safetensors.torch import save_model
+
+        save_model(model, path)
+
+    return _write
+
+
+def load_weights(model, path: str) -> None:
+    from safetensors.torch import load_model
+
+    load_model(model, path)

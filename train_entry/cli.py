@@ -1,0 +1,89 @@
+"""``python -m hpclaunch.train_entry``: flags -> TrainConfig -> trainer; exit codes.
+
+Exit 0: finished (``.hpclaunch/finished`` written). Exit $HPCLAUNCH_REQUEUE_EXIT (75): a
+requeue was requested and a checkpoint saved. Exit 2: bad configuration / limits.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hpclaunch.train_entry",
+                                description="hpclaunch rank-side trainer (any launcher or none).",
+                                argument_default=None)
+    a = p.add_argument
+    g = p.add_argument_group("data / model")
+    g.add_argument("--data", help="CSV file with a header and a label column")
+    g.add_argument("--label-column", help="label column name (default: label)")
+    g.add_argument("--val-fraction", type=float, help="validation share, seeded split (default 0.2)")
+    g.add_argument("--model", help="module:factory returning an nn.Module (default: built-in MLP)")
+    g.add_argument("--hidden", help="MLP hidden widths, comma-separated (default 256,256)")
+    g.add_argument("--dropout", type=float, help="MLP dropout (default 0.1)")
+    g.add_argument("--workers", type=int, help="DataLoader workers (default 0: data is in memory)")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--epochs", type=int, help="epochs (default 10)")
+    g.add_argument("--max-steps", type=int, help="stop after this many optimizer steps in total")
+    g.add_argument("--batch-size", type=int, help="batch per GPU / per rank (default 64)")
+    g.add_argument("--global-batch", type=int, help="global batch; gradient accumulation = global / (batch x world)")
+    g.add_argument("--grad-accum", type=int, help="accumulation steps when --global-batch is not given")
+    g.add_argument("--lr", type=float, help="base learning rate for one rank (default 1e-3)")
+    g.add_argument("--lr-scaling", choices=["none", "linear", "sqrt"], help="scale LR with world size (default linear)")
+    g.add_argument("--warmup-steps", type=int, help="linear LR warmup steps (default 0)")
+    g.add_argument("--schedule", choices=["cosine", "constant"], help="LR after warmup (default cosine)")
+    g.add_argument("--optimizer", choices=["adamw", "sgd"])
+    g.add_argument("--weight-decay", type=float)
+    g.add_argument("--clip-grad", type=float, help="max gradient norm, 0 = off (default 0)")
+    g.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="fp16 = CUDA + GradScaler; bf16 autocast")
+    g.add_argument("--seed", type=int, help="job seed; each rank uses seed + rank (default 0)")
+    g.add_argument("--deterministic", action="store_true", default=None,
+                   help="torch.use_deterministic_algorithms, 0 workers: bitwise-reproducible resume")
+    g = p.add_argument_group("run / checkpoints / distributed")
+    g.add_argument("--run-dir", help="run directory (default $HPCLAUNCH_RUN_DIR, else ./runs/<name>-local)")
+    g.add_argument("--name", help="run name for the local run directory")
+    g.add_argument("--checkpoint-every", type=int, help="checkpoint every N optimizer steps (0 = epoch ends only)")
+    g.add_argument("--keep-checkpoints", type=int, help="keep the newest K checkpoints (default 3)")
+    g.add_argument("--no-resume", dest="resume", action="store_false", default=None,
+                   help="ignore existing checkpoints")
+    g.add_argument("--backend", choices=["auto", "gloo", "nccl", "horovod"], help="default auto")
+    g.add_argument("--dist-timeout", type=float, help="collective timeout in seconds (default 600)")
+    g.add_argument("--stop-check-every", type=int,
+                   help="optimizer steps between requeue-flag agreements across ranks (default 10)")
+    g.add_argument("--stop-after-step", type=int, help="test hook: act as if requeue was requested at this step")
+    g.add_argument("--log-every", type=int, help="write a step record every N steps (default 1)")
+    g.add_argument("--no-tensorboard", dest="tensorboard", action="store_false", default=None)
+    g.add_argument("--no-mlflow", dest="mlflow", action="store_false", default=None)
+    g.add_argument("--quiet", action="store_true", default=False, help="log warnings only")
+    return p
+
+
+def main(argv=None) -> int:
+    args = vars(build_parser().parse_args(argv))
+    quiet = args.pop("quiet")
+    rank = os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("HOROVOD_RANK") \
+        or os.environ.get("SLURM_PROCID") or "0"
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
+                        format=f"[rank {rank}] %(asctime)s %(levelname)s %(message)s")
+    from .config import ConfigError, DataError, build_config, load_job_yaml
+
+    run_dir = args.get("run_dir") or os.environ.get("HPCLAUNCH_RUN_DIR")
+    try:
+        job = load_job_yaml(os.path.join(run_dir, "job.yaml")) if run_dir else {}
+        cfg = build_config(args, job)
+        # fail fast, before importing torch: limits and accumulation need only the world size
+        from .config import derive
+        from .distenv import detect
+
+        derive(cfg, detect(os.environ).world_size)
+        if not cfg.data or not os.path.isfile(cfg.data):
+            raise ConfigError(f"--data: no such file {cfg.data!r}" if cfg.data else "no training data: give --data FILE.csv")
+        from .trainer import ModelTrainer
+
+        ModelTrainer(config=cfg).train()
+    except (ConfigError, DataError) as exc:
+        logging.getLogger("hpclaunch.train_entry").error("%s", exc)
+        return 2
+    return 0

@@ -1,0 +1,204 @@
+"""Training configuration: built-in defaults < job.yaml (profile.training, then train:) < CLI.
+
+job.yaml is ``$HPCLAUNCH_RUN_DIR/job.yaml`` (written at submit). Every key is
+optional; unknown keys are ignored. Limits come from ``profile.limits``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Mapping, Optional
+
+
+class ConfigError(ValueError):
+    """A setting is invalid or outside the profile's limits (message says which and why)."""
+
+
+class DataError(ValueError):
+    """The training data cannot be used (defined here so the CLI can catch it without torch)."""
+
+
+@dataclasses.dataclass
+class Limits:
+    max_epochs: Optional[int] = None
+    max_batch_per_gpu: Optional[int] = None
+    lr_range: Optional[tuple] = None   # (min, max), applied to the effective (scaled) LR
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    data: Optional[str] = None
+    label_column: str = "label"
+    val_fraction: float = 0.2
+    epochs: int = 10
+    max_steps: Optional[int] = None          # stop (and finish) after this many optimizer steps
+    batch_size: int = 64                     # per GPU / per rank
+    global_batch: Optional[int] = None       # -> gradient-accumulation steps
+    grad_accum: int = 1                      # used when global_batch is not set
+    lr: float = 1e-3                         # base LR, for one rank
+    lr_scaling: str = "linear"               # none | linear | sqrt (with the data-parallel world size)
+    warmup_steps: int = 0
+    schedule: str = "cosine"                 # cosine | constant (after warmup)
+    optimizer: str = "adamw"                 # adamw | sgd
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    clip_grad: float = 0.0                   # max global grad norm; 0 = no clipping
+    precision: str = "fp32"                  # fp32 | bf16 | fp16
+    seed: int = 0
+    model: Optional[str] = None              # module:factory; default the built-in MLP
+    hidden: str = "256,256"
+    dropout: float = 0.1
+    workers: int = 0
+    checkpoint_every: int = 0                # optimizer steps; 0 = only at epoch ends
+    keep_checkpoints: int = 3
+    resume: bool = True
+    deterministic: bool = False
+    backend: str = "auto"                    # auto | gloo | nccl | horovod
+    dist_timeout: float = 600.0              # seconds, for every collective
+    stop_check_every: int = 10               # optimizer steps between requeue-flag agreements
+    stop_after_step: Optional[int] = None    # test hook: act as if the requeue flag appeared at this step
+    log_every: int = 1                       # step records every N optimizer steps
+    run_dir: Optional[str] = None
+    name: Optional[str] = None
+    tensorboard: bool = True                 # used only if the package is installed
+    mlflow: bool = True
+    limits: Limits = dataclasses.field(default_factory=Limits)
+
+
+# job.yaml key -> TrainConfig field
+_KEYMAP = {
+    "epochs": "epochs", "max_steps": "max_steps", "batch_per_gpu": "batch_size", "batch_size": "batch_size",
+    "global_batch": "global_batch", "grad_accum": "grad_accum", "lr": "lr", "lr_scaling": "lr_scaling",
+    "warmup_steps": "warmup_steps", "schedule": "schedule", "optimizer": "optimizer",
+    "weight_decay": "weight_decay", "clip_grad": "clip_grad", "precision": "precision", "seed": "seed",
+    "checkpoint_every": "checkpoint_every", "keep_checkpoints": "keep_checkpoints",
+    "label_column": "label_column", "val_fraction": "val_fraction", "model": "model",
+    "deterministic": "deterministic", "dist_timeout": "dist_timeout", "workers": "workers",
+}
+
+
+def _get(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, Mapping) or key not in d:
+            return None
+        d = d[key]
+    return d
+
+
+def load_job_yaml(path: str) -> dict:
+    """The parsed job.yaml, or {} if absent. A malformed file is an error (say which)."""
+    if not path or not os.path.exists(path):
+        return {}
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    return data if isinstance(data, dict) else {}
+
+
+def job_overrides(job: Mapping) -> tuple[dict, Limits]:
+    """(settings from profile.training then train:, limits) taken from a parsed job.yaml."""
+    settings: dict = {}
+    for block in (_get(job, "profile", "training"), _get(job, "train")):
+        if isinstance(block, Mapping):
+            for key, value in block.items():
+                if key in _KEYMAP and value is not None:
+                    settings[_KEYMAP[key]] = value
+    lim = _get(job, "profile", "limits") or {}
+    limits = Limits()
+    if isinstance(lim, Mapping):
+        if lim.get("max_epochs") is not None:
+            limits.max_epochs = int(lim["max_epochs"])
+        if lim.get("max_batch_per_gpu") is not None:
+            limits.max_batch_per_gpu = int(lim["max_batch_per_gpu"])
+        rng = lim.get("lr_range")
+        if rng is not None:
+            if not (isinstance(rng, (list, tuple)) and len(rng) == 2):
+                raise ConfigError(f"profile.limits.lr_range must be [min, max], got {rng!r}")
+            limits.lr_range = (float(rng[0]), float(rng[1]))
+    return settings, limits
+
+
+def _coerce(name: str, value: Any) -> Any:
+    default = getattr(TrainConfig(), name)
+    if value is None:
+        return None
+    if isinstance(default, bool):
+        if isinstance(value, str):
+            return value.strip().lower() in ("1", "true", "yes", "on")
+        return bool(value)
+    if isinstance(default, int) or name in ("max_steps", "global_batch", "stop_after_step"):
+        if isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"{name} must be an integer, got {value}")
+        return int(value)
+    if isinstance(default, float):
+        return float(value)
+    if name == "hidden" and isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return value
+
+
+def build_config(cli: Mapping[str, Any] | None = None, job: Mapping | None = None) -> TrainConfig:
+    """Merge: defaults < job.yaml < cli (keys with value None are 'not given')."""
+    cfg = TrainConfig()
+    settings, limits = job_overrides(job or {})
+    for key, value in settings.items():
+        setattr(cfg, key, _coerce(key, value))
+    for key, value in (cli or {}).items():
+        if value is None or key == "limits":
+            continue
+        if not hasattr(cfg, key):
+            raise ConfigError(f"unknown setting {key!r}")
+        setattr(cfg, key, _coerce(key, value))
+    cfg.limits = limits
+    return cfg
+
+
+@dataclasses.dataclass(frozen=True)
+class Derived:
+    accum_steps: int
+    global_batch: int
+    lr: float                # effective LR after scaling
+
+
+def derive(cfg: TrainConfig, world_size: int) -> Derived:
+    """Validate against the limits and compute accumulation steps and the effective LR."""
+    if cfg.precision not in ("fp32", "bf16", "fp16"):
+        raise ConfigError(f"--precision must be fp32, bf16 or fp16, got {cfg.precision!r}")
+    if cfg.lr_scaling not in ("none", "linear", "sqrt"):
+        raise ConfigError(f"--lr-scaling must be none, linear or sqrt, got {cfg.lr_scaling!r}")
+    if cfg.epochs < 1:
+        raise ConfigError(f"--epochs must be >= 1, got {cfg.epochs}")
+    if cfg.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    lim = cfg.limits
+    if lim.max_epochs is not None and cfg.epochs > lim.max_epochs:
+        raise ConfigError(f"epochs {cfg.epochs} exceeds the profile limit profile.limits.max_epochs={lim.max_epochs}")
+    if lim.max_batch_per_gpu is not None and cfg.batch_size > lim.max_batch_per_gpu:
+        raise ConfigError(f"batch per GPU {cfg.batch_size} exceeds the profile limit "
+                          f"profile.limits.max_batch_per_gpu={lim.max_batch_per_gpu}; "
+                          f"use --global-batch to get a larger batch through gradient accumulation")
+    per_step = cfg.batch_size * world_size
+    if cfg.global_batch is not None:
+        if cfg.global_batch % per_step != 0 or cfg.global_batch < per_step:
+            raise ConfigError(f"--global-batch {cfg.global_batch} is not a positive multiple of batch per GPU x "
+                              f"world size = {cfg.batch_size} x {world_size} = {per_step}")
+        accum = cfg.global_batch // per_step
+    else:
+        if cfg.grad_accum < 1:
+            raise ConfigError(f"grad_accum must be >= 1, got {cfg.grad_accum}")
+        accum = cfg.grad_accum
+    factor = {"none": 1.0, "linear": float(world_size), "sqrt": math.sqrt(world_size)}[cfg.lr_scaling]
+    lr = cfg.lr * factor
+    if lim.lr_range is not None:
+        lo, hi = lim.lr_range
+        if not lo <= lr <= hi:
+            raise ConfigError(f"effective LR {lr:g} (base {cfg.lr:g} x {cfg.lr_scaling} scaling for world size "
+                              f"{world_size}) is outside profile.limits.lr_range [{lo:g}, {hi:g}]")
+    if cfg.checkpoint_every < 0 or cfg.keep_checkpoints < 1:
+        raise ConfigError("checkpoint_every must be >= 0 and keep_checkpoints >= 1")
+    return Derived(accum, per_step * accum, lr)

@@ -1,0 +1,105 @@
+"""Per-rank metrics: ``metrics/rank<N>.jsonl`` (schema hpclaunch.metrics/1), flushed per record.
+
+TensorBoard (``torch.utils.tensorboard``, needs the ``tensorboard`` package) and MLflow
+(local file store under ``<run_dir>/mlruns``) are used by rank 0 only when importable.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+
+SCHEMA = "hpclaunch.metrics/1"
+log = logging.getLogger("hpclaunch.train_entry")
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None   # JSON has no NaN/inf; null = "not finite"
+    return v
+
+
+class MetricsWriter:
+    def __init__(self, run_dir: str, rank: int, header: dict, tensorboard: bool = True, mlflow: bool = True):
+        self.rank = rank
+        d = os.path.join(run_dir, "metrics")
+        os.makedirs(d, exist_ok=True)
+        self.path = os.path.join(d, f"rank{rank}.jsonl")
+        self._f = open(self.path, "a", buffering=1 << 16)
+        self._write({"kind": "header", "schema": SCHEMA, "time_unix": time.time(), "rank": rank, **header})
+        self._tb = self._mlflow = None
+        if rank == 0 and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+
+                self._tb = SummaryWriter(os.path.join(run_dir, "tensorboard"))
+            except Exception as exc:  # ImportError, or tensorboard missing underneath
+                log.debug("tensorboard off: %s", exc)
+        if rank == 0 and mlflow:
+            try:
+                import mlflow
+
+                mlflow.set_tracking_uri("file:" + os.path.join(os.path.abspath(run_dir), "mlruns"))
+                mlflow.start_run(run_name=header.get("job_name") or "train")
+                mlflow.log_params({k: v for k, v in header.get("config", {}).items() if v is not None})
+                self._mlflow = mlflow
+            except Exception as exc:
+                log.debug("mlflow off: %s", exc)
+
+    def _write(self, rec: dict) -> None:
+        self._f.write(json.dumps({k: _clean(v) for k, v in rec.items()}, separators=(",", ":")) + "\n")
+        self._f.flush()
+
+    def step(self, epoch: int, step: int, loss: float, samples: int, step_time_s: float,
+             grad_norm: float, lr: float, **extra) -> None:
+        self._write({"kind": "step", "time_unix": time.time(), "rank": self.rank, "epoch": epoch, "step": step,
+                     "loss": loss, "samples_per_s": samples / step_time_s if step_time_s > 0 else None,
+                     "step_time_s": step_time_s, "samples": samples, "grad_norm": grad_norm, "lr": lr, **extra})
+        if self._tb is not None:
+            self._tb.add_scalar("train/loss", loss, step)
+            self._tb.add_scalar("train/lr", lr, step)
+            self._tb.add_scalar("train/grad_norm", grad_norm, step)
+        if self._mlflow is not None:
+            self._mlflow.log_metrics({"loss": loss, "lr": lr, "grad_norm": _clean(grad_norm) or 0.0}, step=step)
+
+    def epoch(self, epoch: int, step: int, loss: float, accuracy: float, val_loss, val_accuracy, **extra) -> None:
+        self._write({"kind": "epoch", "time_unix": time.time(), "rank": self.rank, "epoch": epoch, "step": step,
+                     "loss": loss, "accuracy": accuracy, "val_loss": val_loss, "val_accuracy": val_accuracy,
+                     **extra})
+        if self._tb is not None:
+            self._tb.add_scalar("epoch/loss", loss, step)
+            if val_accuracy is not None:
+                self._tb.add_scalar("epoch/val_accuracy", val_accuracy, step)
+                self._tb.add_scalar("epoch/val_loss", val_loss, step)
+        if self._mlflow is not None:
+            vals = {"epoch_loss": loss, "accuracy": accuracy}
+            if val_accuracy is not None:
+                vals.update(val_loss=val_loss, val_accuracy=val_accuracy)
+            self._mlflow.log_metrics({k: _clean(v) or 0.0 for k, v in vals.items()}, step=step)
+
+    def event(self, kind: str, **fields) -> None:
+        self._write({"kind": kind, "time_unix": time.time(), "rank": self.rank, **fields})
+
+    def close(self) -> None:
+        self._f.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._mlflow is not None:
+            try:
+                self._mlflow.end_run()
+            except Exception:
+                pass
+
+
+def read_metrics(path: str) -> list:
+    """Records of one file; a partial last line (killed writer) is skipped."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out

@@ -1,0 +1,389 @@
+"""The reference trainer: ``ModelTrainer(backend=...).train("data.csv", epochs=10)``.
+
+One optimizer step = ``accum_steps`` micro-batches of ``batch_size`` on every rank.
+Checkpoints, the requeue check and metrics all happen at optimizer-step boundaries.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import re
+import socket
+import time
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from . import checkpoint as ckpt
+from .config import ConfigError, TrainConfig, build_config, derive, load_job_yaml
+from .data import TrainLoader, load_csv, make_tensors, split, val_shard
+from .dist_init import Dist, init_distributed, set_deterministic
+from .metrics import MetricsWriter
+from .model import build_model
+from .signals import StopRequest, requeue_exit_code, write_finished
+
+log = logging.getLogger("hpclaunch.train_entry")
+
+
+class RequeueExit(SystemExit):
+    """Raised after the requeue checkpoint; carries the requeue exit code (75)."""
+
+
+@dataclasses.dataclass
+class TrainResult:
+    status: str                     # finished | requeue
+    step: int
+    epoch: int
+    val_accuracy: Optional[float]
+    val_loss: Optional[float]
+    run_dir: str
+    checkpoint: Optional[str]
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "train"
+
+
+def resolve_run_dir(cfg: TrainConfig, env=None) -> str:
+    env = os.environ if env is None else env
+    if cfg.run_dir:
+        return os.path.abspath(cfg.run_dir)
+    if env.get("HPCLAUNCH_RUN_DIR"):
+        return os.path.abspath(env["HPCLAUNCH_RUN_DIR"])
+    name = cfg.name or env.get("HPCLAUNCH_JOB_NAME") or (
+        os.path.splitext(os.path.basename(cfg.data))[0] if cfg.data else "train")
+    return os.path.abspath(os.path.join("runs", f"{slug(name)}-local"))
+
+
+def _lr_lambda(warmup: int, total: int, schedule: str):
+    def f(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant" or total <= warmup:
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    return f
+
+
+def grad_norm_(params, max_norm: float) -> torch.Tensor:
+    """Global L2 norm of the gradients; clip to ``max_norm`` when > 0 (the norm is logged either way)."""
+    if max_norm > 0:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+
+
+class ModelTrainer:
+    """Seed API. ``backend``: auto | gloo | nccl | horovod. Keyword overrides = TrainConfig fields."""
+
+    def __init__(self, backend: str = "auto", config: Optional[TrainConfig] = None, **overrides):
+        self.backend = backend
+        self.config = config
+        self.overrides = overrides
+
+    def train(self, data: Optional[str] = None, epochs: Optional[int] = None, **overrides) -> TrainResult:
+        cfg = self.config
+        if cfg is None:
+            run_dir_hint = overrides.get("run_dir") or self.overrides.get("run_dir") or os.environ.get("HPCLAUNCH_RUN_DIR")
+            job = load_job_yaml(os.path.join(run_dir_hint, "job.yaml")) if run_dir_hint else {}
+            cfg = build_config({**self.overrides, **overrides, "data": data, "epochs": epochs,
+                                "backend": None if self.backend == "auto" else self.backend}, job)
+        else:
+            cfg = dataclasses.replace(cfg, **{k: v for k, v in
+                                              {**self.overrides, **overrides, "data": data, "epochs": epochs}.items()
+                                              if v is not None})
+        return _Run(cfg).run()
+
+
+class _Run:
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+
+    # ------------------------------------------------------------------------------------------
+    def run(self) -> TrainResult:
+        cfg = self.cfg
+        if not cfg.data:
+            raise ConfigError("no training data: give --data FILE.csv")
+        if cfg.deterministic:
+            set_deterministic()
+            cfg.workers = 0
+        dist = init_distributed(backend=cfg.backend, timeout_s=cfg.dist_timeout, seed=cfg.seed)
+        self.dist = dist
+        try:
+            return self._run(dist)
+        finally:
+            dist.shutdown()
+
+    def _run(self, dist: Dist) -> TrainResult:
+        cfg, rank, world = self.cfg, dist.rank, dist.world_size
+        device = dist.device
+        der = derive(cfg, world)
+        run_dir = resolve_run_dir(cfg)
+        if rank == 0:
+            os.makedirs(run_dir, exist_ok=True)
+        control_dir = os.path.join(run_dir, ".hpclaunch")
+        # handlers first: a SIGTERM during data loading / resume must not kill the rank outright
+        stop = StopRequest(os.environ.get("HPCLAUNCH_REQUEUE_FLAG"), control_dir, min_interval_s=0.0)
+        stop.install()
+        try:
+            return self._run_installed(dist, der, run_dir, control_dir, stop)
+        finally:
+            stop.uninstall()
+
+    def _run_installed(self, dist: Dist, der, run_dir: str, control_dir: str, stop: StopRequest) -> TrainResult:
+        cfg, rank, world = self.cfg, dist.rank, dist.world_size
+        device = dist.device
+
+        # -- data --------------------------------------------------------------------------------
+        data = load_csv(cfg.data, cfg.label_column)
+        tr_idx, va_idx = split(len(data.labels), cfg.val_fraction, cfg.seed)
+        x_tr, y_tr = make_tensors(data, tr_idx)
+        x_va, y_va = make_tensors(data, va_idx)
+        shard = torch.from_numpy(val_shard(len(y_va), rank, world))
+        x_va, y_va = x_va[shard].to(device), y_va[shard].to(device)
+        loader = TrainLoader(x_tr, y_tr, cfg.batch_size, rank, world, cfg.seed, workers=cfg.workers,
+                             pin_memory=device.type == "cuda")
+        bpe = loader.batches_per_epoch
+        steps_per_epoch = bpe // der.accum_steps
+        if steps_per_epoch == 0:
+            raise ConfigError(f"one optimizer step needs {der.accum_steps} micro-batches but an epoch has only "
+                              f"{bpe} per rank; lower --global-batch")
+        total_steps = steps_per_epoch * cfg.epochs
+        if cfg.max_steps is not None:
+            total_steps = min(total_steps, cfg.max_steps)
+
+        # -- model / optimizer / schedule / precision --------------------------------------------
+        torch.manual_seed(cfg.seed)  # same init on every rank (DDP/horovod broadcast anyway)
+        model = build_model(cfg.model, data.num_features, data.num_classes, cfg.hidden, cfg.dropout).to(device)
+        torch.manual_seed(cfg.seed + rank)  # back to the per-rank stream (dropout)
+        if cfg.optimizer == "adamw":
+            opt = torch.optim.AdamW(model.parameters(), lr=der.lr, weight_decay=cfg.weight_decay)
+        elif cfg.optimizer == "sgd":
+            opt = torch.optim.SGD(model.parameters(), lr=der.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        else:
+            raise ConfigError(f"--optimizer must be adamw or sgd, got {cfg.optimizer!r}")
+        opt = dist.wrap_optimizer(opt, model, der.accum_steps)  # horovod: before loading any state
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.warmup_steps, total_steps, cfg.schedule))
+        if cfg.precision == "fp16" and device.type != "cuda":
+            raise ConfigError("--precision fp16 needs a CUDA device (GradScaler); use bf16 on CPU")
+        amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.precision]
+        scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "fp16")
+        params = [p for p in model.parameters() if p.requires_grad]
+
+        # -- resume ------------------------------------------------------------------------------
+        store = ckpt.CheckpointStore(os.path.join(run_dir, "checkpoints"), cfg.keep_checkpoints, rank, dist.barrier)
+        state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "ep_loss": 0.0, "ep_correct": 0.0, "ep_count": 0.0}
+        resumed_from = None
+        if rank == 0:
+            store.clean_temp()
+        dist.barrier()
+        if cfg.resume:
+            path = manifest = None
+            if rank == 0:
+                path, manifest, skipped = store.latest_valid()
+                for p, why in skipped:
+                    log.warning("checkpoint %s skipped: %s", p, why)
+                if path is None:
+                    log.info("no valid checkpoint in %s: starting from step 0", store.root)
+            step_sel = dist.broadcast_int(manifest["step"] if manifest else -1)
+            if step_sel >= 0:
+                path = store.step_dir(step_sel)
+                self._load(path, model, opt, sched, scaler, state, rank, world)
+                resumed_from = path
+                if rank == 0:
+                    log.info("resuming from %s (newest valid checkpoint: step %d, epoch %d, batch %d)",
+                             path, state["step"], state["epoch"], state["batch_in_epoch"])
+
+        dmodel = dist.wrap_model(model)
+        dist.broadcast_initial_state(model, opt)
+
+        header = {"world_size": world, "local_rank": dist.local_rank, "host": socket.gethostname(),
+                  "device": str(device), "backend": dist.backend, "launcher": dist.env.launcher,
+                  "attempt": int(os.environ.get("HPCLAUNCH_ATTEMPT", "0") or 0),
+                  "job_name": os.environ.get("HPCLAUNCH_JOB_NAME") or cfg.name,
+                  "accum_steps": der.accum_steps, "global_batch": der.global_batch, "lr": der.lr,
+                  "resumed_from": resumed_from, "resumed_step": state["step"],
+                  "params": sum(p.numel() for p in model.parameters()),
+                  "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "limits"}}
+        mw = MetricsWriter(run_dir, rank, header, cfg.tensorboard, cfg.mlflow)
+        self.store, self.model, self.opt, self.sched, self.scaler, self.state = store, model, opt, sched, scaler, state
+        self.stop, self.mw, self.run_dir = stop, mw, run_dir
+
+        last_ckpt = resumed_from
+        val = (None, None)
+        self._pending = None
+        try:
+            while state["epoch"] < cfg.epochs and state["step"] < total_steps:
+                epoch = state["epoch"]
+                dmodel.train()
+                it = iter(loader.epoch(epoch, state["batch_in_epoch"]))
+                while state["batch_in_epoch"] + der.accum_steps <= steps_per_epoch * der.accum_steps \
+                        and state["step"] < total_steps:
+                    t0 = time.perf_counter()
+                    loss_sum = correct = None
+                    n = 0
+                    for j in range(der.accum_steps):
+                        x, y = next(it)
+                        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                        with dist.no_sync(dmodel, j == der.accum_steps - 1):
+                            with (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()):
+                                out = dmodel(x)
+                                loss = F.cross_entropy(out.float(), y)
+                            scaler.scale(loss / der.accum_steps).backward()
+                        # stays on the device: one host sync per optimizer step (the .item() below)
+                        ls, c = loss.detach() * len(y), (out.detach().argmax(1) == y).sum()
+                        loss_sum, correct = (ls, c) if loss_sum is None else (loss_sum + ls, correct + c)
+                        n += len(y)
+                    dist.synchronize_grads(opt)
+                    scaler.unscale_(opt)
+                    log_now = (state["step"] + 1) % cfg.log_every == 0
+                    # the norm is needed for clipping, or for this step's record (~0.1 ms: skip it otherwise)
+                    gnorm = grad_norm_(params, cfg.clip_grad) if (cfg.clip_grad > 0 or log_now) else None
+                    with dist.optimizer_step_context(opt):
+                        scaler.step(opt)
+                    scaler.update()
+                    opt.zero_grad()  # horovod 0.28's optimizer takes no arguments; None grads are torch's default
+                    lr_now = sched.get_last_lr()[0]
+                    sched.step()
+                    state["step"] += 1
+                    state["batch_in_epoch"] += der.accum_steps
+                    step_loss = loss_sum.item()
+                    state["ep_loss"] += step_loss
+                    state["ep_correct"] += float(correct.item())
+                    state["ep_count"] += n
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    dt = time.perf_counter() - t0
+                    if log_now:
+                        mw.step(epoch, state["step"], step_loss / n, n, dt, float(gnorm), lr_now)
+
+                    end_of_epoch = state["batch_in_epoch"] + der.accum_steps > steps_per_epoch * der.accum_steps \
+                        or state["step"] >= total_steps
+                    if end_of_epoch:
+                        break    # checkpoint / stop check after validation, below
+                    hook = cfg.stop_after_step is not None and state["step"] == cfg.stop_after_step
+                    if state["step"] % max(1, cfg.stop_check_every) == 0 or hook:
+                        if self._agree_stop(hook):
+                            last_ckpt = self._save()
+                            self._requeue_exit(last_ckpt)
+                    if cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0:
+                        last_ckpt = self._save()
+
+                # -- end of epoch (or of max_steps) -------------------------------------------
+                del it
+                val = self._validate(dmodel, x_va, y_va, amp_dtype, device)
+                tot = dist.sum([state["ep_loss"], state["ep_correct"], state["ep_count"]])
+                mw.epoch(epoch, state["step"], tot[0] / max(tot[2], 1), tot[1] / max(tot[2], 1), val[0], val[1])
+                if rank == 0:
+                    log.info("epoch %d step %d loss %.4f acc %.4f val_loss %s val_acc %s", epoch, state["step"],
+                             tot[0] / max(tot[2], 1), tot[1] / max(tot[2], 1),
+                             "-" if val[0] is None else f"{val[0]:.4f}", "-" if val[1] is None else f"{val[1]:.4f}")
+                finished_epoch = state["batch_in_epoch"] + der.accum_steps > steps_per_epoch * der.accum_steps
+                if finished_epoch:
+                    state.update(epoch=epoch + 1, batch_in_epoch=0, ep_loss=0.0, ep_correct=0.0, ep_count=0.0)
+                last_ckpt = self._save()
+                done = state["epoch"] >= cfg.epochs or state["step"] >= total_steps
+                hook = cfg.stop_after_step is not None and state["step"] == cfg.stop_after_step
+                if not done and self._agree_stop(hook, sync=True):
+                    self._requeue_exit(last_ckpt)
+
+            self._drain()
+            if rank == 0:
+                write_finished(run_dir, {"step": state["step"], "epoch": state["epoch"], "time_unix": time.time(),
+                                         "val_accuracy": val[1], "val_loss": val[0], "checkpoint": last_ckpt})
+            dist.barrier()
+            return TrainResult("finished", state["step"], state["epoch"], val[1], val[0], run_dir, last_ckpt)
+        finally:
+            mw.close()
+
+    # ------------------------------------------------------------------------------------------
+    def _agree_stop(self, local_hook: bool = False, sync: bool = False) -> bool:
+        """True on every rank or on none. Between steps the agreement is pipelined: the flag
+        sampled at one check is all-reduced without blocking and read at the next check (every
+        rank runs the same sequence of checks, so they all stop at the same step). At epoch ends
+        and for the test hook it is synchronous."""
+        local = self.stop.local()
+        if local_hook and not local:   # test hook --stop-after-step: behave like a requeue request
+            local, self.stop.reason = True, f"--stop-after-step {self.cfg.stop_after_step}"
+        earlier = False
+        if self._pending is not None:
+            earlier, self._pending = self.dist.any_wait(self._pending), None
+        if sync or local_hook:
+            return self.dist.any(local) or earlier
+        if earlier:
+            return True
+        self._pending = self.dist.any_start(local)
+        return False
+
+    def _drain(self) -> None:
+        if self._pending is not None:
+            self.dist.any_wait(self._pending)
+            self._pending = None
+
+    def _requeue_exit(self, path: str) -> None:
+        code = requeue_exit_code()
+        if self.dist.rank == 0:
+            self.stop.mark_served(self.state["step"])
+            log.warning("requeue requested (%s): checkpoint %s written at step %d; exiting %d",
+                        self.stop.reason or "another rank", path, self.state["step"], code)
+        self.mw.event("requeue", step=self.state["step"], epoch=self.state["epoch"], checkpoint=path,
+                      reason=self.stop.reason)
+        self.dist.barrier()
+        raise RequeueExit(code)
+
+    @torch.no_grad()
+    def _validate(self, dmodel, x, y, amp_dtype, device, batch: int = 4096):
+        model = dmodel.module if hasattr(dmodel, "module") else dmodel
+        model.eval()
+        loss_sum, correct = 0.0, 0.0
+        for i in range(0, len(y), batch):
+            xb, yb = x[i:i + batch], y[i:i + batch]
+            with (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()):
+                out = model(xb)
+            loss_sum += F.cross_entropy(out.float(), yb, reduction="sum").item()
+            correct += (out.argmax(1) == yb).sum().item()
+        model.train()
+        tot = self.dist.sum([loss_sum, correct, float(len(y))])
+        if tot[2] == 0:
+            return None, None
+        return tot[0] / tot[2], tot[1] / tot[2]
+
+    def _save(self) -> str:
+        s, rank = self.state, self.dist.rank
+        shared = {}
+        if rank == 0:
+            shared = {
+                "model.safetensors": ckpt.save_weights_payload(self.model),
+                "trainer.pt": ckpt.torch_bytes({"optimizer": self.opt.state_dict(),
+                                                "scheduler": self.sched.state_dict(),
+                                                "scaler": self.scaler.state_dict(),
+                                                "state": dict(s)}),
+            }
+        per_rank = {f"rng-rank{rank}.pt": ckpt.torch_bytes(ckpt.rng_state())}
+        meta = {"epoch": s["epoch"], "batch_in_epoch": s["batch_in_epoch"], "world_size": self.dist.world_size}
+        return self.store.save(s["step"], shared, per_rank, meta)
+
+    def _load(self, path, model, opt, sched, scaler, state, rank, world) -> None:
+        with open(os.path.join(path, ckpt.MANIFEST)) as f:
+            manifest = json.load(f)
+        ckpt.load_weights(model, os.path.join(path, "model.safetensors"))
+        tr = ckpt.torch_load(os.path.join(path, "trainer.pt"))
+        opt.load_state_dict(tr["optimizer"])
+        sched.load_state_dict(tr["scheduler"])
+        scaler.load_state_dict(tr["scaler"])
+        state.update(tr["state"])
+        rng_path = os.path.join(path, f"rng-rank{rank}.pt")
+        if manifest.get("world_size") != world:
+            log.warning("checkpoint %s was written by %s ranks, now %d: restarting epoch %d from its first batch "
+                        "(exact resume needs the same world size)", path, manifest.get("world_size"), world,
+                        state["epoch"])
+            state.update(batch_in_epoch=0, ep_loss=0.0, ep_correct=0.0, ep_count=0.0)
+        if os.path.exists(rng_path):
+            ckpt.set_rng_state(ckpt.torch_load(rng_path))
+        else:
+            log.warning("no RNG state for rank %d in %s; RNGs stay freshly seeded", rank, path)
