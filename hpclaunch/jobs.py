@@ -53,6 +53,12 @@ class Job:
             st = self._array_status(be)
         else:
             st = be.status(self.record.job_id)
+        if st.state == "UNKNOWN":
+            # Slurm has forgotten the job (no accounting, MinJobAge passed, or a reset cluster):
+            # the registry still holds the last state hpclaunch saw.
+            rec = self.registry.get(self.record.key)
+            if rec.state != "PENDING" or rec.exit_code is not None:
+                st.state, st.exit_code, st.source = rec.state, rec.exit_code, "registry"
         outcome = script_outcome(self.record.run_dir)
         if outcome and outcome.get("outcome") == "gave_up" and st.final:
             st.state = "GAVE_UP"
