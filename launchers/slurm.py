@@ -227,7 +227,7 @@ class SlurmBackend:
     # --- status ---------------------------------------------------------------------------------
 
     def status(self, job_id: str, array: bool = False) -> JobStatus:
-        proc = slurmcli.run(["squeue", "-h", "-r", "-j", job_id, "-o", "%i|%T|%M|%D|%R"], check=False)
+        proc = slurmcli.run(["squeue", "-h", "-r", "-j", job_id, "-o", "%i|%T|%M|%N|%r"], check=False)
         rows = list(slurmcli.columns(proc.stdout)) if proc.returncode == 0 else []
         if array:
             return self._array_status(job_id, rows)
