@@ -1,0 +1,78 @@
+"""Submission hygiene without a cluster: inherited Slurm settings dropped, secrets never written,
+transient controller errors retried, and the Python API."""
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from hpclaunch.launchers import slurmcli
+
+
+def test_clean_env_drops_an_enclosing_jobs_settings():
+    env = {"SLURM_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "3", "SBATCH_PARTITION": "gpu", "SRUN_CPUS_PER_TASK": "8",
+           "SLURM_CPU_BIND": "cores", "PMIX_RANK": "0", "SLURM_CONF": "/etc/slurm/x.conf", "HOME": "/root",
+           "PATH": "/usr/bin"}
+    out = slurmcli.clean_env(env)
+    assert out == {"SLURM_CONF": "/etc/slurm/x.conf", "HOME": "/root", "PATH": "/usr/bin"}
+
+
+def test_secrets_in_the_environment_are_never_written(hpc_home, tmp_path):
+    secret = "s3cr3t-value-never-on-disk"
+    (tmp_path / "job.yaml").write_text(
+        "name: secretive\nlauncher: srun\ncommand: [bash, -c, 'test -n \"$MY_API_TOKEN\" && echo token-seen']\n"
+        "resources: {nodes: 1, tasks_per_node: 1}\nmonitor: {interval: 0}\n")
+    env = dict(os.environ, MY_API_TOKEN=secret)
+    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "submit", "job.yaml", "--backend", "local", "--wait"],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    found = []
+    for root in (tmp_path, hpc_home):
+        for dirpath, _, files in os.walk(root):
+            for name in files:
+                with open(os.path.join(dirpath, name), "rb") as f:
+                    if secret.encode() in f.read():
+                        found.append(os.path.join(dirpath, name))
+    assert found == []
+    logs = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "runs") for f in fs if f == "rank0.log"]
+    assert open(logs[0]).read().strip() == "token-seen"   # passed through by name, to the job only
+
+
+def test_transient_errors_are_retried_then_succeed(tmp_path, monkeypatch):
+    """A command that fails like a busy controller twice, then answers."""
+    tool = tmp_path / "flaky"
+    count = tmp_path / "count"
+    tool.write_text(f"""#!/bin/bash
+n=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}
+if [ "$n" -lt 2 ]; then echo "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation" >&2; exit 1; fi
+echo 4242
+""")
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("HPCLAUNCH_SLURM_RETRY_DELAY", "0.01")
+    proc = slurmcli.run([str(tool)])
+    assert proc.stdout.strip() == "4242" and count.read_text().strip() == "3"
+
+
+def test_permanent_errors_are_not_retried_and_say_why(tmp_path, monkeypatch):
+    tool = tmp_path / "refuse"
+    count = tmp_path / "count"
+    tool.write_text(f"#!/bin/bash\necho x >> {count}\n"
+                    "echo 'sbatch: error: Batch job submission failed: Invalid account or account/partition "
+                    "combination specified' >&2\nexit 1\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    with pytest.raises(slurmcli.SlurmError) as e:
+        slurmcli.run([str(tool)])
+    assert "Invalid account" in str(e.value) and len(count.read_text().split()) == 1
+
+
+def test_python_api(hpc_home, tmp_path, monkeypatch):
+    import hpclaunch
+    (tmp_path / "job.yaml").write_text("name: api\nlauncher: srun\ncommand: [bash, -c, 'echo from $SLURM_PROCID']\n"
+                                       "resources: {nodes: 1, tasks_per_node: 2}\nmonitor: {interval: 0}\n")
+    monkeypatch.chdir(tmp_path)
+    job = hpclaunch.submit("job.yaml", ["env.X=1"], backend="local")
+    st = job.wait(poll=0.2, timeout=120)
+    assert st.state == "COMPLETED" and job.status().exit_code == 0
+    assert "from 0" in job.logs(rank=0) and "from 1" in job.logs(rank=1)
+    assert isinstance(job, hpclaunch.Job) and job.id and os.path.isdir(job.run_dir)
