@@ -44,6 +44,12 @@ cluster_fixture = _load_cluster_fixture()
 
 
 @pytest.fixture(scope="session")
+def cluster_control():
+    """The cluster fixture module itself, for tests that need another node count or no accounting."""
+    return cluster_fixture
+
+
+@pytest.fixture(scope="session")
 def slurm():
     """The throwaway 2-node Slurm cluster, started once (root; in CI it must run, never skip)."""
     cluster_fixture.cluster_available_or_skip()

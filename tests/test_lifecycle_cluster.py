@@ -280,12 +280,12 @@ sweep:
                 subprocess.run(["scancel", r["job_id"]])
 
 
-def test_node_failure_recovers_without_the_node(hpc_home, tmp_path):
+def test_node_failure_recovers_without_the_node(hpc_home, tmp_path, cluster_control):
     """A 2-node job on a 3-node cluster loses a node mid-run (every process in that node's namespace
     is killed, and the node marked DOWN, as a health check would): the job comes back on the other
     nodes and resumes from its checkpoint. Slurm requeues it (hpclaunch asked for --requeue); where
     Slurm does not, `hpclaunch submit --wait` resubmits it with --exclude (Job.wait)."""
-    from conftest import cluster_fixture
+    cluster_fixture = cluster_control
     cluster_fixture.cluster_available_or_skip()
     os.environ.update(cluster_fixture.ensure_cluster(nodes=3))
     try:
@@ -338,9 +338,9 @@ requeue: {{max_attempts: 3}}
         os.environ.update(cluster_fixture.ensure_cluster(nodes=2))
 
 
-def test_status_without_accounting(hpc_home, tmp_path):
+def test_status_without_accounting(hpc_home, tmp_path, cluster_control):
     """With slurmdbd off (sacct disabled), status still follows a job to its end through scontrol."""
-    from conftest import cluster_fixture
+    cluster_fixture = cluster_control
     cluster_fixture.cluster_available_or_skip()
     os.environ.update(cluster_fixture.ensure_cluster(nodes=2, accounting="none"))
     try:

@@ -60,18 +60,27 @@ def test_fake_srun_step_and_collective_timeout(tmp_path, digits_csv):
                 p.communicate()
 
 
+def _horovodrun():
+    """horovodrun of this interpreter's environment (the venv need not be on PATH)."""
+    import sys
+    beside = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    return beside if os.path.exists(beside) else shutil.which("horovodrun")
+
+
 def _horovod_available():
     try:
         import importlib.util
 
-        return importlib.util.find_spec("horovod.torch") is not None and shutil.which("horovodrun") is not None
+        return importlib.util.find_spec("horovod.torch") is not None and _horovodrun() is not None
     except ModuleNotFoundError:
         return False
 
 
-@pytest.mark.skipif(not _horovod_available(), reason="horovod not installed (pip install hpclaunch[horovod])")
+@pytest.mark.skipif(not _horovod_available() and os.environ.get("CI") != "true",
+                    reason="horovod not installed (make horovod); in CI this test must run")
 def test_horovodrun_gloo(tmp_path, digits_csv):
-    r = run([shutil.which("horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2", PY, "-m", "hpclaunch.train_entry",
+    assert _horovod_available(), "horovod is not installed: run `make horovod` (CI does)"
+    r = run([_horovodrun(), "--gloo", "-np", "2", "-H", "localhost:2", PY, "-m", "hpclaunch.train_entry",
              "--data", digits_csv, "--epochs", 2, "--run-dir", tmp_path, "--global-batch", 256, "--batch-size", 64],
             env=rank_env(), timeout=150)
     assert r.returncode == 0, r.stdout[-3000:]
