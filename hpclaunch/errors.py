@@ -1,10 +1,10 @@
 """Errors that reach the user as clear one-line messages, never as tracebacks."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .model import model
 
 
-@dataclass(frozen=True)
+@model(frozen=True)
 class Problem:
     """One thing wrong with the input: where, what, the offending value, and the fix."""
 

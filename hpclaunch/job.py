@@ -1,4 +1,4 @@
-"""The job file: its schema as typed dataclasses, with per-field checks.
+"""The job file: its schema as typed records (hpclaunch.model), with per-field checks.
 
 Cross-field rules and the profile's limits live in validate.py; this module only
 says what each key is and which values are well-formed on their own.
@@ -6,9 +6,9 @@ says what each key is and which values are well-formed on their own.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Dict, List, Literal, Optional, Tuple
 
+from .model import model
 from .typedload import Scalar, field
 from .units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
 
@@ -69,7 +69,7 @@ def _command_check(value: List[str]) -> Optional[Tuple[str, str]]:
     return None
 
 
-@dataclass
+@model
 class Resources:
     """What each job asks Slurm for."""
 
@@ -83,7 +83,7 @@ class Resources:
     time: str = field("00:30:00", help=f"time limit ({TIME_FORMATS})", check=_time_check)
 
 
-@dataclass
+@model
 class SlurmOptions:
     """Scheduler placement and pass-through options."""
 
@@ -97,7 +97,7 @@ class SlurmOptions:
                              help="extra #SBATCH long options, passed through after validation of their form")
 
 
-@dataclass
+@model
 class Monitor:
     """The per-node power/thermal monitor."""
 
@@ -107,7 +107,7 @@ class Monitor:
                             if 0 < v < 0.05 else None)
 
 
-@dataclass
+@model
 class Requeue:
     """Automatic requeue before the time limit (or on preemption)."""
 
@@ -120,7 +120,7 @@ class Requeue:
                        minimum=1, maximum=65535)
 
 
-@dataclass
+@model
 class Rendezvous:
     """Where ranks meet: the head node and a per-job port."""
 
@@ -128,7 +128,7 @@ class Rendezvous:
                                 minimum=1024, maximum=65535)
 
 
-@dataclass
+@model
 class Train:
     """Settings for hpclaunch.train_entry; checked against the profile's training limits."""
 
@@ -142,7 +142,7 @@ class Train:
     keep_checkpoints: Optional[int] = field(None, help="checkpoints kept", minimum=1)
 
 
-@dataclass
+@model
 class Sweep:
     """A parameter sweep: one Slurm job array, one task per point. `{name}` in command arguments
     and env values is replaced by the point's value of parameter `name`."""
@@ -156,7 +156,7 @@ class Sweep:
     parallelism: Optional[int] = field(None, help="tasks running at once (--array=...%N)", minimum=1)
 
 
-@dataclass
+@model
 class Job:
     """An hpclaunch job file."""
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
 
 from .errors import InvalidInput, Problem
 from .job import Job
 from .merge import merge_into, set_path
+from .model import model
 from .overrides import parse_override
 from .profiles import LoadedProfile, load_profile
 from .typedload import Loader, SourceMap, to_plain
@@ -16,7 +16,7 @@ from .yamlio import display_path, load_yaml_file, load_yaml_text
 OVERRIDE_LABEL = "command line"
 
 
-@dataclass
+@model
 class Resolved:
     """A job ready to render: the typed job, its profile, and where each value came from."""
 

@@ -1,12 +1,12 @@
 """Command-line overrides: `-o resources.nodes=4`, typed like the job file."""
 from __future__ import annotations
 
-import dataclasses
 import typing
 from typing import Any
 
 from .errors import HpclaunchError
 from .job import Job
+from .model import fields, is_model
 from .typedload import Scalar, _hints
 
 _STRINGY = (str, Scalar)
@@ -41,7 +41,7 @@ def _field_type(dotted: str) -> Any:
             args = [a for a in typing.get_args(tp) if a is not type(None)]
             tp = args[0] if len(args) == 1 else tp
             origin = typing.get_origin(tp)
-        if dataclasses.is_dataclass(tp):
+        if is_model(tp):
             hints = _hints(tp)
             if part not in hints:
                 return _UNKNOWN
@@ -65,8 +65,8 @@ def _is_stringy(tp: Any) -> bool:
 def _suggest(dotted: str) -> str:
     prefix, _, last = dotted.rpartition(".")
     tp = _field_type(prefix) if prefix else Job
-    if dataclasses.is_dataclass(tp):
-        names = [f.name for f in dataclasses.fields(tp)]
+    if is_model(tp):
+        names = [f.name for f in fields(tp)]
         import difflib
         close = difflib.get_close_matches(last, names, n=1)
         if close:

@@ -8,16 +8,16 @@ and what the site allows. Job keys the profile wants to default go under
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Dict, List, Literal, Optional
 
 from .job import _mem_check, _slurm_word, _time_check, runs_root_problem
+from .model import model
 from .typedload import Scalar, field
 
 _HOST_PART = re.compile(r"^[A-Za-z0-9.-]*$")
 
 
-@dataclass
+@model
 class NodeShape:
     """What one compute node holds."""
 
@@ -28,7 +28,7 @@ class NodeShape:
     gpu_mem_gib: Optional[float] = field(None, help="memory per GPU in GiB", minimum=0)
 
 
-@dataclass
+@model
 class Network:
     """How ranks find the head node and which interface collectives use."""
 
@@ -39,7 +39,7 @@ class Network:
                                  ("is not a host name part", "use letters, digits, '.' and '-' only"))
 
 
-@dataclass
+@model
 class MpiSettings:
     """How the mpi launcher starts ranks on this site."""
 
@@ -48,7 +48,7 @@ class MpiSettings:
     mpirun_args: List[str] = field(default_factory=list, help="extra mpirun arguments (e.g. --oversubscribe)")
 
 
-@dataclass
+@model
 class HorovodSettings:
     """How the horovod launcher starts ranks and how they talk."""
 
@@ -59,7 +59,7 @@ class HorovodSettings:
     extra_args: List[str] = field(default_factory=list, help="extra horovodrun arguments")
 
 
-@dataclass
+@model
 class RendezvousSettings:
     """Per-job rendezvous ports: base + (job id mod range), so concurrent jobs differ."""
 
@@ -67,7 +67,7 @@ class RendezvousSettings:
     port_range: int = field(10000, minimum=1, maximum=40000, help="number of ports to spread jobs over")
 
 
-@dataclass
+@model
 class Limits:
     """What the site allows; validation refuses more."""
 
@@ -81,7 +81,7 @@ class Limits:
                                             ("must be two numbers [min, max] with min <= max", "e.g. [1.0e-6, 1.0]"))
 
 
-@dataclass
+@model
 class Training:
     """How train_entry runs on this hardware."""
 
@@ -91,7 +91,7 @@ class Training:
     tensorboard_dir: Optional[str] = field(None, help="TensorBoard log dir, relative to the run directory or absolute")
 
 
-@dataclass
+@model
 class MonitorSettings:
     """Which monitor sources this hardware has."""
 
@@ -99,7 +99,7 @@ class MonitorSettings:
         default_factory=lambda: ["nvml", "host", "rapl"], help="sources the monitor samples")
 
 
-@dataclass
+@model
 class Profile:
     """An hpclaunch cluster profile."""
 

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from .errors import HpclaunchError, InvalidInput, Problem
 from .merge import merge_into
+from .model import model
 from .profile import Profile
 from .typedload import Loader, SourceMap
 from .yamlio import display_path, load_yaml_file
@@ -58,7 +58,7 @@ def available_profiles(cwd: str | None = None) -> list[str]:
     return names
 
 
-@dataclass
+@model
 class LoadedProfile:
     profile: Profile
     path: str

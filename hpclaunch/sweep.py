@@ -65,9 +65,9 @@ JOB_KEY_PREFIXES = ("env", "train")
 
 
 def _train_keys() -> list[str]:
-    import dataclasses
     from .job import Train
-    return [f.name for f in dataclasses.fields(Train)]
+    from .model import fields
+    return [f.name for f in fields(Train)]
 
 
 def _spec_problem(spec: Any, method: str) -> Optional[tuple[str, str]]:

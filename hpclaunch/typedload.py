@@ -8,11 +8,12 @@ the conversion too, but costs more import time than the whole renderer's budget
 """
 from __future__ import annotations
 
-import dataclasses
 import typing
 from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Union
 
 from .errors import Problem
+from .model import MISSING, fields, is_model
+from .model import field as _field
 
 Check = Callable[[Any], Optional[Tuple[str, str]]]  # value -> (message, fix) or None
 
@@ -23,12 +24,10 @@ def meta(help: str = "", *, minimum: float | None = None, maximum: float | None 
             "example": example}
 
 
-def field(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
+def field(default: Any = MISSING, *, default_factory: Any = MISSING,
           **kwargs: Any) -> Any:
-    """A dataclass field with hpclaunch metadata (help text, bounds, a value check)."""
-    if default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=default_factory, metadata=meta(**kwargs))
-    return dataclasses.field(default=default, metadata=meta(**kwargs))
+    """A model field with hpclaunch metadata (help text, bounds, a value check)."""
+    return _field(default, default_factory=default_factory, metadata=meta(**kwargs))
 
 
 class SourceMap:
@@ -65,7 +64,7 @@ def _type_name(tp: Any) -> str:
         return "a string"
     if tp is bool:
         return "true or false"
-    if dataclasses.is_dataclass(tp):
+    if is_model(tp):
         return "a mapping"
     if origin in (list, List):
         return "a list"
@@ -102,17 +101,17 @@ class Loader:
             self.problem(path or "(top level)", f"expected a mapping, got a {_yaml_kind(data)}",
                          data, "write it as `key: value` lines")
             return None
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+        known = {f.name: f for f in fields(cls)}
         hints = _hints(cls)
         for key in data:
-            if key not in fields:
-                self._unknown_key(path, key, data[key], sorted(fields))
+            if key not in known:
+                self._unknown_key(path, key, data[key], sorted(known))
         values = {}
-        for name, f in fields.items():
+        for name, f in known.items():
             sub = f"{path}.{name}" if path else name
             if name in data:
                 values[name] = self.convert(hints[name], data[name], sub, f.metadata)
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            elif f.default is MISSING and f.default_factory is MISSING:
                 self.problem(sub, "is required", None, _required_fix(name, f.metadata),
                              has_value=False)
                 values[name] = None
@@ -168,7 +167,7 @@ class Loader:
                 if _fits(arg, value):
                     return self._convert(arg, value, path)
             return self._wrong(tp, value, path)
-        if dataclasses.is_dataclass(tp):
+        if is_model(tp):
             if value is None:
                 return self._wrong(tp, value, path)
             out = self.load(tp, value, path)
@@ -247,7 +246,7 @@ def _fits(tp: Any, value: Any) -> bool:
     origin = typing.get_origin(tp)
     if origin in (list, List):
         return isinstance(value, list)
-    if origin in (dict, Dict) or dataclasses.is_dataclass(tp):
+    if origin in (dict, Dict) or is_model(tp):
         return isinstance(value, dict)
     return False
 
@@ -268,8 +267,8 @@ def _required_fix(name: str, md: Any) -> str:
 
 def to_plain(obj: Any) -> Any:
     """A dataclass tree back to plain dicts/lists (for job.yaml and JSON)."""
-    if dataclasses.is_dataclass(obj):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if is_model(obj):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in fields(obj)}
     if isinstance(obj, list):
         return [to_plain(v) for v in obj]
     if isinstance(obj, dict):
@@ -289,15 +288,15 @@ def json_schema(cls: type, title: str = "") -> dict:
 def _schema_of(tp: Any, md: Any = None) -> dict:
     origin = typing.get_origin(tp)
     out: dict[str, Any]
-    if dataclasses.is_dataclass(tp):
+    if is_model(tp):
         hints = _hints(tp)
         props, required = {}, []
-        for f in dataclasses.fields(tp):
+        for f in fields(tp):
             props[f.name] = _schema_of(hints[f.name], f.metadata)
-            if f.default is not dataclasses.MISSING and f.default is not None \
-                    and not dataclasses.is_dataclass(f.default):
+            if f.default is not MISSING and f.default is not None \
+                    and not is_model(f.default):
                 props[f.name]["default"] = f.default
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            if f.default is MISSING and f.default_factory is MISSING:
                 required.append(f.name)
         out = {"type": "object", "properties": props, "additionalProperties": False}
         if required:

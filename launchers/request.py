@@ -7,7 +7,7 @@ or calls sbatch.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from hpclaunch.model import field, model
 from typing import Optional, Tuple
 
 from hpclaunch.loading import Resolved
@@ -24,7 +24,7 @@ def slug(name: str) -> str:
     return (text or "job")[:64]
 
 
-@dataclass(frozen=True)
+@model(frozen=True)
 class BatchRequest:
     job_name: str                      # exact, any characters
     slug: str                          # safe form, for --job-name and directories
