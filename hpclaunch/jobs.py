@@ -179,7 +179,7 @@ def rank_logs(run_dir: str, attempt: Optional[int] = None) -> list[RankLog]:
     if attempt is None:
         attempts = attempts_of(run_dir)
         if not attempts:
-            return []
+            return _submitit_logs(run_dir)
         attempt = attempts[-1]
     folder = os.path.join(run_dir, "logs", f"attempt{attempt}")
     out = []
@@ -195,6 +195,16 @@ def rank_logs(run_dir: str, attempt: Optional[int] = None) -> list[RankLog]:
         except (OSError, ValueError):
             pass
         out.append(RankLog(int(m.group(1)), path, code, when))
+    return sorted(out, key=lambda r: r.rank)
+
+
+def _submitit_logs(run_dir: str) -> list[RankLog]:
+    """A submitit job's folder: <jobid>_<task>_log.out per task (stderr beside it as _log.err)."""
+    out = []
+    for path in glob.glob(os.path.join(run_dir, "*_log.out")):
+        m = re.search(r"_(\d+)_log\.out$", path)
+        if m:
+            out.append(RankLog(int(m.group(1)), path, None, None))
     return sorted(out, key=lambda r: r.rank)
 
 

@@ -65,6 +65,9 @@ def test_function_result_through_the_cluster_and_registry(slurm, hpc_home, tmp_p
     st = wait_final(job.job_id)
     assert st["state"] == "COMPLETED" and st["exit_code"] == 0, st
     assert job.hpclaunch.record.job_id == job.job_id
+    # hpclaunch logs shows submitit's per-task log
+    logs = hl("logs", job.job_id)
+    assert "==> rank 0" in logs and "_0_log.out" in logs
 
     # a second call gets its own folder
     again = submit_function(add, 1, 1, profile="testcluster", nodes=1, tasks_per_node=1)
