@@ -1,4 +1,5 @@
-"""Per-rank metrics: ``metrics/rank<N>.jsonl`` (schema hpclaunch.metrics/1), flushed per record.
+"""Per-rank metrics: ``metrics/rank<N>.jsonl`` (schema hpclaunch.metrics/1). Step records are flushed
+at most once a second (a flush per step is a syscall on every step); every other record at once.
 
 TensorBoard (``torch.utils.tensorboard``, needs the ``tensorboard`` package) and MLflow
 (local file store under ``<run_dir>/mlruns``) are used by rank 0 only when importable.
@@ -28,6 +29,7 @@ class MetricsWriter:
         os.makedirs(d, exist_ok=True)
         self.path = os.path.join(d, f"rank{rank}.jsonl")
         self._f = open(self.path, "a", buffering=1 << 16)
+        self._flushed = 0.0
         self._write({"kind": "header", "schema": SCHEMA, "time_unix": time.time(), "rank": rank, **header})
         self._tb = self._mlflow = None
         if rank == 0 and tensorboard:
@@ -48,15 +50,21 @@ class MetricsWriter:
             except Exception as exc:
                 log.debug("mlflow off: %s", exc)
 
-    def _write(self, rec: dict) -> None:
+    FLUSH_EVERY_S = 1.0
+
+    def _write(self, rec: dict, lazy: bool = False) -> None:
         self._f.write(json.dumps({k: _clean(v) for k, v in rec.items()}, separators=(",", ":")) + "\n")
-        self._f.flush()
+        now = time.monotonic()
+        if not lazy or now - self._flushed >= self.FLUSH_EVERY_S:
+            self._f.flush()
+            self._flushed = now
 
     def step(self, epoch: int, step: int, loss: float, samples: int, step_time_s: float,
              grad_norm: float, lr: float, **extra) -> None:
         self._write({"kind": "step", "time_unix": time.time(), "rank": self.rank, "epoch": epoch, "step": step,
                      "loss": loss, "samples_per_s": samples / step_time_s if step_time_s > 0 else None,
-                     "step_time_s": step_time_s, "samples": samples, "grad_norm": grad_norm, "lr": lr, **extra})
+                     "step_time_s": step_time_s, "samples": samples, "grad_norm": grad_norm, "lr": lr, **extra},
+                    lazy=True)
         if self._tb is not None:
             self._tb.add_scalar("train/loss", loss, step)
             self._tb.add_scalar("train/lr", lr, step)
