@@ -1,6 +1,7 @@
 """The host source, for real (psutil on this machine)."""
 
 import os
+import time
 
 from hpclaunch.monitors import schema
 from hpclaunch.monitors.host import HostSampler
@@ -25,7 +26,11 @@ def test_host_rows_are_real_measurements(events, fast):
     h = HostSampler("n1", events, rapl=None, cpu_temp=None, fast=fast)
     assert h.start()
     r1 = h.sample(1.0)
-    sum(i * i for i in range(200000))  # burn a little CPU
+    # Burn CPU for several clock ticks: /proc/stat counts in jiffies (10 ms), and a burn shorter
+    # than one tick rightly gives an empty cpu_pct (nothing measured), which is not what this checks.
+    t_end = time.perf_counter() + 0.15
+    while time.perf_counter() < t_end:
+        sum(i * i for i in range(2000))
     r2 = h.sample(2.0)
     assert len(r1) == len(schema.HOST_COLUMNS)
     assert r1[C["cpu_pct"]] is None              # no previous call to compare with: empty, not 0
