@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="start after JOB (id or name); KIND afterok (default), afterany or afternotok")
     c.add_argument("--wait", action="store_true", help="follow the job until it ends; exit with its exit code")
     c.add_argument("--no-preflight", action="store_true", help="skip the checks against the live cluster")
+    c.add_argument("--test-only", action="store_true",
+                   help="preflight and `sbatch --test-only` (when and where it would start); queue nothing")
     c.add_argument("--json", action="store_true", help="print the submission as JSON")
 
     c = sub.add_parser("status", help="state of a job (or of your active jobs)")
@@ -165,7 +167,14 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from .submission import submit
+    from .submission import submit, test_only
+    if args.test_only:
+        verdict = test_only(args.job, args.override, after=args.after)
+        if args.json:
+            _print_json({"queued": False, "sbatch_test_only": verdict})
+        else:
+            print(f"preflight passed; nothing queued. sbatch --test-only: {verdict}")
+        return 0
     job = submit(args.job, args.override, backend=args.backend, after=args.after,
                  preflight=not args.no_preflight)
     rec = job.record

@@ -87,12 +87,14 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
            after: Sequence[str] = (), preflight: bool = True, cwd: Optional[str] = None,
            registry: Optional[Registry] = None) -> Job:
     """Submit a job file (or a resolved job); returns a Job handle."""
+    be = get_backend(backend)
+    if be.name == "slurm":
+        be.prefetch(preflight)  # the cluster answers while the job loads and renders
     from .launchers.render import render_script
     from .launchers.request import build_request
     resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
     cwd = os.path.abspath(cwd or os.getcwd())
     reg = registry or Registry()
-    be = get_backend(backend)
     request = build_request(resolved)
     script = render_script(request)
     root = request.runs_root if os.path.isabs(request.runs_root) else os.path.join(cwd, request.runs_root)
@@ -144,6 +146,21 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
         raise
     reg.event(rec.key, "released")
     return Job(rec, reg)
+
+
+def test_only(job: str | Resolved, overrides: Sequence[str] = (), *, after: Sequence[str] = ()) -> str:
+    """Preflight plus `sbatch --test-only`: would Slurm take this job, and when would it start?
+    Queues and records nothing."""
+    be = get_backend("slurm")
+    be.prefetch(True)
+    from .launchers.render import render_script
+    from .launchers.request import _array_spec, build_request
+    resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
+    request = build_request(resolved)
+    args = [f"--dependency={','.join(parse_after(a, Registry()) for a in after)}"] if after else []
+    if request.array_size:
+        args.append(f"--array={_array_spec(min(request.array_size, be.max_array_size()), request.parallelism)}")
+    return be.preflight(resolved, request, render_script(request), args, test_only=True) or ""
 
 
 def _submit_array(be, reg: Registry, resolved: Resolved, request, script: str, args: list[str], root: str,

@@ -41,7 +41,8 @@ class SourceMap:
         while path:
             if path in self.origins:
                 return self.origins[path]
-            path = path.rpartition(".")[0]
+            # Parent first: `slurm.extra[0]` -> `slurm.extra` -> `slurm` (an item has its list's origin).
+            path = path[: path.rindex("[")] if path.endswith("]") and "[" in path else path.rpartition(".")[0]
         return self.default
 
 

@@ -69,6 +69,37 @@ def run(cmd: list[str], *, input: str | None = None, env: dict | None = None, re
                          f"{_hint(message, attempt)}", message)
 
 
+class Pending:
+    """A Slurm query started now and read later, so that several run at once and overlap with
+    the caller's own work. A failure is handed to run(), which retries it or reports it."""
+
+    def __init__(self, cmd: list[str], env: dict | None = None) -> None:
+        self.cmd = cmd
+        self._env = env
+        try:
+            self._proc: Optional[subprocess.Popen] = subprocess.Popen(
+                cmd, env=env if env is not None else clean_env(), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        except OSError:
+            self._proc = None  # run() reports it
+        self._result: Optional[subprocess.CompletedProcess] = None
+
+    def result(self, check: bool = True) -> subprocess.CompletedProcess:
+        if self._result is None:
+            proc = None
+            if self._proc is not None:
+                try:
+                    out, err = self._proc.communicate(timeout=60)
+                    proc = subprocess.CompletedProcess(self.cmd, self._proc.returncode, out, err)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.communicate()
+            if proc is None or (proc.returncode != 0 and (check or is_transient(proc.stderr + proc.stdout))):
+                proc = run(self.cmd, env=self._env, check=check)
+            self._result = proc
+        return self._result
+
+
 def is_transient(message: str) -> bool:
     low = message.lower()
     return any(t in low for t in TRANSIENT)
@@ -100,12 +131,16 @@ def parse_records(text: str) -> list[dict[str, str]]:
     return out
 
 
-def show(kind: str, name: str | None = None) -> list[dict[str, str]]:
-    cmd = ["scontrol", "-o", "show", kind] + ([name] if name else [])
-    proc = run(cmd, check=False)
+def show(kind: str, name: str | None = None, pending: Optional[Pending] = None) -> list[dict[str, str]]:
+    """`scontrol -o show KIND [NAME]` as records ([] when Slurm knows no such thing)."""
+    proc = (pending or Pending(show_cmd(kind, name))).result(check=False)
     if proc.returncode != 0:
         return []
     return parse_records(proc.stdout)
+
+
+def show_cmd(kind: str, name: str | None = None) -> list[str]:
+    return ["scontrol", "-o", "show", kind] + ([name] if name else [])
 
 
 def hostnames(nodelist: str) -> list[str]:

@@ -166,6 +166,21 @@ monitor: {interval: 0}
         assert proc.returncode == 2, (text, proc.stdout, proc.stderr)
         assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert words in proc.stderr, proc.stderr
+    # A request only Slurm can judge (an unknown node feature): the held sbatch is refused, so
+    # nothing is queued or recorded, as with --test-only.
+    proc = hl("submit", job_file(tmp_path, base + "resources: {nodes: 1, tasks_per_node: 1}\n"
+                                 "slurm: {constraint: nosuchfeature}\n"),
+              "--backend", "slurm", cwd=str(tmp_path), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "sbatch" in proc.stderr and "feature" in proc.stderr.lower(), proc.stderr
+    # --test-only: the checks plus Slurm's own verdict, and nothing queued either.
+    ok = job_file(tmp_path, base + "resources: {nodes: 2, tasks_per_node: 1}\n")
+    proc = hl("submit", ok, "--backend", "slurm", "--test-only", "--json", cwd=str(tmp_path))
+    out = json.loads(proc.stdout)
+    assert out["queued"] is False and "to start at" in out["sbatch_test_only"], out
+    proc = hl("submit", job_file(tmp_path, base + "resources: {nodes: 1, tasks_per_node: 1, time: '02:00:00'}\n"),
+              "--test-only", cwd=str(tmp_path), check=False)
+    assert proc.returncode == 2 and "MaxTime" in proc.stderr, proc.stderr
     assert subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout == before
     assert json.loads(hl("list", "--all", "--json", cwd="/").stdout) == []
     assert not (tmp_path / "runs").exists()

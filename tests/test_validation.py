@@ -134,3 +134,13 @@ def test_no_traceback_in_a_real_process(write):
     path = write("job.yaml", "name: [\n")
     proc = subprocess.run([sys.executable, "-m", "hpclaunch", "validate", path], capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_list_item_names_the_file_it_came_from(run_cli, write):
+    # The profile sets `slurm:` defaults; the bad item is the job file's, and the error must say so.
+    write("hpc_profiles/site.yaml", "name: site\nextends: local\ndefaults: {slurm: {partition: debug}}\n"
+          "limits: {partitions: [debug]}\n")
+    path = write("job.yaml", GOOD + "profile: hpc_profiles/site.yaml\nslurm: {extra: ['--nodes=3']}\n")
+    code, out, err = run_cli("validate", path)
+    assert code == 2
+    assert err.strip().startswith(f"{path}: slurm.extra[0]: "), err
