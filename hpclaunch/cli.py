@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("logs", help="per-rank logs of a job (the first failing rank first)")
     c.add_argument("job", metavar="JOB")
     c.add_argument("--rank", type=int, default=None, help="only this rank")
+    c.add_argument("--task", type=int, default=None,
+                   help="a sweep's task (default: the first that failed, else the last with logs)")
     c.add_argument("--attempt", type=int, default=None, help="this attempt (default: the latest)")
     c.add_argument("--tail", type=int, default=None, metavar="N", help="last N lines of each log")
     c.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the job ends")
@@ -270,29 +272,47 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_logs(args: argparse.Namespace) -> int:
     from .jobs import find_job, ordered_logs
     job = find_job(args.job)
-    logs = ordered_logs(job.rank_logs(args.attempt))
+    task = args.task
+    tasks = job.tasks() if task is None else []
+    if tasks:  # a sweep: one task's logs, the first failure's by default
+        failed = job.failed_tasks()
+        with_logs = [t for t in tasks if job.rank_logs(task=t)]
+        task = failed[0] if failed else (with_logs[-1] if with_logs else tasks[0])
+        if not args.json:
+            print(f"sweep of {len(tasks)} task(s): {len(failed)} failed"
+                  f"{' (' + ', '.join(map(str, failed[:10])) + (', ...' if len(failed) > 10 else '') + ')' if failed else ''}"
+                  f"; showing task {task} \u2014 another with --task N", file=sys.stderr)
+    elif task is not None and not os.path.isdir(os.path.join(job.run_dir, f"task{task}")):
+        from .errors import HpclaunchError
+        raise HpclaunchError(f"--task {task}: job {job.id} has no task {task} in {job.run_dir} \u2014 "
+                             "give a task index of its sweep")
+    logs = ordered_logs(job.rank_logs(args.attempt, task))
     if args.rank is not None:
         logs = [lg for lg in logs if lg.rank == args.rank]
     if args.json:
-        _print_json([{"rank": lg.rank, "path": lg.path, "exit_code": lg.exit_code, "exit_time": lg.exit_time,
-                      "text": job.logs(rank=lg.rank, attempt=args.attempt, tail=args.tail)} for lg in logs])
+        _print_json([{"task": task, "rank": lg.rank, "path": lg.path, "exit_code": lg.exit_code,
+                      "exit_time": lg.exit_time,
+                      "text": job.logs(rank=lg.rank, attempt=args.attempt, tail=args.tail, task=task)}
+                     for lg in logs])
         return 0
     if not args.follow:
+        where = job.run_dir if task is None else os.path.join(job.run_dir, f"task{task}")
         if not logs:
-            print(f"no rank logs yet in {job.run_dir}/logs (the batch log: {job.run_dir}/logs/slurm.out)")
+            print(f"no rank logs yet in {where}/logs (the batch log: {job.run_dir}/logs/slurm"
+                  f"{'-*.out' if task is not None else '.out'})")
         for lg in logs:
             status = "" if lg.exit_code is None else f" (exit {lg.exit_code})"
-            print(f"==> rank {lg.rank}{status}: {lg.path} <==")
-            sys.stdout.write(job.logs(rank=lg.rank, attempt=args.attempt, tail=args.tail))
+            print(f"==> {'' if task is None else f'task {task} '}rank {lg.rank}{status}: {lg.path} <==")
+            sys.stdout.write(job.logs(rank=lg.rank, attempt=args.attempt, tail=args.tail, task=task))
         return 0
-    return _follow_logs(job, args.rank)
+    return _follow_logs(job, args.rank, task)
 
 
-def _follow_logs(job, rank) -> int:
+def _follow_logs(job, rank, task=None) -> int:
     import time as _time
     offsets: dict[str, int] = {}
     while True:
-        for lg in job.rank_logs():
+        for lg in job.rank_logs(task=task):
             if rank is not None and lg.rank != rank:
                 continue
             with open(lg.path, "rb") as f:

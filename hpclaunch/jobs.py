@@ -145,12 +145,34 @@ class Job:
             be.cancel(self.record.job_id)
         self.registry.event(self.record.key, "cancel_requested")
 
-    def rank_logs(self, attempt: Optional[int] = None) -> list[RankLog]:
-        return rank_logs(self.record.run_dir, attempt)
+    def tasks(self) -> list[int]:
+        """A sweep's task indices that have a folder (empty for a single job)."""
+        found = []
+        for path in glob.glob(os.path.join(self.record.run_dir, "task*")):
+            m = re.search(r"task(\d+)$", path)
+            if m and os.path.isdir(path):
+                found.append(int(m.group(1)))
+        return sorted(found)
 
-    def logs(self, rank: Optional[int] = None, attempt: Optional[int] = None, tail: Optional[int] = None) -> str:
+    def failed_tasks(self) -> list[int]:
+        """Tasks with a rank that exited non-zero, the first to fail first."""
+        failed = []
+        for t in self.tasks():
+            bad = [r for r in rank_logs(self._dir(t)) if r.exit_code not in (None, 0)]
+            if bad:
+                failed.append((min(r.exit_time or 0 for r in bad), t))
+        return [t for _, t in sorted(failed)]
+
+    def _dir(self, task: Optional[int]) -> str:
+        return self.record.run_dir if task is None else os.path.join(self.record.run_dir, f"task{task}")
+
+    def rank_logs(self, attempt: Optional[int] = None, task: Optional[int] = None) -> list[RankLog]:
+        return rank_logs(self._dir(task), attempt)
+
+    def logs(self, rank: Optional[int] = None, attempt: Optional[int] = None, tail: Optional[int] = None,
+             task: Optional[int] = None) -> str:
         parts = []
-        for log in ordered_logs(self.rank_logs(attempt)):
+        for log in ordered_logs(self.rank_logs(attempt, task)):
             if rank is not None and log.rank != rank:
                 continue
             text = _read(log.path)

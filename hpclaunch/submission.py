@@ -105,9 +105,6 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
                 nodes=resolved.job.resources.nodes, resolved=document)
 
     if be.name == "local":
-        if request.array_size:
-            raise HpclaunchError(f"{resolved.job_path}: sweep: sweeps run as Slurm job arrays — "
-                                 "submit with --backend slurm")
         if after:
             raise HpclaunchError("--after: dependencies need Slurm \u2014 submit with --backend slurm")
         be.check(resolved)
@@ -115,7 +112,7 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
         run_dir = os.path.join(root, f"{request.slug}-{job_id}")
         make_run_dir(run_dir, resolved, script)
         rec = reg.add(backend="local", cluster=be.cluster_name(), job_id=job_id, name=resolved.job.name,
-                      run_dir=run_dir, partition="local", **meta)
+                      run_dir=run_dir, partition="local", array_size=request.array_size or None, **meta)
         try:
             be.start(resolved, request, run_dir, job_id, rec.key, reg.path, cwd)
         except BaseException:
@@ -176,14 +173,21 @@ def _submit_array(be, reg: Registry, resolved: Resolved, request, script: str, a
     if preflight:
         be.preflight(resolved, request, script, args + [f"--array={_array_spec(chunks[0][1], par)}"])
     ids: list[str] = []
+    user_dep = [a.split("=", 1)[1] for a in args if a.startswith("--dependency=")]
+    other = [a for a in args if not a.startswith("--dependency=")]
     try:
         for k, (off, count) in enumerate(chunks):
             extra = [f"--array={_array_spec(count, par)}"]
+            deps = list(user_dep)
             if k:
                 sweep_dir = os.path.join(root, f"{request.slug}-{ids[0]}")
                 extra += [f"--export=ALL,HPCLAUNCH_ARRAY_OFFSET={off},HPCLAUNCH_SWEEP_ID={ids[0]}",
                           f"--output={sweep_dir}/logs/slurm-%A_%a.out"]
-            ids.append(be.sbatch(script, args + extra + ["--hold"], cwd))
+                if par:  # %parallelism is per array: chained, the chunks never run more than it at once
+                    deps.append(f"afterany:{ids[-1]}")
+            if deps:
+                extra.append(f"--dependency={','.join(deps)}")
+            ids.append(be.sbatch(script, other + extra + ["--hold"], cwd))
         run_dir = os.path.join(root, f"{request.slug}-{ids[0]}")
         make_run_dir(run_dir, resolved, script)
         first = None

@@ -62,6 +62,8 @@ class LocalBackend:
             "registry": registry_path,
             "registry_key": registry_key,
         }
+        if request.array_size:
+            spec["array"] = {"size": request.array_size, "parallelism": self.array_parallelism(resolved, request)}
         write_atomic(os.path.join(run_dir, ".hpclaunch", "local-job.json"), json.dumps(spec, indent=1))
         runner_env = submit_env()
         with open(os.path.join(run_dir, "logs", "runner.log"), "ab") as log:
@@ -69,6 +71,16 @@ class LocalBackend:
                                     cwd=cwd, env=runner_env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         return proc.pid
+
+    @staticmethod
+    def array_parallelism(resolved, request) -> int:
+        """How many sweep tasks run at once here: the sweep's parallelism, capped by what fits on
+        this one node side by side (CPUs, and GPUs where tasks ask for them), as Slurm would."""
+        node, r = resolved.profile.profile.node, resolved.job.resources
+        fit = max(1, node.cpus // max(1, request.tasks_per_node * request.cpus_per_task))
+        if r.gpus_per_node:
+            fit = min(fit, max(1, node.gpus // r.gpus_per_node))
+        return max(1, min(request.parallelism or request.array_size, fit, request.array_size))
 
     def status(self, run_dir: str) -> JobStatus:
         st = read_state(run_dir)
@@ -80,8 +92,18 @@ class LocalBackend:
         start = st.get("start_time")
         end = st.get("end_time") or time.time()
         elapsed = _fmt(end - start) if start else ""
+        tasks: dict[str, int] = {}
+        if "tasks" in st or os.path.exists(os.path.join(run_dir, ".hpclaunch", "local-job.json")):
+            size = (_spec(run_dir).get("array") or {}).get("size", 0)
+            if size:
+                seen = st.get("tasks", {})
+                for task in range(size):
+                    s = seen.get(str(task), "PENDING")
+                    if s == "RUNNING" and state != "RUNNING":
+                        s = state  # the runner ended (or died) while this task ran
+                    tasks[s] = tasks.get(s, 0) + 1
         return JobStatus(state, st.get("exit_code"), elapsed, "localhost", "", int(st.get("attempts", 1) or 1),
-                         "local")
+                         "local", tasks)
 
     def cancel(self, run_dir: str) -> None:
         st = read_state(run_dir)
@@ -89,6 +111,14 @@ class LocalBackend:
         if not pid or not _alive(pid):
             return
         os.kill(int(pid), signal.SIGTERM)
+
+
+def _spec(run_dir: str) -> dict:
+    try:
+        with open(os.path.join(run_dir, ".hpclaunch", "local-job.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
 
 
 def _alive(pid) -> bool:

@@ -44,52 +44,122 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = (argv or sys.argv[1:])[0]
     with open(os.path.join(run_dir, ".hpclaunch", "local-job.json")) as f:
         spec = json.load(f)
+    spec["run_dir"] = run_dir
     cancelled = threading.Event()
-    current: dict = {"proc": None}
+    running: set = set()  # the batch scripts alive now (one, or one per running sweep task)
+    lock = threading.Lock()
 
     def on_term(signum, frame):
         cancelled.set()
-        proc = current["proc"]
-        if proc is not None:
+        with lock:
+            procs = list(running)
+        for proc in procs:
             _signal_group(proc, signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     _write(run_dir, runner_pid=os.getpid(), state="RUNNING", start_time=time.time())
-
-    attempts, rc, final = 0, 0, "COMPLETED"
-    while True:
-        requeue_marker = os.path.join(run_dir, ".hpclaunch", "requeue")
-        if os.path.exists(requeue_marker):
-            os.unlink(requeue_marker)
-        env = dict(os.environ)
-        env.update(spec["env"])
-        env["SLURM_RESTART_COUNT"] = str(attempts)
-        with open(os.path.join(run_dir, "logs", "slurm.out"), "ab") as out:
-            proc = subprocess.Popen(["bash", os.path.join(run_dir, "script.sbatch")], cwd=spec["cwd"], env=env,
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        current["proc"] = proc
-        attempts += 1
-        _write(run_dir, attempts=attempts, script_pid=proc.pid)
-        timed_out = _supervise(proc, spec, cancelled)
-        rc = proc.returncode
-        current["proc"] = None
-        if cancelled.is_set():
-            final = "CANCELLED"
-            break
-        if timed_out:
-            final = "TIMEOUT"
-        if os.path.exists(requeue_marker) and not timed_out:
-            continue
-        if timed_out:
-            break
-        final = "COMPLETED" if rc == 0 else "FAILED"
-        break
+    array = spec.get("array")
+    if array:
+        final, rc, attempts = _run_array(run_dir, spec, array, cancelled, running, lock)
+    else:
+        final, rc, attempts = _run_attempts(run_dir, spec, {}, os.path.join(run_dir, "logs", "slurm.out"),
+                                            cancelled, running, lock,
+                                            on_attempt=lambda n, pid: _write(run_dir, attempts=n, script_pid=pid))
     _write(run_dir, state=final, exit_code=rc if rc is not None and rc >= 0 else 128 - (rc or 0),
            end_time=time.time(), attempts=attempts)
     _update_registry(spec, final, rc, attempts)
     return 0
+
+
+def _run_attempts(marker_dir: str, spec: dict, extra_env: dict, log_path: str, cancelled: threading.Event,
+                  running: set, lock: threading.Lock, on_attempt=None) -> tuple[str, int | None, int]:
+    """One job (or one sweep task), attempt after attempt while its script asks to be requeued."""
+    attempts, rc, final = 0, 0, "COMPLETED"
+    requeue_marker = os.path.join(marker_dir, ".hpclaunch", "requeue")
+    while True:
+        if os.path.exists(requeue_marker):
+            os.unlink(requeue_marker)
+        env = dict(os.environ)
+        env.update(spec["env"])
+        env.update(extra_env)
+        env["SLURM_RESTART_COUNT"] = str(attempts)
+        with lock:
+            if cancelled.is_set():
+                return "CANCELLED", rc, attempts
+            with open(log_path, "ab") as out:
+                proc = subprocess.Popen(["bash", os.path.join(spec["run_dir"], "script.sbatch")], cwd=spec["cwd"],
+                                        env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+            running.add(proc)
+        attempts += 1
+        if on_attempt:
+            on_attempt(attempts, proc.pid)
+        timed_out = _supervise(proc, spec, cancelled)
+        rc = proc.returncode
+        with lock:
+            running.discard(proc)
+        if cancelled.is_set():
+            return "CANCELLED", rc, attempts
+        if timed_out:
+            return "TIMEOUT", rc, attempts
+        if os.path.exists(requeue_marker):
+            continue
+        final = "COMPLETED" if rc == 0 else "FAILED"
+        return final, rc, attempts
+
+
+def _run_array(run_dir: str, spec: dict, array: dict, cancelled: threading.Event, running: set,
+               lock: threading.Lock) -> tuple[str, int | None, int]:
+    """A sweep as Slurm runs a job array on one node: task after task, at most `parallelism` at
+    once, each with its own SLURM_ARRAY_TASK_ID, log (logs/slurm-<job>_<task>.out) and attempts."""
+    size, parallelism = int(array["size"]), max(1, int(array["parallelism"]))
+    job_id = spec["env"]["SLURM_JOB_ID"]
+    states: dict[str, str] = {}
+    results: dict[int, tuple] = {}
+    next_task = iter(range(size))
+
+    def record(task: int, state: str) -> None:
+        with lock:
+            states[str(task)] = state
+            snapshot = dict(states)
+        _write(run_dir, tasks=snapshot)
+
+    def worker() -> None:
+        while not cancelled.is_set():
+            with lock:
+                task = next(next_task, None)
+            if task is None:
+                return
+            record(task, "RUNNING")
+            extra = {"SLURM_ARRAY_JOB_ID": job_id, "SLURM_ARRAY_TASK_ID": str(task),
+                     "SLURM_ARRAY_TASK_COUNT": str(size), "SLURM_ARRAY_TASK_MIN": "0",
+                     "SLURM_ARRAY_TASK_MAX": str(size - 1)}
+            task_dir = os.path.join(run_dir, f"task{task}")
+            result = _run_attempts(task_dir, spec, extra, os.path.join(run_dir, "logs", f"slurm-{job_id}_{task}.out"),
+                                   cancelled, running, lock)
+            results[task] = result
+            record(task, result[0])
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(parallelism, size))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if cancelled.is_set():
+        with lock:
+            for task in range(size):
+                states.setdefault(str(task), "CANCELLED")
+            snapshot = dict(states)
+        _write(run_dir, tasks=snapshot)
+        final = "CANCELLED"
+    else:
+        finals = {r[0] for r in results.values()}
+        final = "COMPLETED" if finals == {"COMPLETED"} else ("TIMEOUT" if finals == {"COMPLETED", "TIMEOUT"}
+                                                              or finals == {"TIMEOUT"} else "FAILED")
+    codes = [r[1] for r in results.values() if r[1] is not None]
+    rc = next((c for c in codes if c != 0), 0)
+    return final, rc, max((r[2] for r in results.values()), default=0)
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

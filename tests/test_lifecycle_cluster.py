@@ -246,6 +246,9 @@ sweep:
         out = open(os.path.join(sub["run_dir"], f"task{t}", "logs", "attempt0", "rank0.log")).read()
         points.add(out.split("\n")[0])
     assert len(points) == 50 and "point 24 x=b" in points
+    proc = hl("logs", sub["job_id"], "--task", "7", cwd="/")
+    assert "==> task 7 rank 0" in proc.stdout and "point 3 x=b" in proc.stdout, proc.stdout
+    assert "sweep of 50 task(s): 0 failed; showing task 49" in hl("logs", sub["job_id"], cwd="/").stderr
     # never more than 10 at once, measured from the tasks' own start/end stamps
     events = []
     for line in open(os.path.join(sub["run_dir"], "starts")).read().split("\n"):
@@ -278,7 +281,16 @@ sweep:
         chunks = [r for r in json.loads(hl("list", "--all", "--json", cwd="/").stdout) if r["name"] == "bigsweep"]
         assert sorted(r["array_size"] for r in chunks) == [199, 1001]
         assert {r["run_dir"] for r in chunks} == {sub["run_dir"]}
-        # the second array's tasks count on from 1001 into the same folder
+        # %4 holds per array, so the second waits for the first: never more than 4 tasks at once
+        first, second = sorted((r["job_id"] for r in chunks), key=int)
+        show = subprocess.run(["scontrol", "show", "job", second], capture_output=True, text=True).stdout
+        assert f"Dependency=afterany:{first}_*" in show or f"Dependency=afterany:{first}(" in show, show
+        running = subprocess.run(["squeue", "-h", "-r", "-t", "RUNNING", "-j", f"{first},{second}", "-o", "%i"],
+                                 capture_output=True, text=True).stdout.split()
+        assert len(running) <= 4 and not any(j.startswith(second + "_") for j in running), running
+        # ending the first array (afterany) starts the second, whose tasks count on from 1001 into
+        # the same folder
+        subprocess.run(["scancel", first], check=True)
         deadline = time.time() + 120
         while time.time() < deadline and not os.path.exists(
                 os.path.join(sub["run_dir"], "task1001", "logs", "attempt0", "rank0.log")):

@@ -129,3 +129,63 @@ monitor: {interval: 0.25}
     assert "reported" in fleet
     bad = hl("report", "no-such-job", cwd="/", check=False)
     assert bad.returncode == 2 and "not in the registry" in bad.stderr
+
+
+def test_local_sweep_runs_every_point_and_logs_show_the_failed_task(hpc_home, tmp_path):
+    # The `local` profile's node has 2 CPUs: with 1 CPU a task, 2 run side by side (parallelism 3 is capped).
+    job = write_job(tmp_path, """
+name: local sweep
+launcher: srun
+command: [bash, -c, 'echo "point {lr} task $HPCLAUNCH_SWEEP_INDEX start $(date +%s.%N)"; sleep 1; [ {lr} = 0.3 ] && exit 4; echo "end $(date +%s.%N)"']
+resources: {nodes: 1, tasks_per_node: 1, cpus_per_task: 1}
+monitor: {interval: 0}
+sweep:
+  parameters: {lr: [0.1, 0.2, 0.3, 0.4, 0.5]}
+  parallelism: 3
+""")
+    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False)
+    assert proc.returncode == 4, proc.stderr
+    st = json.loads(hl("status", "local sweep", "--json", cwd="/").stdout)
+    assert st["state"] == "FAILED" and st["tasks"] == {"COMPLETED": 4, "FAILED": 1}, st
+    run_dir = st["run_dir"]
+    starts = []
+    for t, lr in enumerate(["0.1", "0.2", "0.3", "0.4", "0.5"]):
+        text = open(os.path.join(run_dir, f"task{t}", "logs", "attempt0", "rank0.log")).read()
+        assert text.startswith(f"point {lr} task {t} start "), text
+        starts.append(float(text.split()[5]))
+        assert os.path.exists(os.path.join(run_dir, "logs", f"slurm-{st['job_id']}_{t}.out"))
+    # at most 2 at once (the node's CPUs), and not one after another either
+    starts.sort()
+    assert starts[2] - starts[0] >= 0.9 and starts[1] - starts[0] < 0.9, starts
+    # logs: the failed task by default, any other with --task
+    proc = hl("logs", st["job_id"], cwd="/")
+    assert "1 failed (2)" in proc.stderr and "==> task 2 rank 0 (exit 4)" in proc.stdout, proc
+    proc = hl("logs", st["job_id"], "--task", "4", "--json", cwd="/")
+    assert json.loads(proc.stdout)[0]["text"].startswith("point 0.5 task 4 ")
+    proc = hl("logs", st["job_id"], "--task", "9", cwd="/", check=False)
+    assert proc.returncode == 2 and "no task 9" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_local_sweep_cancel_stops_running_and_pending_tasks(hpc_home, tmp_path):
+    job = write_job(tmp_path, """
+name: slow sweep
+launcher: srun
+command: [bash, -c, 'sleep 60; echo {i}']
+resources: {nodes: 1, tasks_per_node: 1, cpus_per_task: 2}
+monitor: {interval: 0}
+sweep: {parameters: {i: {range: [0, 4]}}}
+""")
+    sub = json.loads(hl("submit", job, "--backend", "local", "--json", cwd=str(tmp_path)).stdout)
+    for _ in range(100):
+        st = json.loads(hl("status", sub["job_id"], "--json", cwd="/").stdout)
+        if st["tasks"].get("RUNNING"):
+            break
+        time.sleep(0.1)
+    assert st["tasks"] == {"RUNNING": 1, "PENDING": 3}, st   # 2 CPUs a task: one at a time here
+    hl("cancel", sub["job_id"], cwd="/")
+    for _ in range(150):
+        st = json.loads(hl("status", sub["job_id"], "--json", cwd="/").stdout)
+        if st["state"] == "CANCELLED":
+            break
+        time.sleep(0.1)
+    assert st["state"] == "CANCELLED" and st["tasks"] == {"CANCELLED": 4}, st
