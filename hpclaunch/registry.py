@@ -9,7 +9,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import socket
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -148,7 +147,7 @@ class Registry:
             array_size: int | None = None, resolved: Any = None, state: str = "PENDING",
             parent_key: int | None = None) -> JobRecord:
         now = time.time()
-        user, host = _user(), socket.gethostname()
+        user, host = _user(), os.uname().nodename  # gethostname(), without importing socket
         with self._tx():
             self._retire_reused_id(backend, cluster, job_id, now, user)
             cur = self._db.execute(
