@@ -20,7 +20,8 @@ imports included: what a user waits for); all-done = process start -> no task of
 squeue (polled every 0.2 s). The submitit child also reports map_array's own time. Each run gets a
 fresh HPCLAUNCH_HOME, a fresh work directory and a fresh submitit folder (job ids restart with a
 fresh cluster, and a reused %j folder returns stale results). Afterwards sacct counts the tasks that
-COMPLETED. Goal: hpclaunch >= 10x faster to submit.
+COMPLETED. Goal: hpclaunch >= 10x faster to submit. Each round also times the floor: a Python
+process that calls sbatch once for the same array (cancelled at once), the least any tool can take.
 """
 from __future__ import annotations
 
@@ -147,6 +148,31 @@ def run_hpclaunch(points: int, parallelism: int, timeout: float) -> dict:
             "states": completed(ids, points), "work": work, "run_dir": out["run_dir"]}
 
 
+FLOOR_CHILD = textwrap.dedent("""
+    import subprocess, sys
+    points, parallelism = int(sys.argv[1]), int(sys.argv[2])
+    out = subprocess.run(["sbatch", "--parsable", "--job-name=bench-floor", f"--array=0-{points - 1}%{parallelism}",
+                          "--partition=debug", "--nodes=1", "--ntasks=1", "--cpus-per-task=1", "--mem=1000M",
+                          "--time=5", "--output=/dev/null", "--wrap", "echo $SLURM_ARRAY_TASK_ID"],
+                         capture_output=True, text=True, check=True).stdout
+    print(out.strip().split(";")[0])
+""")
+
+
+def run_floor(points: int, parallelism: int) -> dict:
+    """The least any Python tool can do: start an interpreter and call sbatch once for the same
+    array (no validation, no script, no record). Cancelled at once: only its submit time counts."""
+    start = time.monotonic()
+    proc = subprocess.run([PY, "-c", FLOOR_CHILD, str(points), str(parallelism)], capture_output=True, text=True)
+    submit_s = time.monotonic() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"bare sbatch failed ({proc.returncode}):\n{proc.stderr}")
+    job_id = proc.stdout.strip()
+    subprocess.run(["scancel", job_id], capture_output=True)
+    wait_done([job_id], time.monotonic(), 120)
+    return {"tool": "floor", "submit_s": submit_s, "job_ids": [job_id]}
+
+
 def run_submitit(points: int, parallelism: int, timeout: float) -> dict:
     work = tempfile.mkdtemp(prefix="bench-submitit-")
     folder = os.path.join(work, "submitit", "%j")
@@ -182,6 +208,7 @@ def main() -> int:
           f"{args.rounds} round(s)", flush=True)
 
     runs: list[dict] = []
+    floors: list[dict] = []
     for rnd in range(args.rounds):
         order = [run_hpclaunch, run_submitit] if rnd % 2 == 0 else [run_submitit, run_hpclaunch]
         for fn in order:
@@ -199,6 +226,13 @@ def main() -> int:
                      if r["tool"] == "submitit" else "")
             print(f"round {rnd} {r['tool']:<9} submit {r['submit_s']:7.2f} s   all done {r['all_done_s']:7.1f} s"
                   f"   arrays {','.join(r['job_ids'])}   tasks {r['states']}{extra}", flush=True)
+            if fn is order[-1]:
+                wait_queue_empty()
+                floor = run_floor(args.points, args.parallelism)
+                floor["round"] = rnd
+                floors.append(floor)
+                print(f"round {rnd} floor     submit {floor['submit_s']:7.2f} s   (python + one bare sbatch, "
+                      "cancelled at once)", flush=True)
 
     def med(tool: str, key: str) -> float:
         return statistics.median(r[key] for r in runs if r["tool"] == tool)
@@ -209,6 +243,9 @@ def main() -> int:
     print(f"{'':<22}{'hpclaunch':>12}{'submitit':>12}{'submitit/hpclaunch':>22}")
     print(f"{'submit (s)':<22}{h_sub:>12.2f}{s_sub:>12.2f}{s_sub / h_sub:>21.1f}x")
     print(f"{'submit -> all done (s)':<22}{h_done:>12.1f}{s_done:>12.1f}{s_done / h_done:>21.2f}x")
+    f_sub = statistics.median(r["submit_s"] for r in floors)
+    print(f"{'floor: python + sbatch':<22}{f_sub:>12.2f}{'':>12}{s_sub / f_sub:>21.1f}x  "
+          f"(the most any Python tool could gain over submitit here; hpclaunch = {h_sub / f_sub:.1f}x the floor)")
     print(f"goal hpclaunch >= 10x faster to submit: {'MET' if s_sub / h_sub >= 10 else 'NOT MET'} "
           f"({s_sub / h_sub:.1f}x; medians over {args.rounds} round(s))")
     if args.json:
@@ -216,6 +253,7 @@ def main() -> int:
             json.dump({"points": args.points, "parallelism": args.parallelism, "runs": runs,
                        "median": {"hpclaunch_submit_s": h_sub, "submitit_submit_s": s_sub,
                                   "hpclaunch_all_done_s": h_done, "submitit_all_done_s": s_done,
+                                  "floor_submit_s": f_sub, "floors": floors,
                                   "submit_ratio": s_sub / h_sub}}, f, indent=2)
     bad = [r for r in runs if set(r["states"]) != {"COMPLETED"} or sum(r["states"].values()) != args.points]
     if bad:
