@@ -140,6 +140,7 @@ class Train:
     seed: Optional[int] = field(None, help="job seed (each rank adds its rank)", minimum=0)
     checkpoint_every: Optional[int] = field(None, help="steps between checkpoints", minimum=1)
     keep_checkpoints: Optional[int] = field(None, help="checkpoints kept", minimum=1)
+    log_every: Optional[int] = field(None, help="a step record every N optimizer steps (default 10)", minimum=1)
 
 
 @model

@@ -318,7 +318,7 @@ def metrics_files(run_dir) -> List[Path]:
 
 
 METRIC_FLOATS = ("time_unix", "step", "epoch", "loss", "samples_per_s", "step_time_s", "samples",
-                 "val_loss", "val_accuracy")
+                 "val_loss", "val_accuracy", "steps")
 
 
 def read_metrics_arrays(path, engine: str = "auto") -> Tuple[Dict[str, np.ndarray], int]:

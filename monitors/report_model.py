@@ -583,7 +583,9 @@ def _metrics(run_dir, warnings) -> Optional[dict]:
         a, bad = readers.read_metrics_arrays(f)
         bad_total += bad
         st = a["is_step"]
-        nsteps = int(st.sum())
+        # a record stands for `steps` optimizer steps (train_entry --log-every N; absent: 1)
+        covered = a["steps"][st] if "steps" in a else np.full(int(st.sum()), np.nan)
+        nsteps = int(np.where(np.isnan(covered), 1.0, covered).sum())
         stt = a["step_time_s"][st]
         stt = stt[~np.isnan(stt)]
         smp = a["samples"][st]

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stop-check-every", type=int,
                    help="optimizer steps between requeue-flag agreements across ranks (default 10)")
     g.add_argument("--stop-after-step", type=int, help="test hook: act as if requeue was requested at this step")
-    g.add_argument("--log-every", type=int, help="write a step record every N steps (default 1)")
+    g.add_argument("--log-every", type=int, help="write a step record every N steps (default 10; 1 for every step)")
     g.add_argument("--no-tensorboard", dest="tensorboard", action="store_false", default=None)
     g.add_argument("--no-mlflow", dest="mlflow", action="store_false", default=None)
     g.add_argument("--quiet", action="store_true", default=False, help="log warnings only")

@@ -58,7 +58,7 @@ class TrainConfig:
     dist_timeout: float = 600.0              # seconds, for every collective
     stop_check_every: int = 10               # optimizer steps between requeue-flag agreements
     stop_after_step: Optional[int] = None    # test hook: act as if the requeue flag appeared at this step
-    log_every: int = 1                       # step records every N optimizer steps
+    log_every: int = 10                      # step records every N optimizer steps (as TorchTitan's log_freq)
     run_dir: Optional[str] = None
     name: Optional[str] = None
     tensorboard: bool = True                 # used only if the package is installed
@@ -75,6 +75,7 @@ _KEYMAP = {
     "checkpoint_every": "checkpoint_every", "keep_checkpoints": "keep_checkpoints",
     "label_column": "label_column", "val_fraction": "val_fraction", "model": "model",
     "deterministic": "deterministic", "dist_timeout": "dist_timeout", "workers": "workers",
+    "log_every": "log_every",
 }
 
 
@@ -199,6 +200,8 @@ def derive(cfg: TrainConfig, world_size: int) -> Derived:
         if not lo <= lr <= hi:
             raise ConfigError(f"effective LR {lr:g} (base {cfg.lr:g} x {cfg.lr_scaling} scaling for world size "
                               f"{world_size}) is outside profile.limits.lr_range [{lo:g}, {hi:g}]")
+    if cfg.log_every < 1:
+        raise ConfigError(f"log_every must be >= 1 (got {cfg.log_every})")
     if cfg.checkpoint_every < 0 or cfg.keep_checkpoints < 1:
         raise ConfigError("checkpoint_every must be >= 0 and keep_checkpoints >= 1")
     return Derived(accum, per_step * accum, lr)

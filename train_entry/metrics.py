@@ -60,9 +60,13 @@ class MetricsWriter:
             self._flushed = now
 
     def step(self, epoch: int, step: int, loss: float, samples: int, step_time_s: float,
-             grad_norm: float, lr: float, **extra) -> None:
+             grad_norm: float, lr: float, steps: int = 1, **extra) -> None:
+        """One record for the `steps` optimizer steps since the previous one (--log-every): `samples`
+        is their sum on this rank, `loss` and `step_time_s` their means; `grad_norm` and `lr` are
+        those of the last step."""
+        busy = step_time_s * steps
         self._write({"kind": "step", "time_unix": time.time(), "rank": self.rank, "epoch": epoch, "step": step,
-                     "loss": loss, "samples_per_s": samples / step_time_s if step_time_s > 0 else None,
+                     "steps": steps, "loss": loss, "samples_per_s": samples / busy if busy > 0 else None,
                      "step_time_s": step_time_s, "samples": samples, "grad_norm": grad_norm, "lr": lr, **extra},
                     lazy=True)
         if self._tb is not None:

@@ -216,6 +216,7 @@ class _Run:
 
         last_ckpt = resumed_from
         val = (None, None)
+        iv = [0, 0, 0.0, 0.0]  # since the last step record: steps, samples, busy seconds, loss sum
         self._pending = None
         try:
             while state["epoch"] < cfg.epochs and state["step"] < total_steps:
@@ -252,15 +253,21 @@ class _Run:
                     sched.step()
                     state["step"] += 1
                     state["batch_in_epoch"] += der.accum_steps
-                    step_loss = loss_sum.item()
+                    step_loss, step_correct = torch.stack([loss_sum.float(), correct.float()]).tolist()  # one sync
                     state["ep_loss"] += step_loss
-                    state["ep_correct"] += float(correct.item())
+                    state["ep_correct"] += step_correct
                     state["ep_count"] += n
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
                     dt = time.perf_counter() - t0
-                    if log_now:
-                        mw.step(epoch, state["step"], step_loss / n, n, dt, float(gnorm), lr_now)
+                    iv[0] += 1
+                    iv[1] += n
+                    iv[2] += dt
+                    iv[3] += step_loss
+                    if log_now:  # one record for the steps since the last one
+                        mw.step(epoch, state["step"], iv[3] / iv[1], iv[1], iv[2] / iv[0], float(gnorm), lr_now,
+                                steps=iv[0])
+                        iv[:] = [0, 0, 0.0, 0.0]
 
                     end_of_epoch = state["batch_in_epoch"] + der.accum_steps > steps_per_epoch * der.accum_steps \
                         or state["step"] >= total_steps

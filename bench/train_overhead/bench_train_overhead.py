@@ -3,10 +3,12 @@
 Same data (a synthetic 64-feature, 10-class CSV), same MLP, batch and step count; runs
 alternate A (train_entry) / B (bare) ``--reps`` times; reports per-run aggregate samples/s
 (sum over ranks of samples / time between the end of warm-up step W and the last step,
-taken from each process's own per-step wall-clock stamps), medians and the ratio A/B.
+taken from each process's own wall-clock stamps: train_entry's step records, one per
+--log-every steps (default 10), and the bare script's per-step list, both cut every 10 steps),
+medians, and the paired A/B ratios with a bootstrap 95 % interval.
 
-    .venv/bin/python bench/train_overhead/bench_train_overhead.py --reps 5
-    ... --with-monitor      # also run `python -m hpclaunch.monitors --interval 1 --run-dir DIR`
+    .venv/bin/python bench/train_overhead/bench_train_overhead.py --reps 11 --with-monitor
+    ... -- --log-every 1    # extra flags for train_entry: a record (and grad norm) every step
 """
 import argparse
 import importlib.util
@@ -36,20 +38,25 @@ def make_csv(path, rows, features=64, classes=10, seed=0):
             f.write(",".join(f"{v:.5f}" for v in row) + f",{label}\n")
 
 
-def rate(times, samples, warmup, steps=None):
+def rate(times, samples, warmup, steps=None, window=10):
     """(wall, robust) samples/s of one process after `warmup` steps.
 
-    times/samples: one entry per record; steps: the step number of each record (records may be
-    every N steps: train_entry --log-every N), default 1, 2, 3, ...
-    wall: samples between the end of step `warmup` and the last record / elapsed time.
-    robust: samples per step / median time per step (insensitive to other tenants' spikes).
+    times/samples: one entry per record, `samples` counting the samples since the previous record
+    (train_entry writes one record per --log-every steps; the bare script one per step); steps:
+    the step number of each record, default 1, 2, 3, ... Both sides are cut at the same steps
+    (multiples of `window` from `warmup` on), so they are measured over the same intervals.
+    wall: samples between the first and the last cut / the time between them.
+    robust: the median over the windows of samples / time (insensitive to other tenants' spikes).
     """
     steps = steps or list(range(1, len(times) + 1))
-    first = next(i for i, s in enumerate(steps) if s >= warmup)
-    t, n, st = times[first:], samples[first:], steps[first:]
-    wall = sum(ni * (b - a) for ni, a, b in zip(n[1:], st, st[1:])) / (t[-1] - t[0])
-    per_step = sorted((tb - ta) / (b - a) for ta, tb, a, b in zip(t, t[1:], st, st[1:]))
-    robust = statistics.median(n) / per_step[len(per_step) // 2]
+    cum, c = [], 0
+    for n in samples:
+        c += n
+        cum.append(c)
+    cuts = [i for i, s in enumerate(steps) if s >= warmup and s % window == 0]
+    t, n = [times[i] for i in cuts], [cum[i] for i in cuts]
+    wall = (n[-1] - n[0]) / (t[-1] - t[0])
+    robust = statistics.median((n1 - n0) / (t1 - t0) for n0, n1, t0, t1 in zip(n, n[1:], t, t[1:]))
     return wall, robust
 
 
@@ -148,12 +155,12 @@ def main():
                 t0 = time.time()
                 r = run_a(args, data, work) if label == "A" else run_b(args, data, work)
                 (a_rates if label == "A" else b_rates).append(r)
-                print(f"rep {i} {label}: wall {r[0]:8.0f} samples/s, median-step {r[1]:8.0f} samples/s "
+                print(f"rep {i} {label}: wall {r[0]:8.0f} samples/s, median-window {r[1]:8.0f} samples/s "
                       f"({time.time() - t0:.1f} s)", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     res = {"args": vars(args), "train_entry": a_rates, "bare": b_rates}
-    for k, name in ((0, "wall-clock"), (1, "median step")):
+    for k, name in ((0, "wall-clock"), (1, "median window")):
         ma, mb = statistics.median(x[k] for x in a_rates), statistics.median(x[k] for x in b_rates)
         # Paired: each rep's A and B ran back to back, so their ratio cancels slow drifts of the
         # machine; the bootstrap interval says whether the goal is shown or only noise.

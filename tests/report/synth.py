@@ -176,7 +176,8 @@ def write_run(run_dir, gpus: List[GpuSpec], hosts: Optional[List[HostSpec]] = No
 
 
 def write_metrics(run_dir, ranks: int = 4, steps: int = 100, step_time: float = 0.5, slow_rank: Optional[int] = None,
-                  slow_factor: float = 1.25, samples: int = 32, partial: bool = True, epochs: int = 1):
+                  slow_factor: float = 1.25, samples: int = 32, partial: bool = True, epochs: int = 1,
+                  log_every: int = 1):
     d = Path(run_dir) / "metrics"
     d.mkdir(parents=True, exist_ok=True)
     for r in range(ranks):
@@ -186,9 +187,15 @@ def write_metrics(run_dir, ranks: int = 4, steps: int = 100, step_time: float = 
             t = T0
             for s in range(steps):
                 t += st
-                f.write(json.dumps({"kind": "step", "time_unix": t, "rank": r, "epoch": s * epochs // steps,
-                                    "step": s, "loss": 2.0 / (1.0 + 0.05 * s), "samples_per_s": samples / st,
-                                    "step_time_s": st, "samples": samples}) + "\n")
+                if (s + 1) % log_every:
+                    continue
+                # one record per log_every steps (train_entry --log-every): sums and means over them
+                rec = {"kind": "step", "time_unix": t, "rank": r, "epoch": s * epochs // steps,
+                       "step": s, "loss": 2.0 / (1.0 + 0.05 * s), "samples_per_s": samples / st,
+                       "step_time_s": st, "samples": samples * log_every}
+                if log_every > 1:
+                    rec["steps"] = log_every
+                f.write(json.dumps(rec) + "\n")
             for e in range(epochs):
                 f.write(json.dumps({"kind": "epoch", "time_unix": t, "rank": r, "epoch": e, "step": steps - 1,
                                     "loss": 1.0, "val_loss": 1.1, "val_accuracy": 0.8}) + "\n")

@@ -243,6 +243,18 @@ def test_metrics_efficiency_and_stragglers(tmp_path):
     assert rep.series["loss"][0][1] == pytest.approx(2.0)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_metrics_logged_every_10_steps_count_every_step(tmp_path, engine):
+    exp = write_run(tmp_path, two_by_two(), hosts=[HostSpec("n1"), HostSpec("n2")], duration=1200,
+                    metrics=dict(ranks=4, steps=200, samples=32, log_every=10))
+    d = build_report(tmp_path, engine=engine).data
+    ef = d["efficiency"]
+    assert ef["steps"] == 200 and ef["samples"] == 4 * 200 * 32
+    total = exp["gpu_total"] + sum(exp["cpu"].values())
+    close(ef["energy_per_sample_j"]["total"], total / (4 * 200 * 32), 1e-5)
+    close(ef["energy_per_step_j"]["gpu"], exp["gpu_total"] / 200, 1e-5)
+
+
 def test_job_identity_from_dir_and_yaml(tmp_path):
     rd = tmp_path / "runs" / "my-train-123456"
     write_run(rd, [GpuSpec("n1", 0)], duration=60, job_yaml="name: my-train\nuser: alice\n")

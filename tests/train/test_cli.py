@@ -20,7 +20,7 @@ def test_bf16_with_gradient_accumulation_and_user_model(tmp_path, digits_csv):
     (tmp_path / "usermodel.py").write_text(USER_MODEL)
     r = _cli("--data", digits_csv, "--run-dir", tmp_path, "--epochs", 2, "--batch-size", 32, "--global-batch", 128,
              "--precision", "bf16", "--lr-scaling", "sqrt", "--warmup-steps", 3, "--checkpoint-every", 5,
-             "--model", "usermodel:make", env=rank_env(PYTHONPATH=tmp_path))
+             "--model", "usermodel:make", "--log-every", 1, env=rank_env(PYTHONPATH=tmp_path))
     assert r.returncode == 0, r.stdout[-2000:]
     recs = read_metrics(os.path.join(tmp_path, "metrics", "rank0.jsonl"))
     assert recs[0]["accum_steps"] == 4 and recs[0]["global_batch"] == 128

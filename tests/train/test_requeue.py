@@ -27,6 +27,7 @@ def _touch_when_step(run_dir, flag, min_step, stop_evt):
 
 def _torchrun(env, digits_csv):
     cmd = torchrun_cmd(2, "--data", digits_csv, "--epochs", EPOCHS, "--dist-timeout", 60, "--stop-check-every", 1,
+                       "--log-every", 1,
                        "--deterministic")
     return subprocess.run(cmd, env=env, timeout=150, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
