@@ -46,6 +46,13 @@ def load_csv(path: str, label_column: str = "label") -> TabularData:
             raise DataError(f"{path}: no label column {label_column!r} (columns: {', '.join(header[:10])}"
                             f"{', ...' if len(header) > 10 else ''}); pick one with --label-column")
         li = header.index(label_column)
+        fast = _load_numeric(path, len(header))
+        if fast is not None:  # every cell a number: numpy's C parser, ~20x faster than csv + float()
+            names = [h for j, h in enumerate(header) if j != li]
+            as_int = fast[:, li].astype(np.int64)  # truncates like int(float(v)) below
+            classes = np.unique(as_int)
+            return TabularData(np.delete(fast, li, axis=1).astype(np.float32),
+                               np.searchsorted(classes, as_int).astype(np.int64), names, classes.tolist())
         rows = [r for r in reader if r]
     if not rows:
         raise DataError(f"{path}: no data rows")
@@ -65,6 +72,21 @@ def load_csv(path: str, label_column: str = "label") -> TabularData:
         labels = np.array([lookup[v] for v in raw], dtype=np.int64)
     names = [h for j, h in enumerate(header) if j != li]
     return TabularData(table, labels, names, classes)
+
+
+def _load_numeric(path: str, columns: int) -> Optional[np.ndarray]:
+    """The data rows as float64 when every cell parses as a number; None otherwise (quoted or
+    non-numeric cells, ragged rows, no rows), and the csv path decides, with its own errors."""
+    import warnings
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # "loadtxt: input contained no data" is a warning
+            table = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
+    except (ValueError, UserWarning):
+        return None
+    if table.shape[0] == 0 or table.shape[1] != columns or not np.isfinite(table).all():
+        return None
+    return table
 
 
 def split(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
