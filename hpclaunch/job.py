@@ -140,6 +140,8 @@ class Train:
     seed: Optional[int] = field(None, help="job seed (each rank adds its rank)", minimum=0)
     checkpoint_every: Optional[int] = field(None, help="steps between checkpoints", minimum=1)
     keep_checkpoints: Optional[int] = field(None, help="checkpoints kept", minimum=1)
+    async_checkpoint: Optional[bool] = field(None, help="fsync and publish checkpoints beside training "
+                                             "(default true; false: the step waits)")
     log_every: Optional[int] = field(None, help="a step record every N optimizer steps (default 10)", minimum=1)
 
 

@@ -1,14 +1,17 @@
 """Atomic, verifiable checkpoints: ``checkpoints/step-<N>/`` + ``manifest.json`` written last.
 
-Write protocol (``CheckpointStore.begin/commit``):
-  1. rank 0 removes a stale ``.tmp-step-<N>`` and creates it; barrier;
-  2. every rank writes its own files into it (each file: write, flush, fsync); barrier;
-  3. rank 0 writes the shared files, then ``manifest.json`` (sha256 + size of every other file),
-     fsyncs the directory, renames it to ``step-<N>`` and fsyncs ``checkpoints/``; prunes to the
-     newest K; barrier.
-A directory counts as a checkpoint only if its manifest parses and every listed file exists
-with the listed size and sha256 (``verify``); anything else (no manifest, a temp dir, a
-hash mismatch) is never chosen for resume.
+Write protocol, in three phases so that training waits only for the first:
+  1. ``begin`` (every rank, on the training thread): write this rank's files (rank 0 also the
+     shared ones) into ``.tmp-step-<N>``. Writing into the page cache is a memory copy; the
+     state is captured at step N exactly. A thread then fsyncs the files.
+  2. ``PendingSave.commit`` (collective, at a step every rank agrees on): join the fsync
+     thread and agree that every rank's files are durable.
+  3. publish (rank 0, in a thread): ``manifest.json`` (sha256 + size of every other file),
+     fsync of the directory, rename to ``step-<N>``, fsync of ``checkpoints/``, prune to the
+     newest K. ``PendingSave.wait`` joins it; nothing exits before it.
+``CheckpointStore.save`` runs the three phases back to back. A directory counts as a checkpoint
+only if its manifest parses and every listed file exists with the listed size and sha256
+(``verify``); anything else (no manifest, a temp dir, a hash mismatch) is never chosen for resume.
 
 This module's file layer does not import torch (the crash test's writer starts fast); the
 state (de)serialisation helpers at the bottom import it lazily.
@@ -22,6 +25,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
 from typing import Callable, Dict, Optional, Union
 
@@ -37,17 +41,29 @@ Payload = Union[bytes, Callable[[str], None]]   # bytes, or a function that writ
 from hpclaunch.atomic import fsync_dir as _fsync_dir  # noqa: E402 - one implementation for the project
 
 
-def write_file(path: str, payload: Payload) -> None:
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be made durable (the message names the rank, the file and why)."""
+
+
+def write_unsynced(path: str, payload: Payload) -> None:
     if callable(payload):
         payload(path)
     else:
         with open(path, "wb") as f:
             f.write(payload)
+
+
+def fsync_file(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)  # fsync after the fact also covers files written by a callable
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_file(path: str, payload: Payload) -> None:
+    write_unsynced(path, payload)
+    fsync_file(path)
 
 
 def sha256_file(path: str) -> str:
@@ -104,39 +120,47 @@ class CheckpointStore:
         return os.path.join(self.root, f".tmp-step-{step}")
 
     # -- writing ------------------------------------------------------------------------------
-    def save(self, step: int, shared: Dict[str, Payload], per_rank: Dict[str, Payload],
-             meta: Optional[dict] = None) -> str:
-        """Collective: every rank calls it with its own ``per_rank`` files; rank 0 also ``shared``."""
+    def begin(self, step: int, shared: Dict[str, Payload], per_rank: Dict[str, Payload],
+              meta: Optional[dict] = None) -> "PendingSave":
+        """Phase 1 (every rank; rank 0 also passes ``shared``): the files, not yet durable."""
         tmp = self.tmp_dir(step)
-        if self.rank == 0:
-            os.makedirs(self.root, exist_ok=True)
-            if os.path.exists(tmp):
-                shutil.rmtree(tmp)
-            os.makedirs(tmp)
+        paths, error = [], None
+        try:
+            os.makedirs(tmp, exist_ok=True)  # every rank: no barrier needed before writing into it
+            for name, payload in {**per_rank, **(shared if self.rank == 0 else {})}.items():
+                path = os.path.join(tmp, name)
+                write_unsynced(path, payload)
+                paths.append(path)
+        except OSError as exc:  # disk full, quota: every rank learns of it at the commit, together
+            error = exc
+        return PendingSave(self, step, paths, meta or {}, error)
+
+    def save(self, step: int, shared: Dict[str, Payload], per_rank: Dict[str, Payload],
+             meta: Optional[dict] = None, agree_failed: Callable[[bool], bool] = bool) -> str:
+        """All three phases, collective: returns once ``step-<N>`` is published."""
+        pending = self.begin(step, shared, per_rank, meta)
+        pending.commit(agree_failed)
+        pending.wait()
         self.barrier()
-        for name, payload in per_rank.items():
-            write_file(os.path.join(tmp, name), payload)
-        self.barrier()
-        final = self.step_dir(step)
-        if self.rank == 0:
-            for name, payload in shared.items():
-                write_file(os.path.join(tmp, name), payload)
-            files = {}
-            for name in sorted(os.listdir(tmp)):
-                p = os.path.join(tmp, name)
-                files[name] = {"sha256": sha256_file(p), "size": os.path.getsize(p)}
-            manifest = {"schema": SCHEMA, "step": step, "time_unix": time.time(), "files": files, **(meta or {})}
-            write_file(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True).encode())
-            _fsync_dir(tmp)
-            if os.path.exists(final):           # e.g. re-saved after a resume: move the old one aside first
-                trash = os.path.join(self.root, f".old-step-{step}-{os.getpid()}")
-                os.rename(final, trash)
-                shutil.rmtree(trash, ignore_errors=True)
-            os.rename(tmp, final)
-            _fsync_dir(self.root)
-            self.prune()
-        self.barrier()
-        return final
+        return pending.final
+
+    def _publish(self, step: int, meta: dict) -> None:
+        """Phase 3 (rank 0): manifest last, then the atomic rename."""
+        tmp, final = self.tmp_dir(step), self.step_dir(step)
+        files = {}
+        for name in sorted(os.listdir(tmp)):
+            p = os.path.join(tmp, name)
+            files[name] = {"sha256": sha256_file(p), "size": os.path.getsize(p)}
+        manifest = {"schema": SCHEMA, "step": step, "time_unix": time.time(), "files": files, **meta}
+        write_file(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True).encode())
+        _fsync_dir(tmp)
+        if os.path.exists(final):           # e.g. re-saved after a resume: move the old one aside first
+            trash = os.path.join(self.root, f".old-step-{step}-{os.getpid()}")
+            os.rename(final, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        os.rename(tmp, final)
+        _fsync_dir(self.root)
+        self.prune()
 
     def prune(self) -> None:
         """Keep the newest ``keep`` valid checkpoints; drop older ones, and invalid dirs older than them."""
@@ -179,6 +203,64 @@ class CheckpointStore:
                 return path, manifest, skipped
             skipped.append((path, reason))
         return None, None, skipped
+
+
+class _Worker:
+    """A thread that runs one function and keeps its exception for whoever joins it."""
+
+    def __init__(self, fn, name: str):
+        self.error: Optional[BaseException] = None
+
+        def run():
+            try:
+                fn()
+            except BaseException as exc:  # handed to the training thread at join()
+                self.error = exc
+
+        # not a daemon: an interpreter that exits normally still finishes the fsync / publish
+        self.thread = threading.Thread(target=run, name=name)
+        self.thread.start()
+
+    def join(self) -> Optional[BaseException]:
+        self.thread.join()
+        return self.error
+
+
+class PendingSave:
+    """A checkpoint whose files are written; ``commit`` then ``wait`` make it durable and visible."""
+
+    def __init__(self, store: CheckpointStore, step: int, paths: list, meta: dict,
+                 write_error: Optional[BaseException] = None):
+        self.store, self.step, self.meta = store, step, meta
+        self.final = store.step_dir(step)
+        self.committed = False
+        self._publisher: Optional[_Worker] = None
+        self._write_error = write_error
+        self._fsync = None if write_error else _Worker(lambda: [fsync_file(p) for p in paths], f"ckpt-fsync-{step}")
+
+    def commit(self, agree_failed: Callable[[bool], bool]) -> None:
+        """Phase 2, collective: ``agree_failed(local_failed)`` must return True on every rank if
+        any rank failed (an all-reduce of the flag), so all ranks raise together instead of
+        some waiting at a barrier for a rank that died."""
+        if self.committed:
+            return
+        error = self._write_error or self._fsync.join()
+        if error is not None:
+            log.error("checkpoint step %d: rank %d could not write its files: %s", self.step, self.store.rank, error)
+        if agree_failed(error is not None):
+            raise CheckpointError(f"checkpoint step {self.step} was not saved: "
+                                  + (f"rank {self.store.rank}: {error}" if error else "another rank could not write "
+                                     "its files (see that rank's log)")) from error
+        self.committed = True
+        if self.store.rank == 0:
+            self._publisher = _Worker(lambda: self.store._publish(self.step, self.meta), f"ckpt-publish-{self.step}")
+
+    def wait(self) -> None:
+        """Rank 0: block until the checkpoint is published (other ranks return at once)."""
+        if self._publisher is not None:
+            error, self._publisher = self._publisher.join(), None
+            if error is not None:
+                raise CheckpointError(f"checkpoint step {self.step} was not published: {error}") from error
 
 
 # --- state (de)serialisation (torch, lazily) ---------------------------------------------------

@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--name", help="run name for the local run directory")
     g.add_argument("--checkpoint-every", type=int, help="checkpoint every N optimizer steps (0 = epoch ends only)")
     g.add_argument("--keep-checkpoints", type=int, help="keep the newest K checkpoints (default 3)")
+    g.add_argument("--sync-checkpoints", dest="async_checkpoint", action="store_false", default=None,
+                   help="the step waits until each checkpoint is durable (default: fsync and publish "
+                        "run beside the next steps)")
     g.add_argument("--no-resume", dest="resume", action="store_false", default=None,
                    help="ignore existing checkpoints")
     g.add_argument("--backend", choices=["auto", "gloo", "nccl", "horovod"], help="default auto")

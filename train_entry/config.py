@@ -52,6 +52,7 @@ class TrainConfig:
     workers: int = 0
     checkpoint_every: int = 0                # optimizer steps; 0 = only at epoch ends
     keep_checkpoints: int = 3
+    async_checkpoint: bool = True            # fsync + publish beside training (False: the step waits)
     resume: bool = True
     deterministic: bool = False
     backend: str = "auto"                    # auto | gloo | nccl | horovod
@@ -75,7 +76,7 @@ _KEYMAP = {
     "checkpoint_every": "checkpoint_every", "keep_checkpoints": "keep_checkpoints",
     "label_column": "label_column", "val_fraction": "val_fraction", "model": "model",
     "deterministic": "deterministic", "dist_timeout": "dist_timeout", "workers": "workers",
-    "log_every": "log_every",
+    "log_every": "log_every", "async_checkpoint": "async_checkpoint",
 }
 
 

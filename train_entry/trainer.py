@@ -29,6 +29,10 @@ from .signals import StopRequest, requeue_exit_code, write_finished
 
 log = logging.getLogger("hpclaunch.train_entry")
 
+# A checkpoint's files are written at its step; making them durable runs beside training and is
+# agreed on (one all-reduce) this many optimizer steps later, a step every rank reaches together.
+COMMIT_AFTER_STEPS = 10
+
 
 class RequeueExit(SystemExit):
     """Raised after the requeue checkpoint; carries the requeue exit code (75)."""
@@ -215,6 +219,7 @@ class _Run:
         self.stop, self.mw, self.run_dir = stop, mw, run_dir
 
         last_ckpt = resumed_from
+        self._inflight, self._commit_at = None, 0
         val = (None, None)
         iv = [0, 0, 0.0, 0.0]  # since the last step record: steps, samples, busy seconds, loss sum
         self._pending = None
@@ -235,7 +240,7 @@ class _Run:
                             with (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()):
                                 out = dmodel(x)
                                 loss = F.cross_entropy(out.float(), y)
-                            scaler.scale(loss / der.accum_steps).backward()
+                            scaler.scale(loss / der.accum_steps if der.accum_steps > 1 else loss).backward()
                         # stays on the device: one host sync per optimizer step (the .item() below)
                         ls, c = loss.detach() * len(y), (out.detach().argmax(1) == y).sum()
                         loss_sum, correct = (ls, c) if loss_sum is None else (loss_sum + ls, correct + c)
@@ -269,6 +274,8 @@ class _Run:
                                 steps=iv[0])
                         iv[:] = [0, 0, 0.0, 0.0]
 
+                    if self._inflight is not None and state["step"] >= self._commit_at:
+                        self._inflight.commit(dist.any)
                     end_of_epoch = state["batch_in_epoch"] + der.accum_steps > steps_per_epoch * der.accum_steps \
                         or state["step"] >= total_steps
                     if end_of_epoch:
@@ -300,6 +307,7 @@ class _Run:
                     self._requeue_exit(last_ckpt)
 
             self._drain()
+            self._complete_save()
             if rank == 0:
                 write_finished(run_dir, {"step": state["step"], "epoch": state["epoch"], "time_unix": time.time(),
                                          "val_accuracy": val[1], "val_loss": val[0], "checkpoint": last_ckpt})
@@ -334,6 +342,7 @@ class _Run:
 
     def _requeue_exit(self, path: str) -> None:
         code = requeue_exit_code()
+        self._complete_save()  # the checkpoint to resume from is published before anyone exits
         if self.dist.rank == 0:
             self.stop.mark_served(self.state["step"])
             log.warning("requeue requested (%s): checkpoint %s written at step %d; exiting %d",
@@ -360,7 +369,17 @@ class _Run:
             return None, None
         return tot[0] / tot[2], tot[1] / tot[2]
 
+    def _complete_save(self) -> None:
+        """Collective: the checkpoint in flight (if any) committed and, on rank 0, published."""
+        pending, self._inflight = self._inflight, None
+        if pending is not None:
+            pending.commit(self.dist.any)
+            pending.wait()
+
     def _save(self) -> str:
+        """Collective. Training stops only while the files are written into the page cache
+        (the state is captured at this step); fsync and publishing run beside the next steps."""
+        self._complete_save()  # at most one in flight: checkpoints are published in step order
         s, rank = self.state, self.dist.rank
         shared = {}
         if rank == 0:
@@ -373,7 +392,11 @@ class _Run:
             }
         per_rank = {f"rng-rank{rank}.pt": ckpt.torch_bytes(ckpt.rng_state())}
         meta = {"epoch": s["epoch"], "batch_in_epoch": s["batch_in_epoch"], "world_size": self.dist.world_size}
-        return self.store.save(s["step"], shared, per_rank, meta)
+        if not self.cfg.async_checkpoint:
+            return self.store.save(s["step"], shared, per_rank, meta, agree_failed=self.dist.any)
+        self._inflight = self.store.begin(s["step"], shared, per_rank, meta)
+        self._commit_at = s["step"] + COMMIT_AFTER_STEPS
+        return self._inflight.final
 
     def _load(self, path, model, opt, sched, scaler, state, rank, world) -> None:
         with open(os.path.join(path, ckpt.MANIFEST)) as f:

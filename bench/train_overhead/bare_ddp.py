@@ -36,7 +36,8 @@ def main():
     sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=0, drop_last=True)
     loader = DataLoader(ds, sampler=BatchSampler(sampler, a.batch_size, drop_last=True), batch_size=None)
     model = DDP(MLP(x.shape[1], int(y.max()) + 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr * world)
+    # the same optimizer settings as train_entry's defaults (AdamW, no weight decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr * world, weight_decay=0.0)
     times, samples = [], []
     step = 0
     epoch = 0

@@ -1,4 +1,5 @@
 """Checkpoint validity: partial / corrupt checkpoints are never chosen, even after kill -9."""
+import errno
 import json
 import os
 import random
@@ -7,7 +8,9 @@ import subprocess
 import sys
 import time
 
-from hpclaunch.train_entry.checkpoint import CheckpointStore, verify
+import pytest
+
+from hpclaunch.train_entry.checkpoint import CheckpointError, CheckpointStore, verify
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _ckpt_writer import payload  # noqa: E402
@@ -30,6 +33,50 @@ def test_layout_manifest_and_keep(tmp_path):
     assert path.endswith("step-3") and skipped == []
     assert set(manifest["files"]) == {"model.safetensors", "trainer.pt", "rng-rank0.pt"}
     assert manifest["schema"] == "hpclaunch.checkpoint/1" and manifest["step"] == 3
+
+
+def _files(step):
+    return ({"model.safetensors": payload(step, "model.safetensors"), "trainer.pt": payload(step, "trainer.pt")},
+            {"rng-rank0.pt": payload(step, "rng-rank0.pt")})
+
+
+def test_a_save_in_flight_is_chosen_only_once_committed_and_published(tmp_path):
+    store = CheckpointStore(str(tmp_path / "checkpoints"), keep=3)
+    _save(store, 1)
+    pending = store.begin(2, *_files(2), {"epoch": 0, "world_size": 1})
+    # the files are written, but until the commit a resume must still pick step 1
+    assert sorted(os.listdir(store.tmp_dir(2))) == ["model.safetensors", "rng-rank0.pt", "trainer.pt"]
+    assert store.latest_valid()[0] == store.step_dir(1)
+    agreed = []
+    pending.commit(lambda failed: agreed.append(failed) or failed)
+    pending.wait()
+    assert agreed == [False]
+    path, manifest, skipped = store.latest_valid()
+    assert path == store.step_dir(2) == pending.final and skipped == []
+    assert not os.path.exists(store.tmp_dir(2))
+    with open(os.path.join(path, "trainer.pt"), "rb") as f:
+        assert f.read() == payload(2, "trainer.pt")
+
+
+def test_a_failed_write_fails_every_rank_together_and_publishes_nothing(tmp_path):
+    root = str(tmp_path / "checkpoints")
+    rank0, rank1 = CheckpointStore(root, keep=3, rank=0), CheckpointStore(root, keep=3, rank=1)
+
+    def disk_full(path):
+        with open(path, "wb") as f:
+            f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    shared, per_rank = _files(5)
+    p0 = rank0.begin(5, {**shared, "model.safetensors": disk_full}, per_rank)  # does not raise here...
+    p1 = rank1.begin(5, {}, {"rng-rank1.pt": payload(5, "rng-rank1.pt")})
+    flags = []
+    with pytest.raises(CheckpointError, match=r"step 5 .*rank 0: .*No space left"):
+        p0.commit(lambda failed: flags.append(failed) or True)   # ...but at the agreement
+    with pytest.raises(CheckpointError, match="another rank could not write"):
+        p1.commit(lambda failed: flags.append(failed) or True)   # the all-reduce told rank 1
+    assert flags == [True, False]
+    assert rank0.latest_valid()[0] is None and not os.path.exists(rank0.step_dir(5))
 
 
 def test_invalid_checkpoints_are_skipped_with_reasons(tmp_path):

@@ -33,3 +33,22 @@ def test_bitwise_equal_resume(tmp_path, digits_csv):
     for k, v in ta["optimizer"]["state"].items():
         assert torch.equal(v["exp_avg"], tb["optimizer"]["state"][k]["exp_avg"])
     assert ta["state"] == tb["state"]
+
+
+def test_checkpoints_written_beside_training_equal_those_the_step_waited_for(tmp_path, digits_csv):
+    """The default (fsync + publish in a thread, committed 10 steps later) captures each step's
+    state exactly: every kept checkpoint is byte-identical to the --sync-checkpoints run's."""
+    a, s = str(tmp_path / "async"), str(tmp_path / "sync")
+    assert _train(digits_csv, a, "--keep-checkpoints", 10).returncode == 0
+    assert _train(digits_csv, s, "--keep-checkpoints", 10, "--sync-checkpoints").returncode == 0
+    steps = sorted(os.listdir(os.path.join(a, "checkpoints")))
+    assert steps == sorted(os.listdir(os.path.join(s, "checkpoints")))
+    # every 7 steps and at each epoch end (22, 44, 66); the newest 10 of the 12
+    assert steps == sorted(f"step-{n}" for n in (7, 14, 21, 22, 28, 35, 42, 44, 49, 56, 63, 66)[-10:])
+    from hpclaunch.train_entry.checkpoint import verify
+
+    for step in steps:
+        ok, _, ma = verify(os.path.join(a, "checkpoints", step))
+        assert ok
+        _, _, ms = verify(os.path.join(s, "checkpoints", step))
+        assert {k: v["sha256"] for k, v in ma["files"].items()} == {k: v["sha256"] for k, v in ms["files"].items()}
