@@ -101,6 +101,30 @@ requeue: {{max_attempts: 3, grace: 2}}
     assert open(os.path.join(st["run_dir"], "checkpoints", "step")).read().strip() == "8"
 
 
+def test_a_rank_asking_for_requeue_under_torchrun_requeues_the_job(hpc_home, tmp_path):
+    """torchrun reports a rank's exit 75 as its own 1; train_entry's marker still gets the job
+    requeued (no signal reached the batch shell here), and the next attempt resumes."""
+    from hpclaunch.train_entry.digits import write_digits_csv
+
+    data = tmp_path / "digits.csv"
+    write_digits_csv(str(data))
+    job = write_job(tmp_path, f"""
+name: rank requeue
+launcher: torchrun
+command: [{sys.executable}, -m, hpclaunch.train_entry, --data, {data}, --epochs, "1", --stop-after-step, "3"]
+resources: {{nodes: 1, tasks_per_node: 2, time: "00:05:00"}}
+monitor: {{interval: 0}}
+requeue: {{max_attempts: 3}}
+""")
+    hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), timeout=240)
+    st = json.loads(hl("status", "rank requeue", "--json", cwd="/").stdout)
+    assert st["state"] == "COMPLETED" and st["attempts"] == 2, st
+    ends = [line.split()[1:] for line in open(os.path.join(st["run_dir"], ".hpclaunch", "state")) if " end " in line]
+    assert ends == [["attempt=0", "end", "rc=1", "outcome=requeued"], ["attempt=1", "end", "rc=0", "outcome=completed"]]
+    second = open(os.path.join(st["run_dir"], "logs", "attempt1", "rank0.log")).read()
+    assert "resuming from" in second and "step-3" in second, second[-3000:]
+
+
 def test_nodes_over_one_is_refused(hpc_home, tmp_path):
     job = write_job(tmp_path, "name: two\nprofile: testcluster\nlauncher: srun\ncommand: [hostname]\n")
     proc = hl("submit", job, "--backend", "local", cwd=str(tmp_path), check=False)

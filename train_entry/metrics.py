@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import time
+from typing import Optional
 
 SCHEMA = "hpclaunch.metrics/1"
 log = logging.getLogger("hpclaunch.train_entry")
@@ -60,7 +61,7 @@ class MetricsWriter:
             self._flushed = now
 
     def step(self, epoch: int, step: int, loss: float, samples: int, step_time_s: float,
-             grad_norm: float, lr: float, steps: int = 1, **extra) -> None:
+             grad_norm: Optional[float], lr: float, steps: int = 1, **extra) -> None:
         """One record for the `steps` optimizer steps since the previous one (--log-every): `samples`
         is their sum on this rank, `loss` and `step_time_s` their means; `grad_norm` and `lr` are
         those of the last step."""
@@ -72,9 +73,11 @@ class MetricsWriter:
         if self._tb is not None:
             self._tb.add_scalar("train/loss", loss, step)
             self._tb.add_scalar("train/lr", lr, step)
-            self._tb.add_scalar("train/grad_norm", grad_norm, step)
+            if grad_norm is not None:
+                self._tb.add_scalar("train/grad_norm", grad_norm, step)
         if self._mlflow is not None:
-            self._mlflow.log_metrics({"loss": loss, "lr": lr, "grad_norm": _clean(grad_norm) or 0.0}, step=step)
+            vals = {"loss": loss, "lr": lr, "grad_norm": _clean(grad_norm)}
+            self._mlflow.log_metrics({k: v for k, v in vals.items() if v is not None}, step=step)  # no made-up 0
 
     def epoch(self, epoch: int, step: int, loss: float, accuracy: float, val_loss, val_accuracy, **extra) -> None:
         self._write({"kind": "epoch", "time_unix": time.time(), "rank": self.rank, "epoch": epoch, "step": step,
@@ -89,7 +92,7 @@ class MetricsWriter:
             vals = {"epoch_loss": loss, "accuracy": accuracy}
             if val_accuracy is not None:
                 vals.update(val_loss=val_loss, val_accuracy=val_accuracy)
-            self._mlflow.log_metrics({k: _clean(v) or 0.0 for k, v in vals.items()}, step=step)
+            self._mlflow.log_metrics({k: _clean(v) for k, v in vals.items() if _clean(v) is not None}, step=step)
 
     def event(self, kind: str, **fields) -> None:
         self._write({"kind": kind, "time_unix": time.time(), "rank": self.rank, **fields})

@@ -118,6 +118,16 @@ def atomic_write_text(path: str, text: str) -> None:
     write_atomic(path, text, mode=0o644)
 
 
+def write_requeue_marker(run_dir: str, info: dict, env=None) -> str:
+    """``<run_dir>/.hpclaunch/requeue-exit.attempt<N>`` (rank 0, once the checkpoint is published):
+    tells the batch shell "requeue me" even where torchrun or horovodrun turn the ranks' exit code
+    into their own 1 (and horovodrun kills the ranks that had not exited yet)."""
+    env = os.environ if env is None else env
+    path = os.path.join(run_dir, ".hpclaunch", f"requeue-exit.attempt{env.get('HPCLAUNCH_ATTEMPT') or 0}")
+    atomic_write_text(path, json.dumps(info, sort_keys=True) + "\n")
+    return path
+
+
 def write_finished(run_dir: str, info: dict) -> str:
     """``<run_dir>/.hpclaunch/finished``: tells the batch shell "done", not "needs requeue"."""
     path = os.path.join(run_dir, ".hpclaunch", "finished")

@@ -25,7 +25,7 @@ from .data import TrainLoader, load_csv, make_tensors, split, val_shard
 from .dist_init import Dist, init_distributed, set_deterministic
 from .metrics import MetricsWriter
 from .model import build_model
-from .signals import StopRequest, requeue_exit_code, write_finished
+from .signals import StopRequest, requeue_exit_code, write_finished, write_requeue_marker
 
 log = logging.getLogger("hpclaunch.train_entry")
 
@@ -221,7 +221,8 @@ class _Run:
         last_ckpt = resumed_from
         self._inflight, self._commit_at = None, 0
         val = (None, None)
-        iv = [0, 0, 0.0, 0.0]  # since the last step record: steps, samples, busy seconds, loss sum
+        self._iv = iv = [0, 0, 0.0, 0.0]  # since the last step record: steps, samples, busy seconds, loss sum
+        self._last_lr = der.lr
         self._pending = None
         try:
             while state["epoch"] < cfg.epochs and state["step"] < total_steps:
@@ -254,7 +255,7 @@ class _Run:
                         scaler.step(opt)
                     scaler.update()
                     opt.zero_grad()  # horovod 0.28's optimizer takes no arguments; None grads are torch's default
-                    lr_now = sched.get_last_lr()[0]
+                    self._last_lr = sched.get_last_lr()[0]
                     sched.step()
                     state["step"] += 1
                     state["batch_in_epoch"] += der.accum_steps
@@ -270,9 +271,7 @@ class _Run:
                     iv[2] += dt
                     iv[3] += step_loss
                     if log_now:  # one record for the steps since the last one
-                        mw.step(epoch, state["step"], iv[3] / iv[1], iv[1], iv[2] / iv[0], float(gnorm), lr_now,
-                                steps=iv[0])
-                        iv[:] = [0, 0, 0.0, 0.0]
+                        self._record_steps(epoch, float(gnorm))
 
                     if self._inflight is not None and state["step"] >= self._commit_at:
                         self._inflight.commit(dist.any)
@@ -290,6 +289,7 @@ class _Run:
 
                 # -- end of epoch (or of max_steps) -------------------------------------------
                 del it
+                self._record_steps(epoch)  # records cover every step and never span two epochs
                 val = self._validate(dmodel, x_va, y_va, amp_dtype, device)
                 tot = dist.sum([state["ep_loss"], state["ep_correct"], state["ep_count"]])
                 mw.epoch(epoch, state["step"], tot[0] / max(tot[2], 1), tot[1] / max(tot[2], 1), val[0], val[1])
@@ -340,11 +340,23 @@ class _Run:
             self.dist.any_wait(self._pending)
             self._pending = None
 
+    def _record_steps(self, epoch: int, grad_norm: Optional[float] = None) -> None:
+        """The step record for the steps since the last one (none if there were none); the grad
+        norm is that of the last step, None where it was not computed (off the --log-every grid)."""
+        iv = self._iv
+        if iv[0]:
+            self.mw.step(epoch, self.state["step"], iv[3] / iv[1], iv[1], iv[2] / iv[0], grad_norm, self._last_lr,
+                         steps=iv[0])
+            iv[:] = [0, 0, 0.0, 0.0]
+
     def _requeue_exit(self, path: str) -> None:
         code = requeue_exit_code()
+        self._record_steps(self.state["epoch"])
         self._complete_save()  # the checkpoint to resume from is published before anyone exits
         if self.dist.rank == 0:
             self.stop.mark_served(self.state["step"])
+            write_requeue_marker(self.run_dir, {"step": self.state["step"], "checkpoint": path,
+                                                "reason": self.stop.reason, "time_unix": time.time()})
             log.warning("requeue requested (%s): checkpoint %s written at step %d; exiting %d",
                         self.stop.reason or "another rank", path, self.state["step"], code)
         self.mw.event("requeue", step=self.state["step"], epoch=self.state["epoch"], checkpoint=path,
