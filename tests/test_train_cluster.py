@@ -65,8 +65,10 @@ launcher: torchrun
 command: [python, -m, hpclaunch.train_entry, --data, digits.csv, --epochs, "1000", --batch-size, "16", --quiet]
 resources: {nodes: 2, tasks_per_node: 1, cpus_per_task: 1, time: "00:02:00"}
 monitor: {interval: 1.0}
-requeue: {max_attempts: 10, signal: USR1, grace: 60}
+requeue: {max_attempts: 20, signal: USR1, grace: 60}
 """)
+    # Each attempt trains ~50 s (the signal comes 60 s before the 2-minute limit): 5-6 attempts on a
+    # quiet machine; the headroom is for a loaded one (a run stops requeueing once the work is done).
     hl("submit", "job.yaml", "--backend", "slurm", "--wait", cwd=str(tmp_path), timeout=1500)
     st = json.loads(hl("status", "digits-requeue", "--json", cwd="/").stdout)
     assert st["state"] == "COMPLETED" and st["exit_code"] == 0, st
