@@ -54,11 +54,13 @@ def resolve_job(job_path: str, overrides: list[str] | tuple[str, ...] = (), cwd:
     for key, value in parsed:
         set_path(data, key, value)
     profile_ref = data.get("profile", "local")
+    profile_source = f"{OVERRIDE_LABEL} (-o profile)" if "profile" in [k for k, _ in parsed] else shown
     if not isinstance(profile_ref, str):
-        raise InvalidInput([Problem(shown, "profile",
+        raise InvalidInput([Problem(profile_source, "profile",
                                     f"expected a profile name or path, got {_yaml_kind(profile_ref)}", profile_ref,
                                     "e.g. profile: local (see `hpclaunch profiles`)", has_value=profile_ref is not None)])
-    profile = load_profile(profile_ref, os.path.dirname(os.path.abspath(job_path)), cwd)
+    profile = load_profile(profile_ref, os.path.dirname(os.path.abspath(job_path)), cwd,
+                           where=(profile_source, "profile"))
     merged: dict = {}
     origins: dict[str, str] = {}
     merge_into(merged, profile.profile.defaults, origins, display_path(profile.path))

@@ -125,7 +125,7 @@ def resolve(profile: str = DEFAULT_PROFILE, overrides: Optional[Mapping[str, Any
         set_path(layer, key, value)
         origins_of[key] = f"{caller}(overrides: {key})"
 
-    loaded = load_profile(profile, cwd, cwd)
+    loaded = load_profile(profile, cwd, cwd, where=(f"{caller}(profile=...)", "profile"))
     merged: dict = {}
     origins: dict[str, str] = {}
     merge_into(merged, loaded.profile.defaults, origins, display_path(loaded.path))

@@ -92,6 +92,12 @@ def test_init_where_the_folder_is_missing_or_a_file_is_one_line(tmp_path):
     assert proc.returncode == 2 and "name a file in it" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_init_with_an_unknown_profile_names_the_option(run_cli, tmp_path):
+    code, out, err = run_cli("init", str(tmp_path / "j.yaml"), "--profile", "a100")
+    assert code == 2 and err.startswith("command line: --profile: no such profile ('a100') \u2014 did you mean")
+    assert not (tmp_path / "j.yaml").exists()
+
+
 def test_report_to_a_missing_folder_is_one_line(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / "monitor").mkdir(parents=True)

@@ -234,3 +234,20 @@ def test_rules_still_run_on_the_sections_that_loaded(run_cli, write):
                                   "train: {epochs: 5000}\n")
     assert code == 2
     assert [line.split(": ")[1] for line in lines] == ["resources", "slurm.partition", "train.epochs"], lines
+
+
+# --- where a missing profile was named ---
+
+def test_a_missing_profile_names_the_file_or_the_override(run_cli, write):
+    code, lines, path = _problems(run_cli, write, GOOD + "profile: a100hpc\n")
+    assert code == 2 and len(lines) == 1
+    assert lines[0].startswith(f"{path}: profile: no such profile ('a100hpc') \u2014 did you mean 'a100-hpc'?"), lines
+    code, lines, _ = _problems(run_cli, write, GOOD, "profile=jetsn")
+    assert code == 2 and len(lines) == 1
+    assert lines[0].startswith("command line (-o profile): profile: no such profile ('jetsn') \u2014 "
+                               "did you mean 'jetson-orin'?"), lines
+    code, lines, path = _problems(run_cli, write, GOOD + "profile: profiles/nope.yaml\n")
+    assert code == 2 and lines[0].startswith(f"{path}: profile: no such profile file ("), lines
+    site = write("hpc_profiles/site.yaml", "name: site\nextends: lokal\nnode: {cpus: 2}\n")
+    code, lines, _ = _problems(run_cli, write, GOOD + f"profile: {site}\n")
+    assert code == 2 and lines[0].startswith(f"{site}: extends: no such profile ('lokal') \u2014 did you mean 'local'?"), lines
