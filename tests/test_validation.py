@@ -251,3 +251,17 @@ def test_a_missing_profile_names_the_file_or_the_override(run_cli, write):
     site = write("hpc_profiles/site.yaml", "name: site\nextends: lokal\nnode: {cpus: 2}\n")
     code, lines, _ = _problems(run_cli, write, GOOD + f"profile: {site}\n")
     assert code == 2 and lines[0].startswith(f"{site}: extends: no such profile ('lokal') \u2014 did you mean 'local'?"), lines
+
+
+# --- sweeps over job keys that cannot vary ---
+
+@pytest.mark.parametrize("parameters,path", [
+    ("{resources.nodes: [1, 2]}", "sweep.parameters.resources.nodes"),
+    ("{resources: {nodes: [1, 2]}}", "sweep.parameters.resources"),
+    ("{launcher: [mpi, srun]}", "sweep.parameters.launcher"),
+])
+def test_a_refused_sweep_key_is_reported_once(run_cli, write, parameters, path):
+    code, lines, _ = _problems(run_cli, write, GOOD + f"sweep: {{parameters: {parameters}}}\n")
+    assert code == 2
+    assert len(lines) == 1, lines
+    assert f": {path}: only env.* and train.* job keys can vary" in lines[0], lines
