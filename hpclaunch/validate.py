@@ -93,7 +93,7 @@ def validate_job(job: Job, profile: Profile, sources: SourceMap) -> list[Problem
             bad("sweep.parameters", f"the sweep has {n} points", n, "use at most 100000 (or random search)")
     for i, opt in enumerate(job.slurm.extra or []):
         name = opt.split("=", 1)[0]
-        if not _EXTRA.match(opt):
+        if not _EXTRA.fullmatch(opt):
             bad(f"slurm.extra[{i}]", "is not one sbatch long option of the form --name or --name=value", opt,
                 "write e.g. \"--constraint=a100\" (no spaces, no shell characters)")
         elif name in _OWNED:

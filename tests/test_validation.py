@@ -265,3 +265,27 @@ def test_a_refused_sweep_key_is_reported_once(run_cli, write, parameters, path):
     assert code == 2
     assert len(lines) == 1, lines
     assert f": {path}: only env.* and train.* job keys can vary" in lines[0], lines
+
+
+# --- a value ending in a newline would split its #SBATCH line ---
+
+@pytest.mark.parametrize("text,path", [
+    ('slurm: {partition: "debug\\n"}\n', "slurm.partition"),
+    ('slurm: {extra: ["--begin=now+60\\n"]}\n', "slurm.extra[0]"),
+    ('resources: {mem: "1G\\n"}\n', "resources.mem"),
+    ('resources: {time: "10\\n"}\n', "resources.time"),
+    ('runs_root: "runs\\n"\n', "runs_root"),
+    ('env: {"A\\n": x}\n', "env.A\\n"),
+])
+def test_a_trailing_newline_is_refused(run_cli, write, text, path):
+    code, lines, file = _problems(run_cli, write, GOOD + text)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"{file}: {path}: "), lines
+    code, out, err = run_cli("render", file)
+    assert code == 2 and out == ""
+
+
+def test_a_trailing_newline_from_the_command_line_is_refused(run_cli, write):
+    code, lines, _ = _problems(run_cli, write, GOOD, "slurm.partition=debug\n")
+    assert code == 2 and lines == ["command line (-o slurm.partition): slurm.partition: is not a valid partition "
+                                   "name ('debug\\n') \u2014 use letters, digits and _ . , : + @ % = - only"], lines
