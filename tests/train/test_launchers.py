@@ -12,8 +12,8 @@ from conftest import PY, rank_env, run
 from hpclaunch.train_entry.metrics import read_metrics
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="no mpirun")
-def test_mpirun_launch(tmp_path, digits_csv):
+def test_mpirun_launch(tmp_path, digits_csv, require):
+    require(None if shutil.which("mpirun") else "no mpirun on PATH (Open MPI: make deps)", "the mpirun test")
     env = rank_env(OMPI_ALLOW_RUN_AS_ROOT=1, OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, OMPI_MCA_rmaps_base_oversubscribe=1,
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=random.randint(30000, 39999))
     r = run(["mpirun", "-np", "2", "-x", "OMP_NUM_THREADS", "-x", "MASTER_ADDR", "-x", "MASTER_PORT",
@@ -76,10 +76,8 @@ def _horovod_available():
         return False
 
 
-@pytest.mark.skipif(not _horovod_available() and os.environ.get("CI") != "true",
-                    reason="horovod not installed (make horovod); in CI this test must run")
-def test_horovodrun_gloo(tmp_path, digits_csv):
-    assert _horovod_available(), "horovod is not installed: run `make horovod` (CI does)"
+def test_horovodrun_gloo(tmp_path, digits_csv, require):
+    require(None if _horovod_available() else "horovod is not installed: run `make horovod`", "the horovod test")
     r = run([_horovodrun(), "--gloo", "-np", "2", "-H", "localhost:2", PY, "-m", "hpclaunch.train_entry",
              "--data", digits_csv, "--epochs", 2, "--run-dir", tmp_path, "--global-batch", 256, "--batch-size", 64],
             env=rank_env(), timeout=150)
