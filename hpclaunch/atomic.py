@@ -37,3 +37,12 @@ def fsync_dir(folder: str) -> None:
         pass  # some filesystems refuse fsync on directories; the rename is still atomic
     finally:
         os.close(fd)
+
+
+def file_in_the_way(path: str) -> str | None:
+    """The nearest existing ancestor of `path` (or `path` itself) when it is not a folder: the usual
+    reason a folder cannot be created there, and what an error message should name."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    return probe if os.path.exists(probe) and not os.path.isdir(probe) else None

@@ -144,13 +144,12 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     import os
-    from .atomic import write_atomic
     from .errors import HpclaunchError
     from .starter import starter_job
     if os.path.exists(args.file) and not args.force:
         raise HpclaunchError(f"{args.file}: already exists \u2014 pick another name or add --force")
     name = args.name or os.path.splitext(os.path.basename(args.file))[0] or "job"
-    write_atomic(args.file, starter_job(args.profile, name), mode=0o644)
+    _write_user_file(args.file, starter_job(args.profile, name, where=("command line", "--profile")), "job file")
     print(f"wrote {args.file} for profile '{args.profile}'; check it with: hpclaunch validate {args.file}")
     return 0
 
@@ -365,12 +364,31 @@ def cmd_report(args: argparse.Namespace) -> int:
         color = args.output is None and sys.stdout.isatty()
         out = render(build_report(run_dir), fmt, color=color)
     if args.output:
-        from .atomic import write_atomic
-        write_atomic(args.output, out, mode=0o644)
+        _write_user_file(args.output, out, "report")
         print(f"report written to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(out if isinstance(out, str) else out.decode())
     return 0
+
+
+def _write_user_file(path: str, data, what: str) -> None:
+    """Write a file the user named (atomically); a path that cannot be written is their one-line error."""
+    from .atomic import file_in_the_way, write_atomic
+    from .errors import HpclaunchError
+    try:
+        write_atomic(path, data, mode=0o644)
+    except OSError as e:
+        folder = os.path.dirname(os.path.abspath(path))
+        blocker = file_in_the_way(folder)
+        if blocker:
+            fix = f"{blocker} is a file, not a folder: pick another path"
+        elif not os.path.isdir(folder):  # not created for you: a typo in the path should not make folders
+            fix = f"create the folder first (mkdir -p {folder}) or pick another path"
+        elif os.path.isdir(path):
+            fix = "that is a folder: name a file in it"
+        else:
+            fix = "pick a path you can write"
+        raise HpclaunchError(f"{path}: cannot write the {what}: {e.strerror or e} \u2014 {fix}") from None
 
 
 def _print_json(data) -> None:

@@ -22,7 +22,15 @@ class Problem:
             text += f" ({_show(self.value)})"
         if self.fix:
             text += f" \u2014 {self.fix}"
+        return _one_line(text)
+
+
+def _one_line(text: str) -> str:
+    # Keys and values from the file may hold newlines or other control characters: escaped, the
+    # problem stays one line (the value itself is already shown as repr).
+    if text.isprintable():
         return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _show(value: object) -> str:

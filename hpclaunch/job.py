@@ -17,9 +17,11 @@ Launcher = Literal["torchrun", "horovod", "mpi", "srun"]
 REQUEUE_SIGNALS = ("USR1", "USR2")
 SECRET_MARKERS = ("TOKEN", "KEY", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
 
-_SLURM_WORD = re.compile(r"^[A-Za-z0-9_.,:+@%=-]+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_EXTRA = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@%+=()\[\]-]+)?$")
+# Whole-string patterns, always used with fullmatch: `$` would also match before a final "\n",
+# and a value ending in a newline breaks its #SBATCH line in two.
+_SLURM_WORD = re.compile(r"[A-Za-z0-9_.,:+@%=-]+")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_EXTRA = re.compile(r"--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@%+=()\[\]-]+)?")
 
 
 def _time_check(value: str) -> Optional[Tuple[str, str]]:
@@ -40,7 +42,7 @@ def _mem_check(value: str) -> Optional[Tuple[str, str]]:
 
 def _slurm_word(what: str) -> object:
     def check(value: str) -> Optional[Tuple[str, str]]:
-        if not _SLURM_WORD.match(value):
+        if not _SLURM_WORD.fullmatch(value):
             return (f"is not a valid {what} name",
                     "use letters, digits and _ . , : + @ % = - only")
         return None
@@ -183,7 +185,7 @@ class Job:
 
 
 def env_name_problem(name: str) -> Optional[Tuple[str, str]]:
-    if not _ENV_NAME.match(name):
+    if not _ENV_NAME.fullmatch(name):
         return ("is not a valid environment variable name",
                 "use letters, digits and _, not starting with a digit")
     if name.startswith("HPCLAUNCH_") or name.startswith("SLURM_"):
@@ -192,12 +194,12 @@ def env_name_problem(name: str) -> Optional[Tuple[str, str]]:
     return None
 
 
-_RUNS_ROOT = re.compile(r"^[A-Za-z0-9._/+-]+$")
+_RUNS_ROOT = re.compile(r"[A-Za-z0-9._/+-]+")
 
 
 def runs_root_problem(value: str) -> Optional[Tuple[str, str]]:
     # It appears in #SBATCH --output, which Slurm does not shell-unquote: keep it plain.
-    if not _RUNS_ROOT.match(value):
+    if not _RUNS_ROOT.fullmatch(value):
         return ("is not a plain path", "use letters, digits and . _ / + - only (no spaces, no ~)")
     return None
 

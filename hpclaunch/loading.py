@@ -10,7 +10,7 @@ from .merge import merge_into, set_path
 from .model import model
 from .overrides import parse_override
 from .profiles import LoadedProfile, load_profile
-from .typedload import Loader, SourceMap, to_plain
+from .typedload import Loader, SourceMap, _yaml_kind, to_plain
 from .yamlio import display_path, load_yaml_file, load_yaml_text
 
 OVERRIDE_LABEL = "command line"
@@ -54,10 +54,13 @@ def resolve_job(job_path: str, overrides: list[str] | tuple[str, ...] = (), cwd:
     for key, value in parsed:
         set_path(data, key, value)
     profile_ref = data.get("profile", "local")
+    profile_source = f"{OVERRIDE_LABEL} (-o profile)" if "profile" in [k for k, _ in parsed] else shown
     if not isinstance(profile_ref, str):
-        raise InvalidInput([Problem(shown, "profile", "expected a profile name or path", profile_ref,
-                                    "e.g. profile: local (see `hpclaunch profiles`)")])
-    profile = load_profile(profile_ref, os.path.dirname(os.path.abspath(job_path)), cwd)
+        raise InvalidInput([Problem(profile_source, "profile",
+                                    f"expected a profile name or path, got {_yaml_kind(profile_ref)}", profile_ref,
+                                    "e.g. profile: local (see `hpclaunch profiles`)", has_value=profile_ref is not None)])
+    profile = load_profile(profile_ref, os.path.dirname(os.path.abspath(job_path)), cwd,
+                           where=(profile_source, "profile"))
     merged: dict = {}
     origins: dict[str, str] = {}
     merge_into(merged, profile.profile.defaults, origins, display_path(profile.path))
@@ -66,12 +69,8 @@ def resolve_job(job_path: str, overrides: list[str] | tuple[str, ...] = (), cwd:
         origins[key] = f"{OVERRIDE_LABEL} (-o {key})"
     loader = Loader(SourceMap(shown, origins))
     job = loader.load(Job, merged)
-    problems = list(loader.problems)
-    if job is not None:
-        from .validate import validate_job
-        bad = {p.path for p in problems}
-        problems += [p for p in validate_job(job, profile.profile, SourceMap(shown, origins))
-                     if p.path not in bad]
+    from .validate import job_problems
+    problems = job_problems(job, loader.problems, profile.profile, SourceMap(shown, origins))
     if problems:
         raise InvalidInput(problems)
     return Resolved(job, profile, job_path, origins, with_bytes or b"")

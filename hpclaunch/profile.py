@@ -14,7 +14,7 @@ from .job import _mem_check, _slurm_word, _time_check, runs_root_problem
 from .model import model
 from .typedload import Scalar, field
 
-_HOST_PART = re.compile(r"^[A-Za-z0-9.-]*$")
+_HOST_PART = re.compile(r"[A-Za-z0-9.-]*")  # fullmatch: `$` would pass a final newline
 
 
 @model
@@ -35,7 +35,7 @@ class Network:
     interface: Optional[str] = field(None, help="NIC for NCCL/gloo/MPI traffic (sets NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)",
                                      check=_slurm_word("interface"))
     hostname_suffix: str = field("", help="appended to Slurm node names to reach the fast network (e.g. 'i' for InfiniBand names)",
-                                 check=lambda v: None if _HOST_PART.match(v) else
+                                 check=lambda v: None if _HOST_PART.fullmatch(v) else
                                  ("is not a host name part", "use letters, digits, '.' and '-' only"))
 
 

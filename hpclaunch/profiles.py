@@ -24,13 +24,19 @@ def search_dirs(cwd: str | None = None) -> list[str]:
     return [os.path.join(cwd, "hpc_profiles"), os.path.join(config, "hpclaunch", "profiles"), shipped_dir()]
 
 
-def find_profile(ref: str, base_dir: str | None = None, cwd: str | None = None) -> str:
-    """The file a profile reference names: a path (relative to base_dir) or a name."""
+def find_profile(ref: str, base_dir: str | None = None, cwd: str | None = None,
+                 where: tuple[str, str] | None = None) -> str:
+    """The file a profile reference names: a path (relative to base_dir) or a name.
+
+    `where` is (source, field path) of the reference, e.g. ("job.yaml", "profile"), so that a
+    reference that names nothing is reported like any other bad value of that file."""
     if ref.endswith((".yaml", ".yml")) or os.sep in ref:
         path = ref if os.path.isabs(ref) else os.path.join(base_dir or os.getcwd(), ref)
         if not os.path.isfile(path):
-            raise HpclaunchError(f"{display_path(path)}: no such profile file \u2014 check the path, "
-                                 "or use a profile name (see `hpclaunch profiles`)")
+            fix = "check the path, or use a profile name (see `hpclaunch profiles`)"
+            if where:
+                raise InvalidInput([Problem(where[0], where[1], "no such profile file", display_path(path), fix)])
+            raise HpclaunchError(f"{display_path(path)}: no such profile file \u2014 {fix}")
         return os.path.abspath(path)
     for folder in search_dirs(cwd):
         for ext in (".yaml", ".yml"):
@@ -41,6 +47,8 @@ def find_profile(ref: str, base_dir: str | None = None, cwd: str | None = None) 
     import difflib
     close = difflib.get_close_matches(ref, available_profiles(cwd), n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
+    if where:
+        raise InvalidInput([Problem(where[0], where[1], "no such profile", ref, f"{hint}known profiles: {known}")])
     raise HpclaunchError(f"profile {ref!r} not found \u2014 {hint}known profiles: {known}")
 
 
@@ -67,8 +75,10 @@ class LoadedProfile:
     data: dict                # merged plain data (for job.yaml)
 
 
-def load_profile(ref: str, base_dir: str | None = None, cwd: str | None = None) -> LoadedProfile:
-    path = find_profile(ref, base_dir, cwd)
+def load_profile(ref: str, base_dir: str | None = None, cwd: str | None = None,
+                 where: tuple[str, str] | None = None) -> LoadedProfile:
+    """A profile with its `extends:` chain applied; `where` names the reference (see find_profile)."""
+    path = find_profile(ref, base_dir, cwd, where)
     chain: list[str] = []
     layers: list[tuple[str, dict]] = []
     current = path
@@ -89,7 +99,7 @@ def load_profile(ref: str, base_dir: str | None = None, cwd: str | None = None) 
         if not isinstance(parent, str):
             raise InvalidInput([Problem(display_path(current), "extends", "expected a profile name or path",
                                         parent, "write a name, e.g. extends: local")])
-        current = find_profile(parent, os.path.dirname(current), cwd)
+        current = find_profile(parent, os.path.dirname(current), cwd, (display_path(current), "extends"))
     merged: dict = {}
     origins: dict[str, str] = {}
     for file, data in reversed(layers):

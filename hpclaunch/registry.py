@@ -96,8 +96,14 @@ class JobRecord:
 class Registry:
     def __init__(self, path: str | None = None):
         folder = home() if path is None else os.path.dirname(path)
-        os.makedirs(folder, mode=0o700, exist_ok=True)
         self.path = path or os.path.join(folder, "registry.db")
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            self._open()
+        except (OSError, sqlite3.Error) as e:
+            raise _unusable(folder, self.path, path is None, e) from None
+
+    def _open(self) -> None:
         self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA busy_timeout = 60000")
@@ -234,6 +240,26 @@ class Registry:
 
     def count(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+
+
+def _unusable(folder: str, db: str, default: bool, error: Exception) -> Exception:
+    """Why the registry cannot be opened, as the user's one-line error naming the path and the fix."""
+    from .atomic import file_in_the_way
+    from .errors import HpclaunchError
+    why = getattr(error, "strerror", None) or str(error)
+    setting = "$HPCLAUNCH_HOME" if default and os.environ.get("HPCLAUNCH_HOME") else None
+    blocker = file_in_the_way(folder)
+    if blocker:
+        what, where = f"{blocker} is a file, not a folder", folder
+    else:
+        what, where = why, (db if os.path.isdir(folder) else folder)
+    if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
+        fix = "it is not a registry (damaged, or another file): move it aside and a new one is made"
+    elif setting:
+        fix = f"point {setting} at a folder you can write (or unset it)"
+    else:
+        fix = "make that folder writable, or set $HPCLAUNCH_HOME to a folder you can write"
+    return HpclaunchError(f"{where}: cannot use the job registry: {what} \u2014 {fix}")
 
 
 def _user() -> str:

@@ -11,8 +11,8 @@ def _y(value: object) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def starter_job(profile_ref: str, name: str) -> str:
-    lp = load_profile(profile_ref)
+def starter_job(profile_ref: str, name: str, where: tuple[str, str] | None = None) -> str:
+    lp = load_profile(profile_ref, where=where)
     p = lp.profile
     d = p.defaults
     res = d.get("resources", {})

@@ -16,7 +16,7 @@ from .errors import HpclaunchError
 from .jobs import Job
 from .loading import Resolved, resolve_job
 from .registry import Registry
-from .yamlio import dump_yaml
+from .yamlio import display_path, dump_yaml
 
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
 
@@ -58,7 +58,38 @@ def parse_after(spec: str, registry: Registry) -> str:
     return f"{kind}:{found[0].job_id}"
 
 
+def ensure_runs_root(root: str, resolved: Resolved) -> None:
+    """Create the folder run directories go in, before anything is queued or numbered: a runs_root
+    that cannot be made is the user's one-line error, naming where the setting came from."""
+    from .atomic import file_in_the_way
+    from .errors import InvalidInput, Problem
+    try:
+        os.makedirs(root, exist_ok=True)
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+        return
+    except OSError as e:
+        blocker = file_in_the_way(root)
+        why = f"{blocker} is a file, not a folder" if blocker else (e.strerror or str(e))
+    if resolved.job.runs_root is not None:
+        value = resolved.job.runs_root
+        source = resolved.origins.get("runs_root", display_path(resolved.job_path))
+    else:
+        value = resolved.profile.profile.runs_root
+        source = resolved.profile.origins.get("runs_root", display_path(resolved.profile.path))
+    raise InvalidInput([Problem(source, "runs_root", f"cannot create {root}: {why}", value,
+                                "set runs_root to a folder you can write, e.g. runs_root: runs")])
+
+
 def make_run_dir(run_dir: str, resolved: Resolved, script: str, tasks: int = 0) -> None:
+    try:
+        _make_run_dir(run_dir, resolved, script, tasks)
+    except OSError as e:
+        raise HpclaunchError(f"{run_dir}: cannot write the run directory: {e.strerror or e} \u2014 "
+                             "check the space and permissions where runs_root points") from None
+
+
+def _make_run_dir(run_dir: str, resolved: Resolved, script: str, tasks: int = 0) -> None:
     os.makedirs(os.path.dirname(run_dir), exist_ok=True)
     if os.path.exists(run_dir):
         # Job ids restart when a cluster's state is reset: keep the older run, never overwrite it.
@@ -108,6 +139,7 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
         if after:
             raise HpclaunchError("--after: dependencies need Slurm \u2014 submit with --backend slurm")
         be.check(resolved)
+        ensure_runs_root(root, resolved)
         job_id = reg.next_local_id()
         run_dir = os.path.join(root, f"{request.slug}-{job_id}")
         make_run_dir(run_dir, resolved, script)
@@ -126,6 +158,7 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
     if preflight:
         be.config()  # a controller that does not answer fails here, with Slurm's message
         be.preflight(resolved, request, script, args)
+    ensure_runs_root(root, resolved)
     job_id = be.sbatch(script, args + ["--hold"], cwd)
     try:
         run_dir = os.path.join(root, f"{request.slug}-{job_id}")
@@ -172,6 +205,7 @@ def _submit_array(be, reg: Registry, resolved: Resolved, request, script: str, a
     chunks = [(off, min(size, n - off)) for off in range(0, n, size)]
     if preflight:
         be.preflight(resolved, request, script, args + [f"--array={_array_spec(chunks[0][1], par)}"])
+    ensure_runs_root(root, resolved)
     ids: list[str] = []
     user_dep = [a.split("=", 1)[1] for a in args if a.startswith("--dependency=")]
     other = [a for a in args if not a.startswith("--dependency=")]

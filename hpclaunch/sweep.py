@@ -5,6 +5,7 @@ import itertools
 import math
 import random
 import re
+import typing
 from typing import Any, Optional
 
 
@@ -23,23 +24,37 @@ def _text(value: Any) -> str:
 def check(sweep, command: list[str], env: dict[str, str], bad) -> None:
     """Problems with a sweep: malformed specs, unknown or unused placeholders."""
     names = list(sweep.parameters)
+    reported = set()  # one problem per parameter: a refused one is not also "not used"
+
+    def bad_param(name: str, message: str, value: Any, fix: str) -> None:
+        reported.add(name)
+        bad(f"sweep.parameters.{name}", message, value, fix)
+
     for name, spec in sweep.parameters.items():
-        path = f"sweep.parameters.{name}"
         if "." in name:
             key = name.split(".", 1)
-            if key[0] not in JOB_KEY_PREFIXES or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key[1]):
-                bad(path, "only env.* and train.* job keys can vary within one job array", name,
-                    "sweep resources or launchers as separate jobs; use env.NAME, train.KEY or a {placeholder}")
+            if key[0] not in JOB_KEY_PREFIXES or not _IDENT.fullmatch(key[1]):
+                bad_param(name, _REFUSED, name, _REFUSED_FIX)
                 continue
             if key[0] == "train" and key[1] not in _train_keys():
-                bad(path, "is not a train key", name, "use one of: " + ", ".join("train." + k for k in _train_keys()))
+                bad_param(name, "is not a train key", name,
+                          "use one of: " + ", ".join("train." + k for k in _train_keys()))
             continue
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-            bad(path, "is not a valid parameter name", name, "use letters, digits and _")
+        if not _IDENT.fullmatch(name):
+            bad_param(name, "is not a valid parameter name", name, "use letters, digits and _")
+            continue
+        if name in _job_sections() and isinstance(spec, dict) and len(spec) == 1 and next(iter(spec)) not in _KINDS:
+            # `resources: {nodes: [1, 2]}`: a job key written nested, not a placeholder's values
+            sub = next(iter(spec))
+            if name in JOB_KEY_PREFIXES:
+                bad_param(name, "is a job section, not a parameter", name,
+                          f"vary one key, written dotted: `{name}.{sub}: [...]`")
+            else:
+                bad_param(name, _REFUSED, f"{name}.{sub}", _REFUSED_FIX)
             continue
         problem = _spec_problem(spec, sweep.method)
         if problem:
-            bad(path, problem[0], spec, problem[1])
+            bad_param(name, problem[0], spec, problem[1])
     if sweep.method == "random" and sweep.samples is None:
         bad("sweep.samples", "random search needs a number of points", None, "add `samples: 20`")
     used = set()
@@ -56,12 +71,33 @@ def check(sweep, command: list[str], env: dict[str, str], bad) -> None:
                 bad(f"env.{key}", f"uses {{{m.group(1)}}}, which is not a sweep parameter", value,
                     f"add it under sweep.parameters or use one of: {', '.join(names)}")
     for name in names:
-        if name not in used and "." not in name:
-            bad(f"sweep.parameters.{name}", "is not used: every task would run the same command", name,
-                f"put {{{name}}} in a command argument or an env value")
+        if name not in used and "." not in name and name not in reported:
+            if name in _job_keys():  # `launcher: [mpi, srun]`: meant as the job key, not a placeholder
+                bad(f"sweep.parameters.{name}", _REFUSED, name, _REFUSED_FIX)
+            else:
+                bad(f"sweep.parameters.{name}", "is not used: every task would run the same command", name,
+                    f"put {{{name}}} in a command argument or an env value")
 
 
 JOB_KEY_PREFIXES = ("env", "train")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_REFUSED = "only env.* and train.* job keys can vary within one job array"
+_REFUSED_FIX = "sweep resources or launchers as separate jobs; use env.NAME, train.KEY or a {placeholder}"
+
+
+def _job_sections() -> list[str]:
+    """Job keys that hold mappings (resources, slurm, env, train, ...)."""
+    from .job import Job
+    from .model import fields, is_model
+    from .typedload import _hints
+    hints = _hints(Job)
+    return [f.name for f in fields(Job) if is_model(hints[f.name]) or typing.get_origin(hints[f.name]) is dict]
+
+
+def _job_keys() -> list[str]:
+    from .job import Job
+    from .model import fields
+    return [f.name for f in fields(Job)]
 
 
 def _train_keys() -> list[str]:

@@ -80,10 +80,12 @@ def _type_name(tp: Any) -> str:
 
 
 def _yaml_kind(value: Any) -> str:
+    """What a YAML value is, with its article: "null", "an integer", "a list"."""
     if value is None:
         return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string",
+    kind = {bool: "boolean", int: "integer", float: "number", str: "string",
             list: "list", dict: "mapping"}.get(type(value), type(value).__name__)
+    return ("an " if kind[0] in "aeiou" else "a ") + kind
 
 
 class Loader:
@@ -99,8 +101,8 @@ class Loader:
 
     def load(self, cls: type, data: Any, path: str = "") -> Any:
         if not isinstance(data, dict):
-            self.problem(path or "(top level)", f"expected a mapping, got a {_yaml_kind(data)}",
-                         data, "write it as `key: value` lines")
+            self.problem(path or "(top level)", f"expected a mapping, got {_yaml_kind(data)}",
+                         data, "write it as `key: value` lines", has_value=data is not None)
             return None
         known = {f.name: f for f in fields(cls)}
         hints = _hints(cls)
@@ -169,14 +171,14 @@ class Loader:
                     return self._convert(arg, value, path)
             return self._wrong(tp, value, path)
         if is_model(tp):
-            if value is None:
-                return self._wrong(tp, value, path)
-            out = self.load(tp, value, path)
-            return _BAD if out is None else out
+            out = self.load(tp, value, path)  # reports anything but a mapping (null included)
+            return hole(tp) if out is None else out
         if origin is Literal:
             choices = typing.get_args(tp)
             if value in choices and type(value) is type(choices[0]):
                 return value
+            if isinstance(value, (dict, list)):  # not a word at all: say what it is
+                return self._wrong(tp, value, path)
             import difflib
             close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
             fix = (f"did you mean '{close[0]}'? " if close else "") + \
@@ -226,9 +228,18 @@ class Loader:
 
     def _wrong(self, tp: Any, value: Any, path: str, fix: str = "") -> Any:
         want = _type_name(tp)
-        self.problem(path, f"expected {want}, got a {_yaml_kind(value)}", value,
-                     fix or f"write {want} here")
+        self.problem(path, f"expected {want}, got {_yaml_kind(value)}", value,
+                     fix or f"write {want} here", has_value=value is not None)
         return _BAD
+
+
+def hole(cls: type) -> Any:
+    """A section that did not load (a scalar, a list or null where a mapping belongs), already
+    reported: an instance whose every value is None, as a value that failed its own type check is.
+    The tree keeps its shape, so rules across fields (validate.py) run on the rest of the document
+    and skip what is unknown here, instead of tripping over a missing section."""
+    hints = _hints(cls)
+    return cls(**{f.name: hole(hints[f.name]) if is_model(hints[f.name]) else None for f in fields(cls)})
 
 
 class Scalar(str):

@@ -5,17 +5,19 @@ import re
 
 TIME_FORMATS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 
+# Whole strings (fullmatch), nothing stripped: a job's mem goes into its #SBATCH --mem line as
+# written, where a trailing newline or space would break the header.
 _TIME = re.compile(
-    r"^(?:(?P<days>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
-    r"|(?P<a>\d+)(?::(?P<b>\d+)(?::(?P<c>\d+))?)?)$"
+    r"(?:(?P<days>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
+    r"|(?P<a>\d+)(?::(?P<b>\d+)(?::(?P<c>\d+))?)?)"
 )
-_MEM = re.compile(r"^(?P<n>\d+)(?P<unit>[KMGTkmgt]?)$")
+_MEM = re.compile(r"(?P<n>\d+)(?P<unit>[KMGTkmgt]?)")
 _MEM_FACTOR = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 
 def parse_time_seconds(text: str) -> int:
     """Seconds in a Slurm time string; raises ValueError for anything Slurm would reject."""
-    m = _TIME.match(text.strip()) if isinstance(text, str) else None
+    m = _TIME.fullmatch(text) if isinstance(text, str) else None
     if not m:
         raise ValueError(text)
     g = m.groupdict()
@@ -49,7 +51,7 @@ def format_time(seconds: int) -> str:
 
 def parse_mem_mib(text: str) -> float:
     """MiB in a Slurm memory string (a bare number is MB, as Slurm reads it)."""
-    m = _MEM.match(text.strip()) if isinstance(text, str) else None
+    m = _MEM.fullmatch(text) if isinstance(text, str) else None
     if not m:
         raise ValueError(text)
     return int(m["n"]) * _MEM_FACTOR[m["unit"].upper()]

@@ -25,6 +25,25 @@ _OWNED = {
 }
 
 
+def job_problems(job: Job | None, load_problems: list[Problem], profile: Profile,
+                 sources: SourceMap) -> list[Problem]:
+    """The loader's problems, then the rules' on what loaded: a rule's problem at (or under) a
+    path the loader already reported is left out, and each line is reported once."""
+    problems = list(load_problems)
+    if job is not None:
+        failed = [p.path for p in load_problems]
+        problems += [p for p in validate_job(job, profile, sources)
+                     if not any(_within(p.path, f) for f in failed)]
+    unique: dict[str, Problem] = {}
+    for p in problems:
+        unique.setdefault(str(p), p)
+    return list(unique.values())
+
+
+def _within(path: str, outer: str) -> bool:
+    return path == outer or path.startswith((outer + ".", outer + "["))
+
+
 def validate_job(job: Job, profile: Profile, sources: SourceMap) -> list[Problem]:
     out: list[Problem] = []
 
@@ -74,7 +93,7 @@ def validate_job(job: Job, profile: Profile, sources: SourceMap) -> list[Problem
             bad("sweep.parameters", f"the sweep has {n} points", n, "use at most 100000 (or random search)")
     for i, opt in enumerate(job.slurm.extra or []):
         name = opt.split("=", 1)[0]
-        if not _EXTRA.match(opt):
+        if not _EXTRA.fullmatch(opt):
             bad(f"slurm.extra[{i}]", "is not one sbatch long option of the form --name or --name=value", opt,
                 "write e.g. \"--constraint=a100\" (no spaces, no shell characters)")
         elif name in _OWNED:

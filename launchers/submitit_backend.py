@@ -92,7 +92,7 @@ def resolve(profile: str = DEFAULT_PROFILE, overrides: Optional[Mapping[str, Any
             cluster: Optional[str] = None) -> Settings:
     """Profile defaults < keyword overrides < `strings` ("key=value", as `-o`); validated."""
     from hpclaunch.overrides import parse_override
-    from hpclaunch.validate import validate_job
+    from hpclaunch.validate import job_problems
 
     cwd = os.path.abspath(cwd or os.getcwd())
     overrides = dict(overrides or {})
@@ -125,7 +125,7 @@ def resolve(profile: str = DEFAULT_PROFILE, overrides: Optional[Mapping[str, Any
         set_path(layer, key, value)
         origins_of[key] = f"{caller}(overrides: {key})"
 
-    loaded = load_profile(profile, cwd, cwd)
+    loaded = load_profile(profile, cwd, cwd, where=(f"{caller}(profile=...)", "profile"))
     merged: dict = {}
     origins: dict[str, str] = {}
     merge_into(merged, loaded.profile.defaults, origins, display_path(loaded.path))
@@ -134,10 +134,7 @@ def resolve(profile: str = DEFAULT_PROFILE, overrides: Optional[Mapping[str, Any
     sources = SourceMap(f"{caller}()", origins)
     loader = Loader(sources)
     spec = loader.load(JobSpec, merged)
-    problems: list[Problem] = list(loader.problems)
-    if spec is not None:
-        bad = {p.path for p in problems}
-        problems += [p for p in validate_job(spec, loaded.profile, sources) if p.path not in bad]
+    problems: list[Problem] = job_problems(spec, loader.problems, loaded.profile, sources)
     if problems:
         raise InvalidInput(problems)
     which = cluster or _default_cluster()

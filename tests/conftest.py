@@ -50,6 +50,12 @@ def cluster_control():
 
 
 @pytest.fixture(scope="session")
+def require():
+    """require(reason, what): skip the test for a missing prerequisite (reason not None); in CI, fail it."""
+    return cluster_fixture.require_or_skip
+
+
+@pytest.fixture(scope="session")
 def slurm():
     """The throwaway 2-node Slurm cluster, started once (root; in CI it must run, never skip)."""
     cluster_fixture.cluster_available_or_skip()

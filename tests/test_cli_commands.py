@@ -70,3 +70,38 @@ def test_render_imports_nothing_heavy(write):
             " if m in sys.modules]\nprint('HEAVY=' + ','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     assert "HEAVY=\n" in out
+
+
+def _hl(*args, cwd=None, env=None):
+    return subprocess.run([sys.executable, "-m", "hpclaunch", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=60)
+
+
+def test_init_where_the_folder_is_missing_or_a_file_is_one_line(tmp_path):
+    missing = tmp_path / "no" / "such" / "x.yaml"
+    proc = _hl("init", str(missing))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == "", proc.stderr
+    assert proc.stderr.strip() == (f"{missing}: cannot write the job file: No such file or directory \u2014 "
+                                   f"create the folder first (mkdir -p {missing.parent}) or pick another path")
+    assert not (tmp_path / "no").exists()   # a typo in the path makes no folders
+    (tmp_path / "afile").write_text("")
+    proc = _hl("init", str(tmp_path / "afile" / "x.yaml"))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"{tmp_path / 'afile'} is a file, not a folder" in proc.stderr
+    proc = _hl("init", str(tmp_path), "--force")   # a folder where the file should go
+    assert proc.returncode == 2 and "name a file in it" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_init_with_an_unknown_profile_names_the_option(run_cli, tmp_path):
+    code, out, err = run_cli("init", str(tmp_path / "j.yaml"), "--profile", "a100")
+    assert code == 2 and err.startswith("command line: --profile: no such profile ('a100') \u2014 did you mean")
+    assert not (tmp_path / "j.yaml").exists()
+
+
+def test_report_to_a_missing_folder_is_one_line(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "monitor").mkdir(parents=True)
+    out = tmp_path / "nope" / "r.json"
+    proc = _hl("report", str(run_dir), "-o", str(out))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"{out}: cannot write the report: ") and "mkdir -p" in proc.stderr

@@ -13,9 +13,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
 
 
-def hl(*args, cwd, check=True, timeout=300):
+def hl(*args, cwd, check=True, timeout=300, env=None):
     proc = subprocess.run([sys.executable, "-m", "hpclaunch", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
     if check:
         assert proc.returncode == 0, f"hpclaunch {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -30,6 +30,20 @@ def job_file(tmp_path, text, name="job.yaml"):
 def submit_json(tmp_path, job, *extra):
     proc = hl("submit", job, "--backend", "slurm", "--json", *extra, cwd=str(tmp_path))
     return json.loads(proc.stdout[: proc.stdout.rindex("}") + 1])
+
+
+def status_json(job_id):
+    return json.loads(hl("status", job_id, "--json", cwd="/").stdout)
+
+
+def wait_for(job_id, done, timeout=60, poll=0.5):
+    """Poll `hpclaunch status JOB --json` until done(status); returns every status seen, the last one last."""
+    seen = [status_json(job_id)]
+    deadline = time.time() + timeout
+    while not done(seen[-1]) and time.time() < deadline:
+        time.sleep(poll)
+        seen.append(status_json(job_id))
+    return seen
 
 
 def test_torchrun_two_nodes_two_ranks(slurm, hpc_home, tmp_path):
@@ -109,7 +123,7 @@ def test_dependency_chain(slurm, hpc_home, tmp_path):
 name: first
 profile: testcluster
 launcher: srun
-command: [bash, -c, "sleep 3; date +%s.%N"]
+command: [bash, -c, "sleep 6; date +%s.%N"]
 resources: {nodes: 1, tasks_per_node: 1}
 monitor: {interval: 0}
 """, "first.yaml")
@@ -122,9 +136,10 @@ resources: {nodes: 1, tasks_per_node: 1}
 monitor: {interval: 0}
 """, "second.yaml")
     a = submit_json(tmp_path, first)
-    b = submit_json(tmp_path, second, "--after", f"first:afterok")
-    code = hl("status", b["job_id"], cwd="/").returncode
-    assert code == 0
+    b = submit_json(tmp_path, second, "--after", "first:afterok")
+    # while `first` sleeps, `second` waits on it (the reason can read None until the scheduler's next pass)
+    seen = wait_for(b["job_id"], lambda st: st["reason"] == "Dependency", timeout=5, poll=0.2)
+    assert {st["state"] for st in seen} == {"PENDING"} and seen[-1]["reason"] == "Dependency", seen
     hl("submit", second, "--backend", "slurm", "--after", a["job_id"], "--wait", cwd=str(tmp_path))
     for _ in range(60):
         if json.loads(hl("status", b["job_id"], "--json", cwd="/").stdout)["state"] == "COMPLETED":
@@ -381,3 +396,88 @@ def test_status_without_accounting(hpc_home, tmp_path, cluster_control):
         assert st["state"] == "FAILED" and st["exit_code"] == 4 and st["source"] == "scontrol", st
     finally:
         os.environ.update(cluster_fixture.ensure_cluster(nodes=2))
+
+
+def test_a_job_held_by_its_begin_time_is_pending_until_cancelled(slurm, hpc_home, tmp_path):
+    job = job_file(tmp_path, """
+name: later
+profile: testcluster
+launcher: srun
+command: [bash, -c, "echo started"]
+resources: {nodes: 1, tasks_per_node: 1, time: "00:05:00"}
+monitor: {interval: 0}
+""")
+    sub = submit_json(tmp_path, job, "-o", "slurm.extra=[--begin=now+600]")
+    seen = wait_for(sub["job_id"], lambda st: st["reason"] == "BeginTime", timeout=20)
+    assert {st["state"] for st in seen} == {"PENDING"} and seen[-1]["reason"] == "BeginTime", seen
+    out = hl("status", sub["job_id"], cwd="/").stdout
+    assert "PENDING" in out and "(BeginTime)" in out, out
+    hl("cancel", sub["job_id"], cwd="/")
+    st = wait_for(sub["job_id"], lambda st: st["state"] != "PENDING")[-1]
+    assert st["state"] == "CANCELLED", st
+    assert not os.path.exists(os.path.join(sub["run_dir"], "logs", "attempt0"))   # it never started
+    listing = json.loads(hl("list", "--all", "--json", cwd="/").stdout)
+    assert [r["state"] for r in listing if r["job_id"] == sub["job_id"]] == ["CANCELLED"]
+
+
+def test_afterok_on_a_failed_job_never_starts(slurm, hpc_home, tmp_path):
+    """Without kill_invalid_depend (the test cluster sets no DependencyParameters), Slurm keeps a job whose
+    afterok dependency failed PENDING for ever, with reason DependencyNeverSatisfied; status must show it."""
+    first = job_file(tmp_path, """
+name: fails
+profile: testcluster
+launcher: srun
+command: [bash, -c, "sleep 3; false"]
+resources: {nodes: 1, tasks_per_node: 1}
+monitor: {interval: 0}
+requeue: {max_attempts: 1}
+""", "fails.yaml")
+    second = job_file(tmp_path, """
+name: after-fails
+profile: testcluster
+launcher: srun
+command: [bash, -c, "echo started"]
+resources: {nodes: 1, tasks_per_node: 1}
+monitor: {interval: 0}
+""", "after.yaml")
+    a = submit_json(tmp_path, first)
+    b = submit_json(tmp_path, second, "--after", f"{a['job_id']}:afterok")
+    st = wait_for(a["job_id"], lambda st: st["state"] not in ("PENDING", "RUNNING", "COMPLETING"), timeout=90)[-1]
+    assert st["state"] == "FAILED" and st["exit_code"] == 1, st
+    seen = wait_for(b["job_id"], lambda st: "DependencyNeverSatisfied" in (st["reason"] or ""), timeout=60)
+    assert {st["state"] for st in seen} == {"PENDING"}, seen
+    assert "DependencyNeverSatisfied" in seen[-1]["reason"], seen[-1]
+    hl("cancel", b["job_id"], cwd="/")
+    st = wait_for(b["job_id"], lambda st: st["state"] != "PENDING")[-1]
+    assert st["state"] == "CANCELLED", st
+    assert not os.path.exists(os.path.join(b["run_dir"], "logs", "attempt0"))   # it never started
+
+
+def test_secrets_in_the_environment_stay_out_of_the_run_directory(slurm, hpc_home, tmp_path):
+    """A secret exported by name reaches the job through Slurm's environment, never a file of ours."""
+    secret = f"s3cr3t-value-{os.getpid()}-{time.time_ns()}"
+    job = job_file(tmp_path, """
+name: secretive
+profile: testcluster
+launcher: srun
+command: [bash, -c, 'test -n "$MY_API_TOKEN" && echo present || echo absent']
+resources: {nodes: 1, tasks_per_node: 1}
+monitor: {interval: 0}
+requeue: {max_attempts: 1}
+""")
+    env = dict(os.environ, MY_API_TOKEN=secret)
+    proc = hl("submit", job, "--backend", "slurm", "--wait", cwd=str(tmp_path), env=env)
+    run_dir = [line.split(": ", 1)[1].strip() for line in proc.stdout.splitlines() if "run directory" in line][0]
+    assert secret not in proc.stdout + proc.stderr
+    assert open(os.path.join(run_dir, "logs", "attempt0", "rank0.log")).read().strip() == "present"
+    found = []
+    for root in (tmp_path, hpc_home):   # the run directory (script, job.yaml, logs, state) and the registry
+        for dirpath, _, files in os.walk(root):
+            for name in files:
+                with open(os.path.join(dirpath, name), "rb") as f:
+                    if secret.encode() in f.read():
+                        found.append(os.path.join(dirpath, name))
+    assert found == []
+    assert os.path.exists(os.path.join(run_dir, "logs", "slurm.out"))   # the batch log was searched too
+    logs = hl("logs", "secretive", cwd="/").stdout
+    assert "present" in logs and secret not in logs

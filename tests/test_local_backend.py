@@ -213,3 +213,81 @@ sweep: {parameters: {i: {range: [0, 4]}}}
             break
         time.sleep(0.1)
     assert st["state"] == "CANCELLED" and st["tasks"] == {"CANCELLED": 4}, st
+
+
+def _mode(path):
+    return oct(os.stat(path).st_mode & 0o777)
+
+
+def test_file_modes_logs_by_rank_and_list_since(hpc_home, tmp_path, monkeypatch):
+    job = write_job(tmp_path, """
+name: modes
+launcher: srun
+command: [bash, -c, 'echo "hello from $SLURM_PROCID"']
+resources: {nodes: 1, tasks_per_node: 2}
+monitor: {interval: 0}
+""")
+    sub = json.loads(hl("submit", job, "--backend", "local", "--json", "--wait", cwd=str(tmp_path)).stdout)
+    run_dir = sub["run_dir"]
+    # private: the script and resolved job hold the job's settings, the registry everyone's jobs
+    assert _mode(os.path.join(run_dir, "script.sbatch")) == "0o600"
+    assert _mode(os.path.join(run_dir, "job.yaml")) == "0o600"
+    folders = [d for d, _, _ in os.walk(run_dir)]
+    assert {os.path.relpath(d, run_dir) for d in folders} >= {".", "logs", "logs/attempt0", "monitor", "metrics",
+                                                               "checkpoints", ".hpclaunch"}
+    assert {d: _mode(d) for d in folders} == {d: "0o700" for d in folders}
+    assert _mode(hpc_home / "registry.db") == "0o600" and _mode(hpc_home) == "0o700"
+
+    # logs --rank N: that rank's log only
+    one = hl("logs", sub["job_id"], "--rank", "1", cwd="/").stdout
+    assert "==> rank 1 (exit 0)" in one and "hello from 1" in one
+    assert "rank 0" not in one and "hello from 0" not in one
+    rows = json.loads(hl("logs", sub["job_id"], "--rank", "0", "--json", cwd="/").stdout)
+    assert [(r["rank"], r["text"]) for r in rows] == [(0, "hello from 0\n")]
+
+    # list --since: a job submitted now is listed, one recorded two hours ago is not
+    import hpclaunch.registry as registry
+    with monkeypatch.context() as m:
+        two_hours_ago = time.time() - 7200
+        m.setattr(registry, "time", type("Clock", (), {"time": staticmethod(lambda: two_hours_ago)}))
+        reg = registry.Registry()
+        old = reg.add(backend="local", cluster="local:test", job_id="9999", name="old job", run_dir=str(tmp_path / "old"))
+        reg.close()
+    assert abs(old.submit_time - two_hours_ago) < 1
+    recent = [r["job_id"] for r in json.loads(hl("list", "--since", "1h", "--json", cwd="/").stdout)]
+    assert recent == [sub["job_id"]]
+    assert "9999" not in hl("list", "--since", "1h", cwd="/").stdout
+    both = [r["job_id"] for r in json.loads(hl("list", "--since", "3h", "--json", cwd="/").stdout)]
+    assert both == [sub["job_id"], "9999"]   # newest first; the old row is there, only outside 1h
+
+
+def test_status_without_a_job_and_cancel_json(hpc_home, tmp_path):
+    assert hl("status", cwd="/").stdout.startswith("no active jobs")
+    assert json.loads(hl("status", "--json", cwd="/").stdout) == []
+    job = write_job(tmp_path, """
+name: idle
+launcher: srun
+command: [bash, -c, 'sleep 120']
+resources: {nodes: 1, tasks_per_node: 1}
+monitor: {interval: 0}
+""")
+    sub = json.loads(hl("submit", job, "--backend", "local", "--json", cwd=str(tmp_path)).stdout)
+    try:
+        for _ in range(100):
+            rows = json.loads(hl("status", "--json", cwd="/").stdout)
+            if rows and rows[0]["state"] == "RUNNING":
+                break
+            time.sleep(0.1)
+        assert [(r["job_id"], r["name"], r["state"]) for r in rows] == [(sub["job_id"], "idle", "RUNNING")], rows
+        line = hl("status", cwd="/").stdout.strip()
+        assert line.split()[:3] == [sub["job_id"], "idle", "RUNNING"], line
+    finally:
+        proc = hl("cancel", sub["job_id"], "--json", cwd="/")
+    assert json.loads(proc.stdout) == {"job_id": sub["job_id"], "name": "idle", "cancel_requested": True}
+    for _ in range(150):
+        st = json.loads(hl("status", sub["job_id"], "--json", cwd="/").stdout)
+        if st["state"] != "RUNNING":
+            break
+        time.sleep(0.1)
+    assert st["state"] == "CANCELLED", st
+    assert hl("status", cwd="/").stdout.startswith("no active jobs")

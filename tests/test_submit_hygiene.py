@@ -76,3 +76,43 @@ def test_python_api(hpc_home, tmp_path, monkeypatch):
     assert st.state == "COMPLETED" and job.status().exit_code == 0
     assert "from 0" in job.logs(rank=0) and "from 1" in job.logs(rank=1)
     assert isinstance(job, hpclaunch.Job) and job.id and os.path.isdir(job.run_dir)
+
+
+def _hl(*args, cwd, env=None):
+    return subprocess.run([sys.executable, "-m", "hpclaunch", *args], cwd=str(cwd), env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+TINY = "name: tiny\nlauncher: srun\ncommand: ['true']\nresources: {nodes: 1, tasks_per_node: 1}\nmonitor: {interval: 0}\n"
+
+
+def test_a_runs_root_that_cannot_be_created_is_one_line_and_nothing_starts(hpc_home, tmp_path):
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "job.yaml").write_text(TINY + "runs_root: afile/runs\n")
+    proc = _hl("submit", "job.yaml", "--backend", "local", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == "", proc.stderr
+    assert proc.stderr.strip() == (f"job.yaml: runs_root: cannot create {tmp_path}/afile/runs: {tmp_path}/afile is a "
+                                   "file, not a folder ('afile/runs') \u2014 set runs_root to a folder you can write, "
+                                   "e.g. runs_root: runs")
+    # from the command line, the error names the override
+    proc = _hl("submit", "job.yaml", "--backend", "local", "-o", "runs_root=afile/x", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("command line (-o runs_root): runs_root: cannot create")
+    # nothing recorded, no local job id used up
+    assert _hl("list", "--all", "--json", cwd=tmp_path).stdout.strip() == "[]"
+    (tmp_path / "job.yaml").write_text(TINY)
+    ok = _hl("submit", "job.yaml", "--backend", "local", "--json", "--wait", cwd=tmp_path)
+    assert ok.returncode == 0 and '"job_id": "1"' in ok.stdout, ok.stderr
+
+
+def test_an_unusable_hpclaunch_home_is_one_line(tmp_path):
+    home = tmp_path / "home-is-a-file"
+    home.write_text("")
+    (tmp_path / "job.yaml").write_text(TINY)
+    env = dict(os.environ, HPCLAUNCH_HOME=str(home))
+    for args in (["list"], ["status"], ["submit", "job.yaml", "--backend", "local"]):
+        proc = _hl(*args, cwd=tmp_path, env=env)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert proc.stderr.strip() == (f"{home}: cannot use the job registry: {home} is a file, not a folder \u2014 "
+                                       "point $HPCLAUNCH_HOME at a folder you can write (or unset it)"), proc.stderr
+    assert not (tmp_path / "runs").exists()   # submit stopped before making anything
+    assert home.read_text() == ""

@@ -144,3 +144,148 @@ def test_list_item_names_the_file_it_came_from(run_cli, write):
     code, out, err = run_cli("validate", path)
     assert code == 2
     assert err.strip().startswith(f"{path}: slurm.extra[0]: "), err
+
+
+# --- wrong-typed sections: the loader says what it expected; no section is used that did not load ---
+
+def _wrong_type_cases():
+    """Every top-level key of a job file, each given a value of the wrong YAML type."""
+    import typing
+    from hpclaunch.job import Job
+    from hpclaunch.model import fields, is_model
+    hints = typing.get_type_hints(Job)
+    cases = []
+    for f in fields(Job):
+        args = [a for a in typing.get_args(hints[f.name]) if a is not type(None)]
+        optional = type(None) in typing.get_args(hints[f.name])
+        tp = args[0] if optional and len(args) == 1 else hints[f.name]
+        if is_model(tp) or typing.get_origin(tp) is dict:
+            for text, got in (("5", "got an integer (5)"), ("[1]", "got a list ([1])"), ("null", "got null")):
+                if not (text == "null" and optional):  # `sweep: null` is no sweep: valid
+                    cases.append((f.name, text, "expected a mapping, " + got))
+        elif typing.get_origin(tp) is list:
+            cases.append((f.name, "{a: 1}", "expected a list, got a mapping"))
+        else:  # a word: name, profile, launcher, workdir, runs_root
+            cases.append((f.name, "{a: 1}", "got a mapping"))
+    return cases
+
+
+WRONG_TYPES = _wrong_type_cases()
+
+
+def test_wrong_type_cases_cover_every_top_level_key():
+    from hpclaunch.job import Job
+    from hpclaunch.model import fields
+    assert {key for key, _, _ in WRONG_TYPES} == {f.name for f in fields(Job)}
+    # the derivation from the schema sorts the sections right (a slip would test them as words)
+    mappings = {key for key, _, words in WRONG_TYPES if words.startswith("expected a mapping")}
+    assert mappings == {"resources", "slurm", "env", "monitor", "requeue", "rendezvous", "train", "sweep"}
+    assert [key for key, _, words in WRONG_TYPES if words.startswith("expected a list")] == ["command"]
+
+
+def _validate_in_a_process(path, *args):
+    return subprocess.run([sys.executable, "-m", "hpclaunch", "validate", path, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("key,text,words", WRONG_TYPES, ids=[f"{k}={t}" for k, t, _ in WRONG_TYPES])
+def test_a_wrong_typed_key_is_one_line_and_exit_2(write, key, text, words):
+    lines = {"name": "j", "command": "[python, train.py]", key: text}
+    path = write("job.yaml", "".join(f"{k}: {v}\n" for k, v in lines.items()))
+    proc = _validate_in_a_process(path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == "", proc.stderr
+    problems = proc.stderr.strip().splitlines()
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"{path}: {key}: ") and words in problems[0] and "\u2014" in problems[0], problems
+
+
+@pytest.mark.parametrize("override,words", [
+    ("resources=3", "resources: expected a mapping, got an integer (3)"),
+    ("slurm=", "slurm: expected a mapping, got null"),
+    ("env=[1]", "env: expected a mapping, got a list"),
+    ("command={a: 1}", "command: expected a list, got a mapping"),
+])
+def test_a_wrong_typed_override_is_one_line_and_exit_2(write, override, words):
+    proc = _validate_in_a_process(write("job.yaml", GOOD), "-o", override)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    key = override.split("=")[0]
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert proc.stderr.startswith(f"command line (-o {key}): {words}"), proc.stderr
+
+
+@pytest.mark.parametrize("text,where,words", [
+    ("[1]: 2\n", "job.yaml:3:1: ", "keys must be strings, got a list ([1])"),
+    ("{a: 1}: 2\n", "job.yaml:3:1: ", "keys must be strings, got a mapping ({a: 1})"),
+    ("resources: {nodes: 1, [x, y]: 2}\n", "job.yaml:3:23: resources: ", "keys must be strings, got a list ([x, y])"),
+    ("slurm:\n  extra:\n    - {[a]: 1}\n", "job.yaml:5:8: slurm.extra[0]: ", "keys must be strings"),
+])
+def test_a_key_that_is_not_a_string_is_one_line_and_exit_2(write, text, where, words):
+    path = write("job.yaml", GOOD + text)
+    proc = _validate_in_a_process(path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith(path[: -len("job.yaml")] + where + words), proc.stderr
+    assert "quote the key" in proc.stderr
+
+
+def test_rules_still_run_on_the_sections_that_loaded(run_cli, write):
+    # `resources` did not load; the partition's form and the profile's epoch limit are still checked.
+    code, lines, path = _problems(run_cli, write, GOOD + "resources: 5\nslurm: {partition: 'a b'}\n"
+                                  "train: {epochs: 5000}\n")
+    assert code == 2
+    assert [line.split(": ")[1] for line in lines] == ["resources", "slurm.partition", "train.epochs"], lines
+
+
+# --- where a missing profile was named ---
+
+def test_a_missing_profile_names_the_file_or_the_override(run_cli, write):
+    code, lines, path = _problems(run_cli, write, GOOD + "profile: a100hpc\n")
+    assert code == 2 and len(lines) == 1
+    assert lines[0].startswith(f"{path}: profile: no such profile ('a100hpc') \u2014 did you mean 'a100-hpc'?"), lines
+    code, lines, _ = _problems(run_cli, write, GOOD, "profile=jetsn")
+    assert code == 2 and len(lines) == 1
+    assert lines[0].startswith("command line (-o profile): profile: no such profile ('jetsn') \u2014 "
+                               "did you mean 'jetson-orin'?"), lines
+    code, lines, path = _problems(run_cli, write, GOOD + "profile: profiles/nope.yaml\n")
+    assert code == 2 and lines[0].startswith(f"{path}: profile: no such profile file ("), lines
+    site = write("hpc_profiles/site.yaml", "name: site\nextends: lokal\nnode: {cpus: 2}\n")
+    code, lines, _ = _problems(run_cli, write, GOOD + f"profile: {site}\n")
+    assert code == 2 and lines[0].startswith(f"{site}: extends: no such profile ('lokal') \u2014 did you mean 'local'?"), lines
+
+
+# --- sweeps over job keys that cannot vary ---
+
+@pytest.mark.parametrize("parameters,path", [
+    ("{resources.nodes: [1, 2]}", "sweep.parameters.resources.nodes"),
+    ("{resources: {nodes: [1, 2]}}", "sweep.parameters.resources"),
+    ("{launcher: [mpi, srun]}", "sweep.parameters.launcher"),
+])
+def test_a_refused_sweep_key_is_reported_once(run_cli, write, parameters, path):
+    code, lines, _ = _problems(run_cli, write, GOOD + f"sweep: {{parameters: {parameters}}}\n")
+    assert code == 2
+    assert len(lines) == 1, lines
+    assert f": {path}: only env.* and train.* job keys can vary" in lines[0], lines
+
+
+# --- a value ending in a newline would split its #SBATCH line ---
+
+@pytest.mark.parametrize("text,path", [
+    ('slurm: {partition: "debug\\n"}\n', "slurm.partition"),
+    ('slurm: {extra: ["--begin=now+60\\n"]}\n', "slurm.extra[0]"),
+    ('resources: {mem: "1G\\n"}\n', "resources.mem"),
+    ('resources: {time: "10\\n"}\n', "resources.time"),
+    ('runs_root: "runs\\n"\n', "runs_root"),
+    ('env: {"A\\n": x}\n', "env.A\\n"),
+])
+def test_a_trailing_newline_is_refused(run_cli, write, text, path):
+    code, lines, file = _problems(run_cli, write, GOOD + text)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"{file}: {path}: "), lines
+    code, out, err = run_cli("render", file)
+    assert code == 2 and out == ""
+
+
+def test_a_trailing_newline_from_the_command_line_is_refused(run_cli, write):
+    code, lines, _ = _problems(run_cli, write, GOOD, "slurm.partition=debug\n")
+    assert code == 2 and lines == ["command line (-o slurm.partition): slurm.partition: is not a valid partition "
+                                   "name ('debug\\n') \u2014 use letters, digits and _ . , : + @ % = - only"], lines

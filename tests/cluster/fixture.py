@@ -68,14 +68,19 @@ def _why_unavailable() -> str | None:
 
 def cluster_available_or_skip() -> None:
     """Skip the calling test (outside CI) or fail it (in CI) if the cluster cannot run here."""
+    require_or_skip(_why_unavailable(), "cluster tests")
+
+
+def require_or_skip(reason: str | None, what: str = "this test") -> None:
+    """A missing prerequisite (`reason`, None when there is none) skips the calling test outside CI
+    and fails it in CI (CI=true): there, a test that cannot run is a broken setup, not a pass."""
     import pytest
 
-    reason = _why_unavailable()
     if reason is None:
         return
     if _in_ci():
-        pytest.fail(f"CI=true but {reason}: cluster tests must run in CI", pytrace=False)
-    print(f"SKIP cluster tests: {reason}", file=sys.stderr)
+        pytest.fail(f"CI=true but {reason}: {what} must run in CI", pytrace=False)
+    print(f"SKIP {what}: {reason}", file=sys.stderr)
     pytest.skip(reason)
 
 

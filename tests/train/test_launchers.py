@@ -13,8 +13,8 @@ from conftest import PY, rank_env, run
 from hpclaunch.train_entry.metrics import read_metrics
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="no mpirun")
-def test_mpirun_launch(tmp_path, digits_csv):
+def test_mpirun_launch(tmp_path, digits_csv, require):
+    require(None if shutil.which("mpirun") else "no mpirun on PATH (Open MPI: make deps)", "the mpirun test")
     env = rank_env(OMPI_ALLOW_RUN_AS_ROOT=1, OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, OMPI_MCA_rmaps_base_oversubscribe=1,
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=random.randint(30000, 39999))
     r = run(["mpirun", "-np", "2", "-x", "OMP_NUM_THREADS", "-x", "MASTER_ADDR", "-x", "MASTER_PORT",
@@ -77,12 +77,10 @@ def _horovod_available():
         return False
 
 
-@pytest.mark.skipif(not _horovod_available() and os.environ.get("CI") != "true",
-                    reason="horovod not installed (make horovod); in CI this test must run")
-def test_horovodrun_gloo_checkpoints_and_resumes(tmp_path, digits_csv):
+def test_horovodrun_gloo_checkpoints_and_resumes(tmp_path, digits_csv, require):
     """The trainer under real horovodrun: DistributedOptimizer with accumulation, the same checkpoint
     format as DDP, a requeue stop and a resume that picks the run up where it stopped."""
-    assert _horovod_available(), "horovod is not installed: run `make horovod` (CI does)"
+    require(None if _horovod_available() else "horovod is not installed: run `make horovod`", "the horovod test")
     from hpclaunch.train_entry.checkpoint import CheckpointStore
 
     codes = tmp_path / "codes"
