@@ -2,8 +2,8 @@
 
 Each writer owns one file descriptor opened with ``O_APPEND`` and writes a whole
 interval's rows with a single ``os.write`` (looping only on a short write), so a
-killed daemon leaves at most one partial last line, which readers skip (see
-``monitors/schema.py``). There is no user-space buffering: nothing is lost on
+killed daemon leaves at most one partial last line, unterminated, which readers
+skip: a row counts only if it ends in a newline (see ``monitors/schema.py``). There is no user-space buffering: nothing is lost on
 SIGKILL that was "written" before it.
 
 Cells never contain commas, quotes or newlines (strings are sanitised), so a
@@ -136,9 +136,14 @@ class CsvLog(_AppendFile):
     """One monitor CSV file: ``# schema=...`` line, header, rows.
 
     Opening an existing file whose schema line and header match appends to it
-    (a requeued attempt); a partial last line left by a killed writer is
-    terminated first so the next row starts on its own line (readers skip the
-    partial one: its cell count is wrong). A file with another schema or header
+    (a requeued attempt). A partial last line left by a killed writer is closed
+    off first with one comma per column and a newline: a line cut inside its last
+    cell has the right cell count and a wrong value, and merely ending it would
+    turn it into a valid-looking interior row; padded, it has more cells than the
+    header (it had at least one), so every reader skips it. Padding rather than
+    truncating keeps the evidence of the lost row, needs no write access beyond
+    appending, and cannot cut rows another writer appends meanwhile. The cut line
+    is counted in ``self.closed_partial``. A file with another schema or header
     is renamed to ``<name>.<n>.old`` and a fresh one started; ``self.moved_aside``
     then names it.
     """
@@ -151,6 +156,7 @@ class CsvLog(_AppendFile):
         self.columns = tuple(columns)
         self.moved_aside: Optional[str] = None
         self.appended = False
+        self.closed_partial = 0  # 1 when a killed writer's cut last row was padded off
         self._pending = ""  # header (or line end) not yet written: goes before the next rows
         self._prepare()
 
@@ -164,7 +170,11 @@ class CsvLog(_AppendFile):
                     and lines[1].decode("utf-8", "replace") + "\n" == header:
                 self.appended = True
                 if not _ends_with_newline(self.path):
-                    self._pending = "\n"
+                    if os.path.getsize(self.path) < len((first + header).encode()):
+                        self._pending = "\n"  # only the header's newline is missing
+                    else:
+                        self._pending = "," * len(self.columns) + "\n"
+                        self.closed_partial = 1
                     self._write_pending()
                 return
             n = 1
@@ -202,6 +212,8 @@ class EventLog(_AppendFile):
         import time
         self.host = host
         self._clock = clock or time.time
+        # A cut JSON object never parses (its closing brace is its last character), so ending
+        # the line is enough here; readers then skip it as unparsable.
         if os.path.isfile(path) and not _ends_with_newline(path):
             self.write_text("\n")
 

@@ -688,7 +688,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
         if miss:
             warnings.append(f"{tb.path}: columns absent: {', '.join(miss)} (treated as not measured)")
     if skipped:
-        warnings.append(f"{skipped} malformed row(s) skipped (partial last lines or cell-count mismatches)")
+        warnings.append(f"{skipped} malformed row(s) skipped (unterminated last lines or cell-count mismatches)")
     keys, segs, fcols, txt, mstats = _index_gpu_tables(gtabs)
     hosts = _host_stats(htabs, warnings)
     # job window
@@ -760,6 +760,9 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
     for p_ in files["power_trace"]:
         tb = readers.read_power_trace(p_, engine)
         warnings.extend(tb.warnings)
+        if tb.skipped_rows:
+            skipped += tb.skipped_rows
+            warnings.append(f"{p_.name}: {tb.skipped_rows} malformed power-trace row(s) skipped")
         if tb.n == 0:
             continue
         hv = tb.text_values("host")

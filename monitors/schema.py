@@ -5,9 +5,11 @@ module, so a column is named in exactly one place. Any change that removes or
 renames a column bumps the version; adding a column at the end does not.
 
 Each CSV file starts with one comment line, ``# schema=<name>/<version>``, then a
-header line, then rows. An empty cell means "not measured" (never zero). A killed
-writer can leave a partial last line: readers must skip a line whose cell count
-differs from the header's.
+header line, then rows. An empty cell means "not measured" (never zero). A row
+counts only if its line ends in a newline: a killed writer can leave a partial
+last line, and one cut inside its last cell has the right cell count and a wrong
+value. Readers must also skip any line whose cell count differs from the
+header's (a restarted writer pads a partial line it finds so that it does).
 """
 
 GPU_SCHEMA = "hpclaunch.monitor.gpu/1"

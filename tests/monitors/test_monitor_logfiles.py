@@ -4,13 +4,15 @@ import errno
 import json
 import os
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
-from hpclaunch.monitors import schema
+from hpclaunch.monitors import readers, schema
 from hpclaunch.monitors.logfiles import CsvLog, EventLog, cell, format_rows
 from monitor_helpers import read_csv
 
 COLS = ("time_unix", "host", "a", "error")
+ENGINES = ["csv"] + (["pyarrow"] if readers.have_pyarrow() else [])
 
 
 def test_cells_empty_for_unmeasured_never_zero():
@@ -51,6 +53,42 @@ def test_reopen_appends_without_second_header_and_ends_partial_line(tmp_path):
     assert header == list(COLS)
     assert [r["time_unix"] for r in rows] == ["1.0", "3.0"]
     assert open(p).read().count("# schema=") == 1
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("cut", ["inside_last_cell", "before_newline", "mid_row"])
+def test_reopen_after_a_cut_row_never_glues_it_into_a_valid_row(tmp_path, engine, cut):
+    """A requeued daemon appending after a row cut inside its last cell (right cell count, wrong
+    value) must not turn it into a complete interior row: contract readers see only whole rows."""
+    p = str(tmp_path / "n.host.csv")
+    cols = schema.HOST_COLUMNS
+    log = CsvLog(p, schema.HOST_SCHEMA, cols)
+    log.write_rows([(1.0, "n", 5.0, 100, 4000, 0.5, None, 60, 0.01, 17.53)])
+    line = format_rows([(2.0, "n", 5.0, 100, 4000, 0.5, None, 60, 0.02, 17.53)])[:-1]
+    log.write_text({"inside_last_cell": line[:-3], "before_newline": line, "mid_row": line[:12]}[cut])
+    log.close()
+    log = CsvLog(p, schema.HOST_SCHEMA, cols)
+    assert log.appended and log.closed_partial == 1
+    log.write_rows([(3.0, "n", 5.0, 100, 4000, 0.5, None, 60, 0.03, 17.6)])
+    log.close()
+    _, _, rows = read_csv(p)
+    assert [(r["time_unix"], r["monitor_rss_mib"]) for r in rows] == [("1.0", "17.53"), ("3.0", "17.6")]
+    t = readers.read_host_log(p, engine)
+    assert t.col("time_unix").tolist() == [1.0, 3.0] and t.skipped_rows == 1
+    assert t.col("monitor_rss_mib").tolist() == [17.53, 17.6]
+    assert open(p).read().count("# schema=") == 1
+
+
+def test_reopen_after_a_header_without_its_newline_keeps_the_header(tmp_path):
+    p = str(tmp_path / "n.gpu.csv")
+    with open(p, "w") as f:
+        f.write(schema.header_comment(schema.GPU_SCHEMA) + ",".join(COLS))  # killed after the header
+    log = CsvLog(p, schema.GPU_SCHEMA, COLS)
+    assert log.appended and log.closed_partial == 0 and log.moved_aside is None
+    log.write_rows([(1.5, "n", 3, None)])
+    log.close()
+    with open(p) as f:
+        assert f.read() == "# schema=hpclaunch.monitor.gpu/1\ntime_unix,host,a,error\n1.5,n,3,\n"
 
 
 def test_other_schema_is_moved_aside(tmp_path):
@@ -101,3 +139,16 @@ def test_event_log_lines(tmp_path):
     lines = [json.loads(x) for x in open(p)]
     assert lines[0] == {"time_unix": 12.346, "host": "n", "kind": "stopped", "detail": {"reason": "SIGTERM"}}
     assert lines[1]["kind"] == "error"
+
+
+def test_event_log_reopened_after_a_cut_record(tmp_path):
+    p = str(tmp_path / "n.events.jsonl")
+    ev = EventLog(p, "n", clock=lambda: 1.0)
+    ev.emit("header", {"pid": 1})
+    ev.write_text('{"time_unix":2.0,"host":"n","kind":"stopped","detail":{"reason":"SIG')
+    ev.close()
+    ev = EventLog(p, "n", clock=lambda: 3.0)
+    ev.emit("header", {"pid": 2})
+    ev.close()
+    recs, bad = readers.read_jsonl(p)
+    assert [r["detail"]["pid"] for r in recs] == [1, 2] and bad == 1

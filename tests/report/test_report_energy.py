@@ -115,6 +115,28 @@ def test_missing_rows_and_partial_lines(tmp_path, engine):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_partial_line_cut_inside_last_cell_is_not_a_row(tmp_path, engine):
+    """A killed writer's last line with the right cell count (cut inside its last cell, or just
+    before its newline) is not a row: GPU and CPU energy stay exact, RSS is not the cut value."""
+    exp = write_run(tmp_path, two_by_two(), hosts=[HostSpec("n1"), HostSpec("n2")], duration=3600,
+                    jitter=0.2, partial_last_line="last_cell")
+    synth.write_power_trace(tmp_path, "n1", gpus=2, n=100, spike=(50, 400.0), partial_last_line="last_cell")
+    rep = build_report(tmp_path, engine=engine)
+    d = rep.data
+    for (h, i), e in exp["gpu"].items():
+        g = gpu(rep, h, i)
+        close(g["energy_j"], e, 1e-6)   # an extra sample would add a whole interval (~1/3600)
+        assert g["samples"] == 3601
+        assert g["coverage"]["last_unix"] == pytest.approx(exp["window"][(h, i)][1], abs=1e-3)
+    close(d["energy_j"]["cpu"], sum(exp["cpu"].values()), 1e-6)  # an extra host row adds 5 s of RAPL
+    for n in d["nodes"]:
+        assert n["monitor"]["max_rss_mib"] == 30.0                 # not 31 from the cut "31.2"
+    assert d["window"]["end_unix"] == pytest.approx(T0 + 3600, abs=1e-3)
+    assert d["coverage"]["malformed_rows_skipped"] == 5           # 2 GPU + 2 host + 1 power trace
+    assert gpu(rep, "n1", 0)["max_power_trace_w"] == 700.0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_unsorted_overlapping_files(tmp_path, engine):
     exp = write_run(tmp_path, two_by_two(), duration=1800, jitter=0.1, shuffle=True, split_overlap=True,
                     partial_last_line=True)
