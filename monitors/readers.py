@@ -40,6 +40,9 @@ GPU_NUMERIC = (
     "viol_power_ns", "viol_thermal_ns", "ecc_dbe_total",
 )
 GPU_TEXT = ("host", "gpu_uuid", "ranks", "error")
+# Appended later (per-reason throttle time): optional, so files written before them read the same
+# way, with no warning and no all-NaN columns materialised (10 M-row logs).
+GPU_OPTIONAL = tuple(schema.THROTTLE_COUNTER_COLUMNS.values())
 HOST_NUMERIC = (
     "time_unix", "cpu_pct", "mem_used_mib", "mem_total_mib", "load1", "rapl_energy_uj",
     "cpu_temp_c", "monitor_cpu_s", "monitor_rss_mib",
@@ -144,8 +147,9 @@ def _check_schema(t: Table, expected: str) -> None:
 
 
 def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequence[str],
-               engine: str = "auto") -> Table:
-    """Read one contract CSV. ``engine``: "auto" | "pyarrow" | "csv"."""
+               engine: str = "auto", optional: Sequence[str] = ()) -> Table:
+    """Read one contract CSV. ``engine``: "auto" | "pyarrow" | "csv". ``optional``: numeric
+    columns read when the header has them, else left out of ``num`` (``col()`` gives NaN)."""
     path = str(path)
     t = Table(path=path)
     size, end, partial = _complete_end(path)
@@ -161,6 +165,7 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
             t.text[c] = (np.empty(0, np.int32), [])
         return t
     t.missing_columns = [c for c in (*numeric, *text) if c not in header]
+    numeric = (*numeric, *(c for c in optional if c in header))
     if engine == "auto":
         engine = "pyarrow" if have_pyarrow() else "csv"
     if engine == "pyarrow":
@@ -304,7 +309,7 @@ def _read_csvmod(t: Table, header, numeric, text) -> None:
 
 
 def read_gpu_log(path, engine="auto") -> Table:
-    return read_table(path, schema.GPU_SCHEMA, GPU_NUMERIC, GPU_TEXT, engine)
+    return read_table(path, schema.GPU_SCHEMA, GPU_NUMERIC, GPU_TEXT, engine, GPU_OPTIONAL)
 
 
 def read_host_log(path, engine="auto") -> Table:

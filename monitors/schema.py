@@ -44,6 +44,14 @@ GPU_COLUMNS = (
     "viol_thermal_ns",    # cumulative time throttled by thermal limits
     "ecc_dbe_total",      # aggregate double-bit ECC errors, where cheap
     "error",              # empty, or the reason this GPU's row has no measurements
+    # Added after "error" (appended: same version, old readers and old files still work).
+    # Cumulative time held down per clocks-event reason, ns (NVML field values
+    # NVML_FI_DEV_CLOCKS_EVENT_REASON_*); empty where the driver does not offer them.
+    "throttle_sw_power_cap_ns",
+    "throttle_sync_boost_ns",
+    "throttle_sw_thermal_slowdown_ns",
+    "throttle_hw_thermal_slowdown_ns",
+    "throttle_hw_power_brake_slowdown_ns",
 )
 
 HOST_COLUMNS = (
@@ -77,6 +85,16 @@ THROTTLE_REASONS = {
     0x40: "hw_thermal_slowdown",
     0x80: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
+}
+
+
+# THROTTLE_REASONS name -> the GPU column with that reason's cumulative time (ns).
+THROTTLE_COUNTER_COLUMNS = {
+    "sw_power_cap": "throttle_sw_power_cap_ns",
+    "sync_boost": "throttle_sync_boost_ns",
+    "sw_thermal_slowdown": "throttle_sw_thermal_slowdown_ns",
+    "hw_thermal_slowdown": "throttle_hw_thermal_slowdown_ns",
+    "hw_power_brake_slowdown": "throttle_hw_power_brake_slowdown_ns",
 }
 
 
@@ -125,6 +143,7 @@ EVENT_KINDS = (
     "source_unavailable",
     "nvml_error",
     "energy_counter_reset",
+    "throttle_counter_reset",  # a cumulative throttle-time counter (viol_*_ns, throttle_*_ns) went backwards
     "throttle_start",
     "throttle_stop",
     "thermal_margin_low",
