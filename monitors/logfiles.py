@@ -10,8 +10,10 @@ Cells never contain commas, quotes or newlines (strings are sanitised), so a
 file can be read with ``csv.reader`` or with ``line.split(",")`` alike.
 
 A write that fails with ``OSError`` (ENOSPC, EDQUOT, EIO, ...) drops those rows,
-is counted, and is reported once through the ``on_error`` callback; the next
-successful write reports the recovery.
+is counted, and is reported once per failure streak through the ``on_error``
+callback; the first successful write after a streak reports the recovery, once,
+through ``on_recover`` (with the number of writes the streak dropped), so a
+reader can tell where the gap in the file ends and why it is there.
 """
 
 from __future__ import annotations
@@ -48,18 +50,22 @@ def format_rows(rows: Iterable[Sequence]) -> str:
 
 
 ErrorHook = Callable[[str, OSError], None]
+RecoverHook = Callable[[str, int, OSError], None]  # path, writes dropped in the streak, its last error
 
 
 class _AppendFile:
     """A file opened for appending, written with one syscall per batch."""
 
     def __init__(self, path: str, on_error: Optional[ErrorHook] = None,
-                 write: Callable[[int, bytes], int] = os.write):
+                 write: Callable[[int, bytes], int] = os.write,
+                 on_recover: Optional[RecoverHook] = None):
         self.path = path
         self._on_error = on_error
+        self._on_recover = on_recover
         self._write = write
         self.fd: Optional[int] = None
         self.dropped_writes = 0
+        self.streak_dropped = 0  # writes dropped since the last successful one
         self.failing = False
         self.last_error: Optional[OSError] = None
 
@@ -75,6 +81,7 @@ class _AppendFile:
 
     def _failed(self, e: OSError) -> None:
         self.dropped_writes += 1
+        self.streak_dropped += 1
         self.last_error = e
         if not self.failing:
             self.failing = True
@@ -100,7 +107,13 @@ class _AppendFile:
             self._failed(e)
             return False
         if self.failing:
-            self.failing = False
+            self.failing = False  # cleared first: the hook may write through this very file
+            dropped, self.streak_dropped = self.streak_dropped, 0
+            if self._on_recover is not None:
+                try:
+                    self._on_recover(self.path, dropped, self.last_error)
+                except Exception:  # the hook must never take the daemon down
+                    pass
         return True
 
     def close(self) -> None:
@@ -150,8 +163,9 @@ class CsvLog(_AppendFile):
 
     def __init__(self, path: str, schema: str, columns: Sequence[str],
                  on_error: Optional[ErrorHook] = None,
-                 write: Callable[[int, bytes], int] = os.write):
-        super().__init__(path, on_error, write)
+                 write: Callable[[int, bytes], int] = os.write,
+                 on_recover: Optional[RecoverHook] = None):
+        super().__init__(path, on_error, write, on_recover)
         self.schema = schema
         self.columns = tuple(columns)
         self.moved_aside: Optional[str] = None
@@ -207,8 +221,9 @@ class EventLog(_AppendFile):
     """``<host>.events.jsonl``: one JSON object a line (time_unix, host, kind, detail)."""
 
     def __init__(self, path: str, host: str, on_error: Optional[ErrorHook] = None,
-                 write: Callable[[int, bytes], int] = os.write, clock=None):
-        super().__init__(path, on_error, write)
+                 write: Callable[[int, bytes], int] = os.write, clock=None,
+                 on_recover: Optional[RecoverHook] = None):
+        super().__init__(path, on_error, write, on_recover)
         import time
         self.host = host
         self._clock = clock or time.time

@@ -148,6 +148,7 @@ EVENT_KINDS = (
     "throttle_stop",
     "thermal_margin_low",
     "disk_full",
+    "disk_write_recovered",  # writes to a file succeed again after a failure streak
     "error",              # an unexpected exception in a source, logged once per distinct message
     "monitor_stats",
     "stopped",

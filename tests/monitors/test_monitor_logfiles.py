@@ -121,6 +121,63 @@ def test_full_disk_drops_rows_says_once_and_recovers(tmp_path):
     assert open(p).read() == "# schema=hpclaunch.monitor.host/1\ntime_unix,host,a,error\n9,n,9,\n"
 
 
+def test_recovery_is_reported_once_per_failure_streak(tmp_path):
+    errors, recovered = [], []
+    full = [False]
+
+    def write(fd, data):
+        if full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+    p = str(tmp_path / "n.host.csv")
+    log = CsvLog(p, schema.HOST_SCHEMA, COLS, write=write, on_error=lambda path, e: errors.append(path),
+                 on_recover=lambda path, n, e: recovered.append((path, n, e.errno)))
+    assert log.write_rows([(1, "n", 1, None)]) and log.write_rows([(2, "n", 2, None)])
+    assert recovered == []                                   # never failed: nothing to report
+    full[0] = True
+    for i in range(3):
+        assert not log.write_rows([(10 + i, "n", i, None)])
+    full[0] = False
+    assert log.write_rows([(20, "n", 20, None)]) and log.write_rows([(21, "n", 21, None)])
+    assert recovered == [(p, 3, errno.ENOSPC)] and errors == [p]
+    full[0] = True                                           # a second episode: said again, both ways
+    assert not log.write_rows([(30, "n", 30, None)])
+    full[0] = False
+    assert log.write_rows([(31, "n", 31, None)])
+    log.close()
+    assert recovered == [(p, 3, errno.ENOSPC), (p, 1, errno.ENOSPC)] and errors == [p, p]
+    assert log.dropped_writes == 4
+    assert [r["time_unix"] for r in read_csv(p)[2]] == ["1", "2", "20", "21", "31"]
+
+
+def test_daemon_logs_disk_full_then_recovered_with_the_count(tmp_path):
+    from hpclaunch.monitors.daemon import Daemon, parse_args
+    from monitor_helpers import read_events
+    d = Daemon(parse_args(["--run-dir", str(tmp_path), "--no-nvml", "--host", "h"]), env={})
+    d.setup()
+    full = [True]
+
+    def write(fd, data):
+        if full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+    d.host_log._write = write
+    for _ in range(4):
+        d.tick()
+    full[0] = False
+    d.tick()
+    d.tick()
+    d.finish()
+    ev = read_events(os.path.join(str(tmp_path), schema.MONITOR_DIR, schema.events_file("h")))
+    kinds = [e["kind"] for e in ev]
+    assert kinds.count("disk_full") == 1 and kinds.count("disk_write_recovered") == 1
+    assert kinds.index("disk_full") < kinds.index("disk_write_recovered")
+    rec = next(e["detail"] for e in ev if e["kind"] == "disk_write_recovered")
+    assert rec["path"].endswith(schema.host_file("h")) and rec["dropped_writes"] == 4 and rec["errno"] == 28
+    assert set(kinds) <= set(schema.EVENT_KINDS)
+    assert len(read_csv(os.path.join(str(tmp_path), schema.MONITOR_DIR, schema.host_file("h")))[2]) == 2
+
+
 def test_dev_full_for_real(tmp_path):
     said = []
     p = str(tmp_path / "n.host.csv")
