@@ -141,8 +141,16 @@ class Daemon:
                              {"path": path, "errno": e.errno, "error": str(e),
                               "action": "dropping samples"})
 
+    def _on_write_recovered(self, path: str, dropped: int, e: Optional[OSError]) -> None:
+        # Says where the gap that disk_full / error announced ends, and how much it dropped.
+        if self.events is not None:
+            self.events.emit("disk_write_recovered", {
+                "path": path, "dropped_writes": dropped,
+                "errno": getattr(e, "errno", None), "error": str(e) if e is not None else None})
+
     def _csv(self, name: str, sch: str, cols) -> CsvLog:
-        log = CsvLog(os.path.join(self.dir, name), sch, cols, on_error=self._on_write_error)
+        log = CsvLog(os.path.join(self.dir, name), sch, cols, on_error=self._on_write_error,
+                     on_recover=self._on_write_recovered)
         if log.moved_aside:
             self.events.emit("error", {"path": log.path, "error": "existing file has another "
                                        "schema or header", "moved_to": log.moved_aside})
@@ -162,7 +170,7 @@ class Daemon:
         a = self.args
         os.makedirs(self.dir, exist_ok=True)
         self.events = EventLog(os.path.join(self.dir, schema.events_file(self.host)), self.host,
-                               on_error=self._on_write_error)
+                               on_error=self._on_write_error, on_recover=self._on_write_recovered)
         env = self.env
         self.events.emit("header", {
             "schema": schema.EVENTS_SCHEMA,

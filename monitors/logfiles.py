@@ -2,16 +2,18 @@
 
 Each writer owns one file descriptor opened with ``O_APPEND`` and writes a whole
 interval's rows with a single ``os.write`` (looping only on a short write), so a
-killed daemon leaves at most one partial last line, which readers skip (see
-``monitors/schema.py``). There is no user-space buffering: nothing is lost on
+killed daemon leaves at most one partial last line, unterminated, which readers
+skip: a row counts only if it ends in a newline (see ``monitors/schema.py``). There is no user-space buffering: nothing is lost on
 SIGKILL that was "written" before it.
 
 Cells never contain commas, quotes or newlines (strings are sanitised), so a
 file can be read with ``csv.reader`` or with ``line.split(",")`` alike.
 
 A write that fails with ``OSError`` (ENOSPC, EDQUOT, EIO, ...) drops those rows,
-is counted, and is reported once through the ``on_error`` callback; the next
-successful write reports the recovery.
+is counted, and is reported once per failure streak through the ``on_error``
+callback; the first successful write after a streak reports the recovery, once,
+through ``on_recover`` (with the number of writes the streak dropped), so a
+reader can tell where the gap in the file ends and why it is there.
 """
 
 from __future__ import annotations
@@ -48,18 +50,22 @@ def format_rows(rows: Iterable[Sequence]) -> str:
 
 
 ErrorHook = Callable[[str, OSError], None]
+RecoverHook = Callable[[str, int, OSError], None]  # path, writes dropped in the streak, its last error
 
 
 class _AppendFile:
     """A file opened for appending, written with one syscall per batch."""
 
     def __init__(self, path: str, on_error: Optional[ErrorHook] = None,
-                 write: Callable[[int, bytes], int] = os.write):
+                 write: Callable[[int, bytes], int] = os.write,
+                 on_recover: Optional[RecoverHook] = None):
         self.path = path
         self._on_error = on_error
+        self._on_recover = on_recover
         self._write = write
         self.fd: Optional[int] = None
         self.dropped_writes = 0
+        self.streak_dropped = 0  # writes dropped since the last successful one
         self.failing = False
         self.last_error: Optional[OSError] = None
 
@@ -75,6 +81,7 @@ class _AppendFile:
 
     def _failed(self, e: OSError) -> None:
         self.dropped_writes += 1
+        self.streak_dropped += 1
         self.last_error = e
         if not self.failing:
             self.failing = True
@@ -100,7 +107,13 @@ class _AppendFile:
             self._failed(e)
             return False
         if self.failing:
-            self.failing = False
+            self.failing = False  # cleared first: the hook may write through this very file
+            dropped, self.streak_dropped = self.streak_dropped, 0
+            if self._on_recover is not None:
+                try:
+                    self._on_recover(self.path, dropped, self.last_error)
+                except Exception:  # the hook must never take the daemon down
+                    pass
         return True
 
     def close(self) -> None:
@@ -136,21 +149,28 @@ class CsvLog(_AppendFile):
     """One monitor CSV file: ``# schema=...`` line, header, rows.
 
     Opening an existing file whose schema line and header match appends to it
-    (a requeued attempt); a partial last line left by a killed writer is
-    terminated first so the next row starts on its own line (readers skip the
-    partial one: its cell count is wrong). A file with another schema or header
+    (a requeued attempt). A partial last line left by a killed writer is closed
+    off first with one comma per column and a newline: a line cut inside its last
+    cell has the right cell count and a wrong value, and merely ending it would
+    turn it into a valid-looking interior row; padded, it has more cells than the
+    header (it had at least one), so every reader skips it. Padding rather than
+    truncating keeps the evidence of the lost row, needs no write access beyond
+    appending, and cannot cut rows another writer appends meanwhile. The cut line
+    is counted in ``self.closed_partial``. A file with another schema or header
     is renamed to ``<name>.<n>.old`` and a fresh one started; ``self.moved_aside``
     then names it.
     """
 
     def __init__(self, path: str, schema: str, columns: Sequence[str],
                  on_error: Optional[ErrorHook] = None,
-                 write: Callable[[int, bytes], int] = os.write):
-        super().__init__(path, on_error, write)
+                 write: Callable[[int, bytes], int] = os.write,
+                 on_recover: Optional[RecoverHook] = None):
+        super().__init__(path, on_error, write, on_recover)
         self.schema = schema
         self.columns = tuple(columns)
         self.moved_aside: Optional[str] = None
         self.appended = False
+        self.closed_partial = 0  # 1 when a killed writer's cut last row was padded off
         self._pending = ""  # header (or line end) not yet written: goes before the next rows
         self._prepare()
 
@@ -164,7 +184,11 @@ class CsvLog(_AppendFile):
                     and lines[1].decode("utf-8", "replace") + "\n" == header:
                 self.appended = True
                 if not _ends_with_newline(self.path):
-                    self._pending = "\n"
+                    if os.path.getsize(self.path) < len((first + header).encode()):
+                        self._pending = "\n"  # only the header's newline is missing
+                    else:
+                        self._pending = "," * len(self.columns) + "\n"
+                        self.closed_partial = 1
                     self._write_pending()
                 return
             n = 1
@@ -197,11 +221,14 @@ class EventLog(_AppendFile):
     """``<host>.events.jsonl``: one JSON object a line (time_unix, host, kind, detail)."""
 
     def __init__(self, path: str, host: str, on_error: Optional[ErrorHook] = None,
-                 write: Callable[[int, bytes], int] = os.write, clock=None):
-        super().__init__(path, on_error, write)
+                 write: Callable[[int, bytes], int] = os.write, clock=None,
+                 on_recover: Optional[RecoverHook] = None):
+        super().__init__(path, on_error, write, on_recover)
         import time
         self.host = host
         self._clock = clock or time.time
+        # A cut JSON object never parses (its closing brace is its last character), so ending
+        # the line is enough here; readers then skip it as unparsable.
         if os.path.isfile(path) and not _ends_with_newline(path):
             self.write_text("\n")
 

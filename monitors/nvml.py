@@ -5,8 +5,10 @@ so tests inject a fake; :func:`load_pynvml` imports the real one lazily.
 
 Per GPU and interval the sampler makes about ten NVML calls: one
 ``nvmlDeviceGetFieldValues`` batch (instant power, 1 s average power, total energy,
-memory temperature), then temperature, memory, utilisation, two clocks, enforced
-power limit, clocks-event (throttle) reasons and two violation counters;
+memory temperature, and the per-reason cumulative clocks-event times: software
+power cap, sync boost, software and hardware thermal slowdown, power brake), then
+temperature, memory, utilisation, two clocks, enforced power limit, clocks-event
+(throttle) reasons and two violation counters;
 ``nvmlDeviceGetPowerUsage`` and ``nvmlDeviceGetTotalEnergyConsumption`` only where
 the batch lacks the field. Slowdown/shutdown thresholds are read once at start;
 aggregate double-bit ECC every ``slow_every_s`` (30 s). It never lists processes
@@ -36,9 +38,22 @@ FI_MEMORY_TEMP = 82
 FI_TOTAL_ENERGY = 83
 FI_POWER_AVERAGE = 185
 FI_POWER_INSTANT = 186
+# Cumulative time (ns) the clocks were held down per reason: NVML_FI_DEV_CLOCKS_EVENT_REASON_*
+# (74 and 76 are the perf-policy counters NVML_FI_DEV_PERF_POLICY_POWER / _SYNC_BOOST).
+# Exact between samples, unlike the instantaneous bitmask; they ride in the same batch.
+REASON_FIELDS = {
+    74: "sw_power_cap",
+    76: "sync_boost",
+    269: "sw_thermal_slowdown",
+    270: "hw_thermal_slowdown",
+    271: "hw_power_brake_slowdown",
+}
 
 # Error codes that mean "this capability is not there": skip it from then on.
 _NOT_THERE = {3, 4, 13}  # NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND
+# A field id the driver does not know (one older than the field) answers INVALID_ARGUMENT in
+# its nvmlFieldValue_t rather than NOT_SUPPORTED: for a field, that is "not there" too.
+_FIELD_NOT_THERE = _NOT_THERE | {2}
 _NOT_FOUND = 6           # nvmlDeviceGetSamples: no sample newer than the timestamp
 
 # Throttle bits that mean the clocks were really held down (not idle/app/display settings).
@@ -46,6 +61,7 @@ THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 _COL = {c: i for i, c in enumerate(schema.GPU_COLUMNS)}
 _NCOL = len(schema.GPU_COLUMNS)
+_REASON_COL = {fid: _COL[schema.THROTTLE_COUNTER_COLUMNS[name]] for fid, name in REASON_FIELDS.items()}
 
 
 def load_pynvml():
@@ -97,7 +113,7 @@ def _fv(v):
 class _Gpu:
     __slots__ = ("index", "handle", "uuid", "ranks", "off", "fields", "last_energy",
                  "throttle", "margin_low", "error", "trace_ts", "slowdown", "shutdown",
-                 "next_slow", "ecc")
+                 "next_slow", "ecc", "last_ns")
 
     def __init__(self, index, handle, uuid, ranks):
         self.index = index
@@ -115,6 +131,7 @@ class _Gpu:
         self.shutdown = None
         self.next_slow = 0.0
         self.ecc = None
+        self.last_ns: Dict[str, int] = {}  # column -> last value of a cumulative ns counter
 
 
 class NvmlSampler:
@@ -222,22 +239,44 @@ class NvmlSampler:
             self._missing(g, cap, _err_text(e))
             return None
 
+    def _field_error(self, code) -> str:
+        try:
+            return _err_text(self._NVMLError(code))
+        except Exception:
+            return f"NVML return code {code}"
+
+    def _missing_counters(self, g: _Gpu, fids, why: str) -> None:
+        """Said once per GPU and counter; their cells stay empty and the report falls back to
+        the bitmask for those reasons (the violation counters are read as before)."""
+        names = [REASON_FIELDS[f] for f in fids if "counter:" + REASON_FIELDS[f] not in g.off]
+        if not names:
+            return
+        g.off.update("counter:" + n for n in names)
+        self.events.emit("source_unavailable", {
+            "source": self.name, "gpu_index": g.index, "capability": "clocks_event_counters",
+            "counters": names, "reason": why})
+
     def _probe(self, g: _Gpu) -> None:
         nv = self.nv
-        want = [FI_POWER_INSTANT, FI_POWER_AVERAGE, FI_TOTAL_ENERGY, FI_MEMORY_TEMP]
+        want = [FI_POWER_INSTANT, FI_POWER_AVERAGE, FI_TOTAL_ENERGY, FI_MEMORY_TEMP, *REASON_FIELDS]
         vals = None
+        no_batch = "nvmlDeviceGetFieldValues is not available"
         if hasattr(nv, "nvmlDeviceGetFieldValues"):
             try:
                 vals = self._call(g, "field_values", nv.nvmlDeviceGetFieldValues, g.handle, want)
             except self._NVMLError as e:
                 self.events.emit("nvml_error", {"gpu_index": g.index, "error": _err_text(e),
                                                 "during": "field-value probe"})
+                no_batch = f"the field-value probe failed ({_err_text(e)})"
                 vals = None
         else:
             self._missing(g, "field_values", "nvmlDeviceGetFieldValues not offered by the binding")
+        absent: Dict[int, int] = {}
         if vals is not None:
             for fid, v in zip(want, vals):
-                if v.nvmlReturn not in _NOT_THERE:
+                if v.nvmlReturn in _FIELD_NOT_THERE:
+                    absent[fid] = v.nvmlReturn
+                else:
                     g.fields.append(fid)  # success, or a transient error: keep asking
         names = {FI_POWER_INSTANT: ("power_instant", "instant power field not offered: "
                                     "power_w is nvmlDeviceGetPowerUsage"),
@@ -246,6 +285,13 @@ class NvmlSampler:
         for fid, (cap, why) in names.items():
             if fid not in g.fields:
                 self._missing(g, cap, why)
+        lacking = [f for f in REASON_FIELDS if f not in g.fields]
+        if lacking:
+            codes = sorted({absent[f] for f in lacking if f in absent})
+            why = ("field values answered " + "; ".join(self._field_error(c) for c in codes)) if codes \
+                else no_batch
+            self._missing_counters(g, lacking, why + ": per-reason throttle time comes from the "
+                                   "throttle_reasons bitmask")
         if FI_TOTAL_ENERGY not in g.fields:
             try:
                 e = self._call(g, "energy_counter", nv.nvmlDeviceGetTotalEnergyConsumption, g.handle)
@@ -282,7 +328,8 @@ class NvmlSampler:
                     g.error = None
             except self._NVMLError as e:
                 msg = _err_text(e)
-                row = [now, self.host, g.index, g.uuid, g.ranks] + [None] * (_NCOL - 6) + [msg]
+                row = [now, self.host, g.index, g.uuid, g.ranks] + [None] * (_NCOL - 5)
+                row[_COL["error"]] = msg  # not the last column since the counters were appended
                 if msg != g.error:
                     self.events.emit("nvml_error", {"gpu_index": g.index, "error": msg})
                 g.error = msg
@@ -297,6 +344,8 @@ class NvmlSampler:
         if g.fields:
             vals = self._call(g, "field_values", nv.nvmlDeviceGetFieldValues, h, g.fields)
             if vals is None:
+                self._missing_counters(g, [f for f in g.fields if f in REASON_FIELDS],
+                                       "nvmlDeviceGetFieldValues stopped answering")
                 g.fields = []
             else:
                 for fid, v in zip(g.fields, vals):
@@ -311,9 +360,16 @@ class NvmlSampler:
                         energy = int(x)
                     elif fid == FI_MEMORY_TEMP:
                         row[C["mem_temp_c"]] = x
-                bad = [fid for fid, v in zip(g.fields, vals) if v.nvmlReturn in _NOT_THERE]
+                    elif fid in _REASON_COL:
+                        col = _REASON_COL[fid]
+                        row[col] = self._ns_counter(g, schema.GPU_COLUMNS[col], x, now)
+                bad = {fid: v.nvmlReturn for fid, v in zip(g.fields, vals) if v.nvmlReturn in _FIELD_NOT_THERE}
                 if bad:
                     g.fields = [f for f in g.fields if f not in bad]
+                    gone = [f for f in bad if f in REASON_FIELDS]
+                    if gone:
+                        self._missing_counters(g, gone, "field values answered " + "; ".join(
+                            sorted({self._field_error(bad[f]) for f in gone})))
         if power is None or (avg is None and FI_POWER_INSTANT in g.fields):
             mw = self._call(g, "power_usage", nv.nvmlDeviceGetPowerUsage, h)
             if mw is not None:
@@ -358,9 +414,11 @@ class NvmlSampler:
         if reasons is not None:
             self._throttle_events(g, int(reasons), now)
         v = self._call(g, "violation_power", nv.nvmlDeviceGetViolationStatus, h, nv.NVML_PERF_POLICY_POWER)
-        row[C["viol_power_ns"]] = v.violationTime if v is not None else None
+        row[C["viol_power_ns"]] = self._ns_counter(g, "viol_power_ns", v.violationTime, now) \
+            if v is not None else None
         v = self._call(g, "violation_thermal", nv.nvmlDeviceGetViolationStatus, h, nv.NVML_PERF_POLICY_THERMAL)
-        row[C["viol_thermal_ns"]] = v.violationTime if v is not None else None
+        row[C["viol_thermal_ns"]] = self._ns_counter(g, "viol_thermal_ns", v.violationTime, now) \
+            if v is not None else None
         row[C["slowdown_temp_c"]] = g.slowdown
         row[C["shutdown_temp_c"]] = g.shutdown
         if now >= g.next_slow:
@@ -377,6 +435,18 @@ class NvmlSampler:
                     "margin_c": margin, "threshold_c": self.margin_c}, now)
             elif g.margin_low and margin >= self.margin_c + 1.0:  # 1 degree hysteresis
                 g.margin_low = False
+
+    def _ns_counter(self, g: _Gpu, col: str, value, now: float) -> int:
+        """A cumulative throttle-time value, logged as read; going backwards is an event
+        (driver reload, GPU reset), and the report skips that interval."""
+        x = int(value)
+        last = g.last_ns.get(col)
+        if last is not None and x < last:
+            self.events.emit("throttle_counter_reset", {
+                "source": self.name, "gpu_index": g.index, "counter": col,
+                "previous_ns": last, "now_ns": x}, now)
+        g.last_ns[col] = x
+        return x
 
     def _throttle_events(self, g: _Gpu, reasons: int, now: float) -> None:
         cur = reasons & THROTTLE_MASK

@@ -8,11 +8,17 @@ logs cheap.
 Two engines, same result:
 
 * ``"pyarrow"`` (default when pyarrow is importable): multi-threaded C++ parser; rows whose cell
-  count differs from the header's (a killed writer's partial last line) are skipped through
-  ``invalid_row_handler``. Measured in ``bench/report/bench_report.py``.
+  count differs from the header's are skipped through ``invalid_row_handler``. Measured in
+  ``bench/report/bench_report.py``.
 * ``"csv"``: the standard library's csv module; tolerant of anything (repeated schema/header
   lines after a daemon restart appended to the same file, unparsable cells). Used when pyarrow
   is missing or refuses a file.
+
+Both engines count a row only if its line ends in a newline. A killed writer leaves its last
+line unterminated, and a cut inside the last cell keeps the cell count right while the value is
+wrong (``monitor_rss_mib`` 17.53 read as 17), so the cell count alone cannot catch it: whatever
+follows the file's last newline is dropped and counted in ``skipped_rows``. The JSON-lines
+readers apply the same rule.
 """
 from __future__ import annotations
 
@@ -34,6 +40,9 @@ GPU_NUMERIC = (
     "viol_power_ns", "viol_thermal_ns", "ecc_dbe_total",
 )
 GPU_TEXT = ("host", "gpu_uuid", "ranks", "error")
+# Appended later (per-reason throttle time): optional, so files written before them read the same
+# way, with no warning and no all-NaN columns materialised (10 M-row logs).
+GPU_OPTIONAL = tuple(schema.THROTTLE_COUNTER_COLUMNS.values())
 HOST_NUMERIC = (
     "time_unix", "cpu_pct", "mem_used_mib", "mem_total_mib", "load1", "rapl_energy_uj",
     "cpu_temp_c", "monitor_cpu_s", "monitor_rss_mib",
@@ -80,12 +89,39 @@ def have_pyarrow() -> bool:
         return False
 
 
+def _complete_end(path: str, chunk: int = 1 << 16) -> Tuple[int, int, bool]:
+    """(size, end, partial) of a file: ``end`` = bytes up to and including its last newline,
+    ``partial`` = something other than whitespace follows it (a killed writer's cut line)."""
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        if size == 0:
+            return 0, 0, False
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return size, size, False
+        pos = size
+        tail = b""
+        while pos > 0:  # lines are short: one chunk back is almost always enough
+            start = max(0, pos - chunk)
+            f.seek(start)
+            tail = f.read(pos - start) + tail
+            cut = tail.rfind(b"\n", 0, pos - start)
+            if cut >= 0:
+                return size, start + cut + 1, bool(tail[cut + 1:].strip())
+            pos = start
+        return size, 0, bool(tail.strip())
+
+
 def _read_head(path: str) -> Tuple[Optional[str], Optional[List[str]], int]:
-    """(schema line, header cells, number of leading lines to skip)."""
+    """(schema line, header cells, number of leading lines to skip).
+
+    Only newline-terminated lines count: a header cut by a killed writer is no header."""
     schema_line = None
     skip = 0
     with open(path, "r", newline="", errors="replace") as f:
         for line in f:
+            if not line.endswith("\n"):
+                break
             skip += 1
             s = line.strip()
             if not s:
@@ -111,10 +147,12 @@ def _check_schema(t: Table, expected: str) -> None:
 
 
 def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequence[str],
-               engine: str = "auto") -> Table:
-    """Read one contract CSV. ``engine``: "auto" | "pyarrow" | "csv"."""
+               engine: str = "auto", optional: Sequence[str] = ()) -> Table:
+    """Read one contract CSV. ``engine``: "auto" | "pyarrow" | "csv". ``optional``: numeric
+    columns read when the header has them, else left out of ``num`` (``col()`` gives NaN)."""
     path = str(path)
     t = Table(path=path)
+    size, end, partial = _complete_end(path)
     schema_line, header, skip = _read_head(path)
     t.schema_line = schema_line
     _check_schema(t, expected_schema)
@@ -127,12 +165,14 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
             t.text[c] = (np.empty(0, np.int32), [])
         return t
     t.missing_columns = [c for c in (*numeric, *text) if c not in header]
+    numeric = (*numeric, *(c for c in optional if c in header))
     if engine == "auto":
         engine = "pyarrow" if have_pyarrow() else "csv"
     if engine == "pyarrow":
         try:
-            _read_pyarrow(t, header, skip, numeric, text)
+            _read_pyarrow(t, header, skip, numeric, text, None if end == size else end)
             t.engine = "pyarrow"
+            t.skipped_rows += partial
             return t
         except Exception as e:  # noqa: BLE001 - any refusal: fall back to the tolerant reader
             t.num.clear()
@@ -142,10 +182,23 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
     else:
         t.engine = "csv"
     _read_csvmod(t, header, numeric, text)
+    t.skipped_rows += partial
     return t
 
 
-def _read_pyarrow(t: Table, header, skip, numeric, text) -> None:
+def _read_pyarrow(t: Table, header, skip, numeric, text, end: Optional[int] = None) -> None:
+    """``end``: parse only the first ``end`` bytes (up to the last newline), None = whole file."""
+    import pyarrow as pa
+
+    if end is None:
+        _parse_pyarrow(t, t.path, header, skip, numeric, text)
+        return
+    # Rare (a killed writer's file): a zero-copy view of the mapped file, cut at its last newline.
+    with pa.memory_map(t.path) as mm:
+        _parse_pyarrow(t, pa.BufferReader(mm.read_buffer(end)), header, skip, numeric, text)
+
+
+def _parse_pyarrow(t: Table, source, header, skip, numeric, text) -> None:
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
@@ -163,7 +216,7 @@ def _read_pyarrow(t: Table, header, skip, numeric, text) -> None:
     if len(set(header)) != len(header):
         raise ValueError("duplicate column names")
     tbl = pcsv.read_csv(
-        t.path,
+        source,
         read_options=pcsv.ReadOptions(skip_rows=skip, column_names=header, use_threads=True,
                                       block_size=8 << 20),
         parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
@@ -210,7 +263,8 @@ def _read_csvmod(t: Table, header, numeric, text) -> None:
     bad_cells = 0
     nan = math.nan
     with open(t.path, "r", newline="", errors="replace") as f:
-        for row in csv.reader(f):
+        # only newline-terminated lines (the unterminated last one is counted by the caller)
+        for row in csv.reader(ln for ln in f if ln.endswith("\n")):
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
             if row[0].lstrip().startswith("#"):
@@ -255,7 +309,7 @@ def _read_csvmod(t: Table, header, numeric, text) -> None:
 
 
 def read_gpu_log(path, engine="auto") -> Table:
-    return read_table(path, schema.GPU_SCHEMA, GPU_NUMERIC, GPU_TEXT, engine)
+    return read_table(path, schema.GPU_SCHEMA, GPU_NUMERIC, GPU_TEXT, engine, GPU_OPTIONAL)
 
 
 def read_host_log(path, engine="auto") -> Table:
@@ -290,13 +344,17 @@ def monitor_files(run_dir) -> Dict[str, List[Path]]:
 
 
 def read_jsonl(path) -> Tuple[List[dict], int]:
-    """JSON lines; returns (records, number of unparsable lines skipped, e.g. a partial last line)."""
+    """JSON lines; returns (records, number of lines skipped: unparsable, or the unterminated last
+    line of a killed or still-running writer, which is skipped even if it parses)."""
     recs: List[dict] = []
     bad = 0
     loads = json.loads
     with open(path, "r", errors="replace") as f:
         for line in f:
             if not line.strip():
+                continue
+            if not line.endswith("\n"):
+                bad += 1
                 continue
             try:
                 r = loads(line)
@@ -324,7 +382,7 @@ METRIC_FLOATS = ("time_unix", "step", "epoch", "loss", "samples_per_s", "step_ti
 def read_metrics_arrays(path, engine: str = "auto") -> Tuple[Dict[str, np.ndarray], int]:
     """A metrics file as arrays: ``is_step``/``is_epoch`` masks and float columns (NaN = absent).
 
-    pyarrow's JSON reader when available (a partial last line is cut off first); the json module
+    pyarrow's JSON reader when available (an unterminated last line is cut off first); the json module
     line by line otherwise or when pyarrow refuses the file (e.g. a field changing type).
     Returns (arrays, number of unparsable lines skipped)."""
     if engine in ("auto", "pyarrow") and have_pyarrow():
@@ -356,14 +414,10 @@ def _metrics_pyarrow(path) -> Tuple[Dict[str, np.ndarray], int]:
     with open(path, "rb") as f:
         data = f.read()
     bad = 0
-    if data and not data.endswith(b"\n"):
+    if data and not data.endswith(b"\n"):  # same rule as read_jsonl: unterminated = not a record
         cut = data.rfind(b"\n")
-        tail = data[cut + 1:]
-        try:
-            json.loads(tail)
-        except ValueError:
-            bad = 1
-            data = data[:cut + 1]
+        bad = int(bool(data[cut + 1:].strip()))
+        data = data[:cut + 1]
     fields = [pa.field("kind", pa.string())] + [pa.field(c, pa.float64()) for c in METRIC_FLOATS]
     tbl = pj.read_json(io.BytesIO(data), parse_options=pj.ParseOptions(
         explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore", newlines_in_values=False))

@@ -323,8 +323,8 @@ def render_html(report) -> str:
                      _n(g["avg_power_w"], 0), _n(g["max_power_w"], 0), _n(g["power_limit_w"], 0),
                      _n(g["avg_temp_c"]), _n(g["max_temp_c"]), _n(g["max_mem_temp_c"]), _n(g["slowdown_margin_c"]),
                      _n(g["time_near_slowdown_s"], 0),
-                     _n(ts.get("power"), 0) + ("*" if tsrc.get("power") == "violation_counter" else ""),
-                     _n(ts.get("thermal"), 0) + ("*" if tsrc.get("thermal") == "violation_counter" else ""),
+                     _n(ts.get("power"), 0) + ("*" if tsrc.get("power", "").startswith("violation_counter") else ""),
+                     _n(ts.get("thermal"), 0) + ("*" if tsrc.get("thermal", "").startswith("violation_counter") else ""),
                      _n(g["max_mem_used_mib"], 0), _n(g["avg_util_pct"]), _energy(g["idle_energy_j"]),
                      _n(g["coverage"]["pct_of_job"], 2, " %")))
     parts.append(_table(("GPU", "UUID", "ranks", "energy", "source", "cross-check", "avg W", "max W", "limit W",

@@ -189,6 +189,7 @@ def _index_gpu_tables(tables: List[readers.Table]):
         gid_f = lut[inv.reshape(-1)]
         k = uniq.size
         n = gid_f.size
+        cols = readers.GPU_NUMERIC + tuple(c for c in readers.GPU_OPTIONAL if c in tb.num)
         if k == 1:
             fcols.append(dict(tb.num))
             segs.setdefault(int(gid_f[0]), []).append((fi, slice(0, n)))
@@ -198,13 +199,13 @@ def _index_gpu_tables(tables: List[readers.Table]):
             # transpose makes each GPU's rows contiguous (cheaper than a gather or strided views)
             m = n // k
             fcols.append({c: np.ascontiguousarray(tb.col(c).reshape(m, k).T).reshape(-1)
-                          for c in readers.GPU_NUMERIC})
+                          for c in cols})
             for j in range(k):
                 segs.setdefault(int(gid_f[j]), []).append((fi, slice(j * m, (j + 1) * m)))
         else:
             order = np.argsort(gid_f.astype(np.int16) if len(key_to_gid) < 32000 else gid_f, kind="stable")
             gs = gid_f[order]
-            fcols.append({c: tb.col(c)[order] for c in readers.GPU_NUMERIC})
+            fcols.append({c: tb.col(c)[order] for c in cols})
             bounds = np.flatnonzero(gs[1:] != gs[:-1]) + 1
             st = np.concatenate([[0], bounds])
             en = np.concatenate([bounds, [gs.size]])
@@ -236,6 +237,11 @@ def _gpu_rows(seglist, fcols) -> Tuple[Dict[str, np.ndarray], int, int]:
         cols = {c: v[sl] for c, v in fcols[fi].items()}
     else:
         cols = {c: np.concatenate([fcols[fi][c][sl] for fi, sl in seglist]) for c in readers.GPU_NUMERIC}
+        for c in readers.GPU_OPTIONAL:  # files from before the column: NaN for their rows
+            if any(c in fcols[fi] for fi, _ in seglist):
+                cols[c] = np.concatenate([fcols[fi][c][sl] if c in fcols[fi] else
+                                          np.full(fcols[fi]["time_unix"][sl].size, np.nan)
+                                          for fi, sl in seglist])
     t = cols["time_unix"]
     nan_t = np.isnan(t)
     nbad = int(nan_t.sum())
@@ -434,22 +440,34 @@ def _gpu_stats(host, index, c: Dict[str, np.ndarray], txt: Dict[str, Dict[str, i
     have_bits = bool(tr_ok.any())
     tri = np.where(tr_ok, tr, 0).astype(np.int64)
     present = int(np.bitwise_or.reduce(tri)) if tri.size else 0
+    def counter_or_bits(key, col, bits):
+        """Cumulative counter differences where ``col`` was logged (exact, events between samples
+        included); the bitmask (left-sample rule) before its first and after its last value, e.g.
+        an attempt from before the column existed; the bitmask alone without the counter."""
+        ctr = c.get(col)
+        vc = counter_total(t, ctr) if ctr is not None else None
+        if vc is None or vc["total"] is None:
+            thr_s[key] = _r(_bits_time(tri, present, dt_left, bits), 2) if have_bits else None
+            thr_src[key] = "bitmask" if have_bits else "missing"
+            return
+        secs = vc["total"] / 1e9
+        thr_src[key] = "violation_counter"
+        if vc["resets"]:
+            notes.append(f"{col} went backwards {len(vc['resets'])} time(s); those intervals skipped")
+        a, b = vc["t"][0], vc["t"][-1]
+        edges = (t < a) | (t >= b)  # left samples of the intervals outside the counter's span
+        if float(dt_left[edges].sum()) > 0:
+            if have_bits:
+                secs += float(np.add.reduce(dt_left, where=edges & ((tri & bits) != 0)))
+                thr_src[key] = "violation_counter+bitmask"
+            notes.append(f"{col} logged for {b - a:.0f} of {float(t[-1] - t[0]):.0f} s; "
+                         + ("the bitmask covers the rest" if have_bits else "the rest is not counted"))
+        thr_s[key] = _r(secs, 3)
+
     for bit, rname in schema.THROTTLE_REASONS.items():
-        thr_s[rname] = _r(_bits_time(tri, present, dt_left, bit), 2) if have_bits else None
-        thr_src[rname] = "bitmask" if have_bits else "missing"
-    for agg, bits, col in (("power", POWER_BITS, "viol_power_ns"), ("thermal", THERMAL_BITS, "viol_thermal_ns")):
-        vc = counter_total(t, c[col])
-        if vc["total"] is not None:
-            thr_s[agg] = _r(vc["total"] / 1e9, 3)
-            thr_src[agg] = "violation_counter"
-            if vc["resets"]:
-                notes.append(f"{col} went backwards {len(vc['resets'])} time(s); those intervals skipped")
-        elif have_bits:
-            thr_s[agg] = _r(_bits_time(tri, present, dt_left, bits), 2)
-            thr_src[agg] = "bitmask"
-        else:
-            thr_s[agg] = None
-            thr_src[agg] = "missing"
+        counter_or_bits(rname, schema.THROTTLE_COUNTER_COLUMNS.get(rname), bit)
+    counter_or_bits("power", "viol_power_ns", POWER_BITS)
+    counter_or_bits("thermal", "viol_thermal_ns", THERMAL_BITS)
     thr_s["any_slowdown"] = _r(_bits_time(tri, present, dt_left, 0x1FF & ~NOT_THROTTLE_BITS), 2) if have_bits else None
     thr_src["any_slowdown"] = "bitmask" if have_bits else "missing"
     g["throttle_s"] = thr_s
@@ -688,7 +706,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
         if miss:
             warnings.append(f"{tb.path}: columns absent: {', '.join(miss)} (treated as not measured)")
     if skipped:
-        warnings.append(f"{skipped} malformed row(s) skipped (partial last lines or cell-count mismatches)")
+        warnings.append(f"{skipped} malformed row(s) skipped (unterminated last lines or cell-count mismatches)")
     keys, segs, fcols, txt, mstats = _index_gpu_tables(gtabs)
     hosts = _host_stats(htabs, warnings)
     # job window
@@ -760,6 +778,9 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
     for p_ in files["power_trace"]:
         tb = readers.read_power_trace(p_, engine)
         warnings.extend(tb.warnings)
+        if tb.skipped_rows:
+            skipped += tb.skipped_rows
+            warnings.append(f"{p_.name}: {tb.skipped_rows} malformed power-trace row(s) skipped")
         if tb.n == 0:
             continue
         hv = tb.text_values("host")

@@ -165,8 +165,8 @@ def render_text(report, width: int = 120, color: bool = False) -> str:
         ts = g["throttle_s"]
         src = {"counter": "", "integrated_power": "~"}.get(g["energy_source"], "?")
         rk = ",".join(map(str, g["ranks"][:4])) + ("…" if len(g["ranks"]) > 4 else "") + ("÷" if g["shared"] else "")
-        thr = (_n(ts.get("power"), 0) + ("*" if g["throttle_source"].get("power") == "violation_counter" else "")
-               + "/" + _n(ts.get("thermal"), 0) + ("*" if g["throttle_source"].get("thermal") == "violation_counter" else ""))
+        thr = (_n(ts.get("power"), 0) + ("*" if g["throttle_source"].get("power", "").startswith("violation_counter") else "")
+               + "/" + _n(ts.get("thermal"), 0) + ("*" if g["throttle_source"].get("thermal", "").startswith("violation_counter") else ""))
         t.add_row(key, rk or "-", src + _energy(g["energy_j"], 0),
                   f"{_n(g['avg_power_w'], 0)}/{_n(g['max_power_w'], 0)}", _n(g["power_headroom_w"], 0),
                   f"{_n(g['avg_temp_c'], 0)}/{_n(g['max_temp_c'], 0)}", _n(g["max_mem_temp_c"], 0),

@@ -5,9 +5,11 @@ module, so a column is named in exactly one place. Any change that removes or
 renames a column bumps the version; adding a column at the end does not.
 
 Each CSV file starts with one comment line, ``# schema=<name>/<version>``, then a
-header line, then rows. An empty cell means "not measured" (never zero). A killed
-writer can leave a partial last line: readers must skip a line whose cell count
-differs from the header's.
+header line, then rows. An empty cell means "not measured" (never zero). A row
+counts only if its line ends in a newline: a killed writer can leave a partial
+last line, and one cut inside its last cell has the right cell count and a wrong
+value. Readers must also skip any line whose cell count differs from the
+header's (a restarted writer pads a partial line it finds so that it does).
 """
 
 GPU_SCHEMA = "hpclaunch.monitor.gpu/1"
@@ -42,6 +44,14 @@ GPU_COLUMNS = (
     "viol_thermal_ns",    # cumulative time throttled by thermal limits
     "ecc_dbe_total",      # aggregate double-bit ECC errors, where cheap
     "error",              # empty, or the reason this GPU's row has no measurements
+    # Added after "error" (appended: same version, old readers and old files still work).
+    # Cumulative time held down per clocks-event reason, ns (NVML field values
+    # NVML_FI_DEV_CLOCKS_EVENT_REASON_*); empty where the driver does not offer them.
+    "throttle_sw_power_cap_ns",
+    "throttle_sync_boost_ns",
+    "throttle_sw_thermal_slowdown_ns",
+    "throttle_hw_thermal_slowdown_ns",
+    "throttle_hw_power_brake_slowdown_ns",
 )
 
 HOST_COLUMNS = (
@@ -75,6 +85,16 @@ THROTTLE_REASONS = {
     0x40: "hw_thermal_slowdown",
     0x80: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
+}
+
+
+# THROTTLE_REASONS name -> the GPU column with that reason's cumulative time (ns).
+THROTTLE_COUNTER_COLUMNS = {
+    "sw_power_cap": "throttle_sw_power_cap_ns",
+    "sync_boost": "throttle_sync_boost_ns",
+    "sw_thermal_slowdown": "throttle_sw_thermal_slowdown_ns",
+    "hw_thermal_slowdown": "throttle_hw_thermal_slowdown_ns",
+    "hw_power_brake_slowdown": "throttle_hw_power_brake_slowdown_ns",
 }
 
 
@@ -123,10 +143,12 @@ EVENT_KINDS = (
     "source_unavailable",
     "nvml_error",
     "energy_counter_reset",
+    "throttle_counter_reset",  # a cumulative throttle-time counter (viol_*_ns, throttle_*_ns) went backwards
     "throttle_start",
     "throttle_stop",
     "thermal_margin_low",
     "disk_full",
+    "disk_write_recovered",  # writes to a file succeed again after a failure streak
     "error",              # an unexpected exception in a source, logged once per distinct message
     "monitor_stats",
     "stopped",

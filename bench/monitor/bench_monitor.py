@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/monitor/bench_monitor.py            # about 30 s
     .venv/bin/python bench/monitor/bench_monitor.py --quick    # about 8 s
+    .venv/bin/python bench/monitor/bench_monitor.py --daemon-only --daemon-seconds 30 --fake-gpus 0,2,8
 
 Sections (CPU time = time.process_time(), user+system of this process, threads included):
 
@@ -20,6 +21,13 @@ Sections (CPU time = time.process_time(), user+system of this process, threads i
 4. NVML path against the fake NVML (tests/monitors/fake_nvml.py): the Python-side
    cost per sample per GPU (the driver's own time is not in it), 1, 4 and 8 GPUs.
 5. NVML path against the real driver: skipped when there is no GPU.
+6. Whole daemon (``--daemon-seconds S``, off by default): the real daemon process
+   (``python -m hpclaunch.monitors``) at 1 Hz for S seconds, once per ``--fake-gpus``
+   count, side by side (started together, so they share the machine's conditions).
+   0 GPUs is ``--no-nvml`` (host only); N > 0 injects the tests' fake NVML the way
+   the daemon tests do (HPCLAUNCH_MONITOR_FAKE_NVML + a scenario file of N H100s), so
+   the NVML figures are the Python side only, power trace included. The figures are
+   the daemon's own ``monitor_stats`` event: loop CPU per sample, % of a core, RSS.
 
 Goal: <= 0.5 ms CPU per sample per device; < 0.1 % of a core at 1 Hz.
 """
@@ -202,12 +210,87 @@ def nvml_real_path(n: int):
     return (per / gpus, wall / gpus, trace / gpus, gpus, name), None
 
 
+def _fake_scenario(gpus: int, samples: int) -> dict:
+    """N fake H100s as JSON: each series tabulated from the fake's own functions."""
+    fake = load_fake()
+    devs = []
+    for i in range(gpus):
+        d = fake._h100(f"GPU-bench-{i:04d}", i)
+        d["series"] = {k: ([f(j) for j in range(samples)] if callable(f) else list(f))
+                       for k, f in d["series"].items()}
+        devs.append(d)
+    return {"driver": "550.54.15", "devices": devs}
+
+
+def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0) -> dict:
+    """Start one daemon per GPU count at once; returns {count: monitor_stats detail}."""
+    import json
+    import subprocess
+    out, procs = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in gpu_counts:
+            run_dir = os.path.join(tmp, f"gpus{n}")
+            os.makedirs(run_dir)
+            env = dict(os.environ)
+            for k in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_NODEID",
+                      "HPCLAUNCH_RUN_DIR"):
+                env.pop(k, None)
+            cmd = [sys.executable, "-m", "hpclaunch.monitors", "--interval", str(interval),
+                   "--duration", str(seconds), "--run-dir", run_dir, "--host", "bench"]
+            if n == 0:
+                cmd.append("--no-nvml")
+            else:
+                sc = os.path.join(tmp, f"scenario{n}.json")
+                with open(sc, "w") as f:
+                    json.dump(_fake_scenario(n, int(seconds / interval) + 10), f)
+                env.update({"HPCLAUNCH_MONITOR_FAKE_NVML": FAKE, "HPCLAUNCH_FAKE_NVML_SCENARIO": sc})
+            procs[n] = (subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True), run_dir)
+        for n, (p, run_dir) in procs.items():
+            _, err = p.communicate(timeout=seconds + 120)
+            if p.returncode != 0:
+                raise RuntimeError(f"daemon with {n} fake GPUs exited {p.returncode}: {err[-2000:]}")
+            stats = None
+            with open(os.path.join(run_dir, "monitor", "bench.events.jsonl")) as f:
+                for line in f:
+                    rec = json.loads(line)
+                    if rec["kind"] == "monitor_stats":
+                        stats = rec["detail"]
+            if stats is None or (n and stats.get("gpus") != n):
+                raise RuntimeError(f"daemon with {n} fake GPUs: no monitor_stats for {n} GPUs: {stats}")
+            out[n] = stats
+    return out
+
+
+def print_daemon_runs(seconds: float, gpu_counts) -> None:
+    print(f"\n6. whole daemon at 1 Hz for {seconds:g} s, side by side (python -m hpclaunch.monitors; "
+          "fake NVML = Python side only; figures from its monitor_stats event)")
+    res = daemon_runs(seconds, gpu_counts)
+    for n, st in res.items():
+        what = "host only (--no-nvml)" if n == 0 else f"{n} fake GPU(s)"
+        print(f"   {what:22s} {st['cpu_s_per_sample'] * 1e3:7.3f} ms CPU/sample   "
+              f"{st['core_pct']:.4f} % of a core   RSS {st.get('rss_mib')} MiB   "
+              f"({st['samples']} samples, {st['skipped_slots']} skipped, max work "
+              f"{st['max_work_s'] * 1e3:.1f} ms, loop CPU {st['loop_cpu_s']:.3f} s)")
+    if 0 in res:
+        base = res[0]["cpu_s_per_sample"]
+        for n, st in res.items():
+            if n:
+                print(f"   per GPU over host only, {n} GPU(s): "
+                      f"{(st['cpu_s_per_sample'] - base) / n * 1e3:.3f} ms CPU/sample")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--samples", type=int, default=5000, help="samples per measured path")
     ap.add_argument("--run-s", type=float, default=10.0, help="seconds of each scheduled run")
     ap.add_argument("--run-interval", type=float, default=0.1, help="interval of the scheduled runs")
     ap.add_argument("--quick", action="store_true", help="1000 samples, 3 s scheduled runs")
+    ap.add_argument("--daemon-seconds", type=float, default=0.0,
+                    help="section 6: run the whole daemon at 1 Hz this long per GPU count (0: skip)")
+    ap.add_argument("--fake-gpus", default="0,2,8",
+                    help="section 6: comma list of fake GPU counts (0 = host only) (default 0,2,8)")
+    ap.add_argument("--daemon-only", action="store_true", help="run section 6 only")
     ap.add_argument("--child", choices=("daemon", "codecarbon"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -220,7 +303,12 @@ def main(argv=None) -> int:
         SPACED_N = 40
     n = a.samples
     print(f"# hpclaunch monitor benchmark  python {platform.python_version()}  "
-          f"{platform.machine()}  {os.cpu_count()} CPUs  {platform.processor() or ''}")
+          f"{platform.machine()}  {os.cpu_count()} CPUs  {platform.processor() or ''}  "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    gpu_counts = [int(x) for x in a.fake_gpus.split(",") if x.strip()]
+    if a.daemon_only:
+        print_daemon_runs(a.daemon_seconds or 30.0, gpu_counts)
+        return 0
     print(f"# samples per path: {n}; CPU = time.process_time() per call\n")
     with tempfile.TemporaryDirectory() as tmp:
         ps_only, ps_write, ps_cold, _ = host_path(n, tmp, fast=False)
@@ -278,6 +366,10 @@ def main(argv=None) -> int:
         per_gpu, wall, trace, gpus, name = res
         print(f"   {gpus} x {name}: {fmt_us(per_gpu)} CPU per sample per GPU, {fmt_us(wall)} wall; "
               f"power-trace drain {fmt_us(trace)} per GPU;  {core_pct(per_gpu * gpus)}")
+    if a.daemon_seconds > 0:
+        print_daemon_runs(a.daemon_seconds, gpu_counts)
+    else:
+        print("\n6. whole daemon: skipped (--daemon-seconds 30 to run it)")
     return 0
 
 

@@ -6,8 +6,10 @@ classes (``NVMLError`` with ``.value``, mapped to ``NVMLError_NotSupported`` etc
 the same ``__new__`` trick as nvidia-ml-py).
 
 A scenario is a dict ``{"devices": [device, ...], "library_missing": bool}``; a device
-has ``uuid``, ``series`` ({key: list or callable(i)}) and ``unsupported`` (keys that
-answer NOT_SUPPORTED). Each key keeps its own call counter: call ``i`` returns
+has ``uuid``, ``series`` ({key: list or callable(i)}), ``unsupported`` (keys that
+answer NOT_SUPPORTED) and ``unknown_fields`` (field ids this device's driver is too old
+to know: their nvmlFieldValue_t answers INVALID_ARGUMENT, as does any id the fake has
+no series key for). Each key keeps its own call counter: call ``i`` returns
 ``series[min(i, len - 1)]`` (the last value is held) or ``f(i)``; an entry
 ``{"error": code}`` raises ``NVMLError(code)`` for that call. The default scenario is
 hand-made from public ``nvidia-smi -q`` dumps of H100 80GB HBM3 boards (idle ~72 W,
@@ -16,7 +18,8 @@ this was written on, so nothing here was recorded from a live driver.
 
 ``HPCLAUNCH_FAKE_NVML_SCENARIO`` may name a JSON file with a scenario (used by the
 daemon subprocess tests); :func:`configure` sets one in-process. ``CALLS`` counts calls
-by function name.
+by function name;
+``FIELDS_ASKED`` lists the field ids of each ``nvmlDeviceGetFieldValues`` call.
 """
 
 from __future__ import annotations
@@ -58,6 +61,11 @@ NVML_FI_DEV_MEMORY_TEMP = 82
 NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION = 83
 NVML_FI_DEV_POWER_AVERAGE = 185
 NVML_FI_DEV_POWER_INSTANT = 186
+NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP = 74
+NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST = 76
+NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN = 269
+NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN = 270
+NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN = 271
 
 _STRINGS = {
     1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
@@ -156,6 +164,12 @@ def _h100(uuid, seed=0, **over):
         "clocks_event_reasons": lambda i: 0x1 if i == 0 else 0x0,
         "viol_power_ns": [0],
         "viol_thermal_ns": [0],
+        # per-reason cumulative clocks-event time, ns (field values 74, 76, 269-271)
+        "ce_sw_power_cap_ns": [0],
+        "ce_sync_boost_ns": [0],
+        "ce_sw_thermal_ns": [0],
+        "ce_hw_thermal_ns": [0],
+        "ce_hw_power_brake_ns": [0],
         "ecc_dbe": [0],
         "slowdown_c": [89],
         "shutdown_c": [92],
@@ -174,6 +188,7 @@ def default_scenario():
 _scenario = None
 _counters: Counter = Counter()
 CALLS: Counter = Counter()
+FIELDS_ASKED: list = []  # (device index, field ids) of each nvmlDeviceGetFieldValues call
 _initialised = False
 
 
@@ -183,6 +198,7 @@ def configure(scenario=None):
     _scenario = scenario if scenario is not None else default_scenario()
     _counters.clear()
     CALLS.clear()
+    FIELDS_ASKED.clear()
 
 
 def _load():
@@ -265,23 +281,34 @@ def nvmlDeviceGetUUID(handle):
 
 
 _FIELD_KEYS = {NVML_FI_DEV_POWER_INSTANT: "power_instant_mw", NVML_FI_DEV_POWER_AVERAGE: "power_average_mw",
-               NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "energy_mj", NVML_FI_DEV_MEMORY_TEMP: "mem_temp_c"}
+               NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "energy_mj", NVML_FI_DEV_MEMORY_TEMP: "mem_temp_c",
+               NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: "ce_sw_power_cap_ns",
+               NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST: "ce_sync_boost_ns",
+               NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: "ce_sw_thermal_ns",
+               NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: "ce_hw_thermal_ns",
+               NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: "ce_hw_power_brake_ns"}
+_ULL_KEYS = {"energy_mj", "ce_sw_power_cap_ns", "ce_sync_boost_ns", "ce_sw_thermal_ns", "ce_hw_thermal_ns",
+             "ce_hw_power_brake_ns"}
 
 
 def nvmlDeviceGetFieldValues(handle, fieldIds):
     _count("nvmlDeviceGetFieldValues")
+    FIELDS_ASKED.append((handle.index, tuple(fieldIds)))
     d = _dev(handle)
     if "field_values" in d.get("unsupported", ()):
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     out = []
     now_us = int(time.time() * 1e6)
+    unknown = set(d.get("unknown_fields", ()))
     for fid in fieldIds:
         f = _Field()
         f.fieldId, f.scopeId = (fid if isinstance(fid, tuple) else (fid, 0))
         f.timestamp = now_us
         f.latencyUsec = 0
-        key = _FIELD_KEYS.get(f.fieldId)
-        f.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG if key == "energy_mj" else NVML_VALUE_TYPE_UNSIGNED_INT
+        key = None if f.fieldId in unknown else _FIELD_KEYS.get(f.fieldId)
+        if key not in d["series"] and key not in d.get("unsupported", ()):
+            key = None  # a scenario without the series: a driver that does not know the field
+        f.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG if key in _ULL_KEYS else NVML_VALUE_TYPE_UNSIGNED_INT
         f.value = _Value(0)
         if key is None:
             f.nvmlReturn = NVML_ERROR_INVALID_ARGUMENT

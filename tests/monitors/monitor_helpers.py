@@ -24,9 +24,10 @@ class Events:
 
 
 def read_csv(path):
-    """(schema line, header, complete rows as dicts) - rows whose cell count is wrong are skipped."""
+    """(schema line, header, complete rows as dicts), by the contract: a row counts only if its
+    line ends in a newline (the text after the last one is dropped) and has the header's cell count."""
     with open(path) as f:
-        lines = f.read().split("\n")
+        lines = f.read().split("\n")[:-1]
     assert lines[0].startswith("# schema="), lines[:2]
     header = lines[1].split(",")
     rows = [dict(zip(header, ln.split(","))) for ln in lines[2:]
@@ -35,10 +36,13 @@ def read_csv(path):
 
 
 def read_events(path):
+    """Events by the contract: only newline-terminated lines that parse."""
     import json
     out = []
     with open(path) as f:
         for ln in f:
+            if not ln.endswith("\n"):
+                continue
             try:
                 out.append(json.loads(ln))
             except ValueError:

@@ -70,6 +70,7 @@ def test_rows_at_the_interval_and_sigterm_exits_0(tmp_path):
     assert tuple(gh) == schema.GPU_COLUMNS
     assert len(grows) == 2 * len(rows)
     assert {r["ranks"] for r in grows} == {"0", "1"}
+    assert all(r[c] == "0" for r in grows for c in schema.THROTTLE_COUNTER_COLUMNS.values())
     _, th, trows = read_csv(mon(tmp_path, schema.power_trace_file(HOST)))
     assert tuple(th) == schema.POWER_TRACE_COLUMNS and len(trows) >= 2 * 10
 
@@ -106,12 +107,15 @@ def test_sigkill_leaves_files_whose_complete_rows_parse_then_requeue_appends(tmp
     assert len(rows) >= 8
     for r in rows:
         assert r["energy_mj"] == ""              # lacking the counter: empty, never 0
+        assert r["throttle_sw_power_cap_ns"] == ""  # a driver without the per-reason fields: empty
         float(r["time_unix"])
     errs = [r for r in rows if r["error"]]
     assert len(errs) == 1 and errs[0]["power_w"] == "" and "GPU is lost" in errs[0]["error"]
     ev = read_events(mon(tmp_path, schema.events_file(HOST)))
     assert any(e["kind"] == "source_unavailable" and e["detail"].get("capability") == "energy_counter"
                for e in ev)
+    assert [e["detail"]["counters"] for e in ev if e["detail"].get("capability") == "clocks_event_counters"] == [
+        list(schema.THROTTLE_COUNTER_COLUMNS)]
     assert "stopped" not in [e["kind"] for e in ev]  # SIGKILL: no goodbye, files still fine
     n_before = len(rows)
 

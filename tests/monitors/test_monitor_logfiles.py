@@ -4,13 +4,15 @@ import errno
 import json
 import os
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
-from hpclaunch.monitors import schema
+from hpclaunch.monitors import readers, schema
 from hpclaunch.monitors.logfiles import CsvLog, EventLog, cell, format_rows
 from monitor_helpers import read_csv
 
 COLS = ("time_unix", "host", "a", "error")
+ENGINES = ["csv"] + (["pyarrow"] if readers.have_pyarrow() else [])
 
 
 def test_cells_empty_for_unmeasured_never_zero():
@@ -53,6 +55,42 @@ def test_reopen_appends_without_second_header_and_ends_partial_line(tmp_path):
     assert open(p).read().count("# schema=") == 1
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("cut", ["inside_last_cell", "before_newline", "mid_row"])
+def test_reopen_after_a_cut_row_never_glues_it_into_a_valid_row(tmp_path, engine, cut):
+    """A requeued daemon appending after a row cut inside its last cell (right cell count, wrong
+    value) must not turn it into a complete interior row: contract readers see only whole rows."""
+    p = str(tmp_path / "n.host.csv")
+    cols = schema.HOST_COLUMNS
+    log = CsvLog(p, schema.HOST_SCHEMA, cols)
+    log.write_rows([(1.0, "n", 5.0, 100, 4000, 0.5, None, 60, 0.01, 17.53)])
+    line = format_rows([(2.0, "n", 5.0, 100, 4000, 0.5, None, 60, 0.02, 17.53)])[:-1]
+    log.write_text({"inside_last_cell": line[:-3], "before_newline": line, "mid_row": line[:12]}[cut])
+    log.close()
+    log = CsvLog(p, schema.HOST_SCHEMA, cols)
+    assert log.appended and log.closed_partial == 1
+    log.write_rows([(3.0, "n", 5.0, 100, 4000, 0.5, None, 60, 0.03, 17.6)])
+    log.close()
+    _, _, rows = read_csv(p)
+    assert [(r["time_unix"], r["monitor_rss_mib"]) for r in rows] == [("1.0", "17.53"), ("3.0", "17.6")]
+    t = readers.read_host_log(p, engine)
+    assert t.col("time_unix").tolist() == [1.0, 3.0] and t.skipped_rows == 1
+    assert t.col("monitor_rss_mib").tolist() == [17.53, 17.6]
+    assert open(p).read().count("# schema=") == 1
+
+
+def test_reopen_after_a_header_without_its_newline_keeps_the_header(tmp_path):
+    p = str(tmp_path / "n.gpu.csv")
+    with open(p, "w") as f:
+        f.write(schema.header_comment(schema.GPU_SCHEMA) + ",".join(COLS))  # killed after the header
+    log = CsvLog(p, schema.GPU_SCHEMA, COLS)
+    assert log.appended and log.closed_partial == 0 and log.moved_aside is None
+    log.write_rows([(1.5, "n", 3, None)])
+    log.close()
+    with open(p) as f:
+        assert f.read() == "# schema=hpclaunch.monitor.gpu/1\ntime_unix,host,a,error\n1.5,n,3,\n"
+
+
 def test_other_schema_is_moved_aside(tmp_path):
     p = str(tmp_path / "n.gpu.csv")
     with open(p, "w") as f:
@@ -83,6 +121,63 @@ def test_full_disk_drops_rows_says_once_and_recovers(tmp_path):
     assert open(p).read() == "# schema=hpclaunch.monitor.host/1\ntime_unix,host,a,error\n9,n,9,\n"
 
 
+def test_recovery_is_reported_once_per_failure_streak(tmp_path):
+    errors, recovered = [], []
+    full = [False]
+
+    def write(fd, data):
+        if full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+    p = str(tmp_path / "n.host.csv")
+    log = CsvLog(p, schema.HOST_SCHEMA, COLS, write=write, on_error=lambda path, e: errors.append(path),
+                 on_recover=lambda path, n, e: recovered.append((path, n, e.errno)))
+    assert log.write_rows([(1, "n", 1, None)]) and log.write_rows([(2, "n", 2, None)])
+    assert recovered == []                                   # never failed: nothing to report
+    full[0] = True
+    for i in range(3):
+        assert not log.write_rows([(10 + i, "n", i, None)])
+    full[0] = False
+    assert log.write_rows([(20, "n", 20, None)]) and log.write_rows([(21, "n", 21, None)])
+    assert recovered == [(p, 3, errno.ENOSPC)] and errors == [p]
+    full[0] = True                                           # a second episode: said again, both ways
+    assert not log.write_rows([(30, "n", 30, None)])
+    full[0] = False
+    assert log.write_rows([(31, "n", 31, None)])
+    log.close()
+    assert recovered == [(p, 3, errno.ENOSPC), (p, 1, errno.ENOSPC)] and errors == [p, p]
+    assert log.dropped_writes == 4
+    assert [r["time_unix"] for r in read_csv(p)[2]] == ["1", "2", "20", "21", "31"]
+
+
+def test_daemon_logs_disk_full_then_recovered_with_the_count(tmp_path):
+    from hpclaunch.monitors.daemon import Daemon, parse_args
+    from monitor_helpers import read_events
+    d = Daemon(parse_args(["--run-dir", str(tmp_path), "--no-nvml", "--host", "h"]), env={})
+    d.setup()
+    full = [True]
+
+    def write(fd, data):
+        if full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+    d.host_log._write = write
+    for _ in range(4):
+        d.tick()
+    full[0] = False
+    d.tick()
+    d.tick()
+    d.finish()
+    ev = read_events(os.path.join(str(tmp_path), schema.MONITOR_DIR, schema.events_file("h")))
+    kinds = [e["kind"] for e in ev]
+    assert kinds.count("disk_full") == 1 and kinds.count("disk_write_recovered") == 1
+    assert kinds.index("disk_full") < kinds.index("disk_write_recovered")
+    rec = next(e["detail"] for e in ev if e["kind"] == "disk_write_recovered")
+    assert rec["path"].endswith(schema.host_file("h")) and rec["dropped_writes"] == 4 and rec["errno"] == 28
+    assert set(kinds) <= set(schema.EVENT_KINDS)
+    assert len(read_csv(os.path.join(str(tmp_path), schema.MONITOR_DIR, schema.host_file("h")))[2]) == 2
+
+
 def test_dev_full_for_real(tmp_path):
     said = []
     p = str(tmp_path / "n.host.csv")
@@ -101,3 +196,16 @@ def test_event_log_lines(tmp_path):
     lines = [json.loads(x) for x in open(p)]
     assert lines[0] == {"time_unix": 12.346, "host": "n", "kind": "stopped", "detail": {"reason": "SIGTERM"}}
     assert lines[1]["kind"] == "error"
+
+
+def test_event_log_reopened_after_a_cut_record(tmp_path):
+    p = str(tmp_path / "n.events.jsonl")
+    ev = EventLog(p, "n", clock=lambda: 1.0)
+    ev.emit("header", {"pid": 1})
+    ev.write_text('{"time_unix":2.0,"host":"n","kind":"stopped","detail":{"reason":"SIG')
+    ev.close()
+    ev = EventLog(p, "n", clock=lambda: 3.0)
+    ev.emit("header", {"pid": 2})
+    ev.close()
+    recs, bad = readers.read_jsonl(p)
+    assert [r["detail"]["pid"] for r in recs] == [1, 2] and bad == 1

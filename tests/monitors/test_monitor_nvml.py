@@ -85,7 +85,7 @@ def test_one_gpu_raising_mid_run_gets_an_error_row_and_the_loop_goes_on(fake, ev
     assert [r[C["error"]] for r in gpu1[:2]] == [None, None]
     for r in gpu1[2:4]:
         assert r[C["error"]] == "NVMLError_GpuIsLost: GPU is lost"
-        measured = [r[C[c]] for c in schema.GPU_COLUMNS[5:-1]]
+        measured = [r[C[c]] for c in schema.GPU_COLUMNS[5:] if c != "error"]
         assert measured == [None] * len(measured)
         assert r[C["gpu_uuid"]] and r[C["gpu_index"]] == 1
     assert gpu1[4][C["error"]] is None and gpu1[4][C["temp_c"]] == 42
@@ -206,3 +206,82 @@ def test_rank_map_selects_the_jobs_gpus(fake, events):
     assert s.start()
     rows = s.sample(1.0)
     assert [(r[C["gpu_index"]], r[C["ranks"]]) for r in rows] == [(1, "6;7")]
+
+
+REASON_COLS = tuple(schema.THROTTLE_COUNTER_COLUMNS.values())
+REASON_IDS = (74, 76, 269, 270, 271)
+
+
+def test_reason_counters_ride_in_the_existing_field_values_batch(fake, events):
+    sc = fake.default_scenario()
+    sc["devices"][0]["series"].update({
+        "ce_sw_power_cap_ns": [0, 0, 400_000_000, 900_000_000],
+        "ce_hw_thermal_ns": [10, 20, 30, 40],
+        "ce_hw_power_brake_ns": [2**40, 2**40 + 7]})
+    fake.configure(sc)
+    s = _sampler(fake, events)
+    rows = _run(s, 3)
+    g0 = [r[0] for r in rows]
+    assert [r[C["throttle_sw_power_cap_ns"]] for r in g0] == [0, 400_000_000, 900_000_000]
+    assert [r[C["throttle_hw_thermal_slowdown_ns"]] for r in g0] == [20, 30, 40]
+    assert [r[C["throttle_hw_power_brake_slowdown_ns"]] for r in g0] == [2**40 + 7] * 3  # 64-bit values kept
+    assert all(r[1][C[c]] == 0 for r in rows for c in REASON_COLS)   # supported and zero: 0, not empty
+    # no extra NVML call: the five ids are in the one batch per GPU per sample
+    assert fake.CALLS["nvmlDeviceGetFieldValues"] == 2 + 2 * 3
+    assert all(set(REASON_IDS) <= set(ids) for _, ids in fake.FIELDS_ASKED)
+    assert not [d for d in events.of("source_unavailable") if d.get("capability") == "clocks_event_counters"]
+    assert events.of("throttle_counter_reset") == []
+
+
+def test_reason_counters_not_offered_stay_empty_and_are_said_once(fake, events):
+    sc = fake.default_scenario()
+    sc["devices"][0]["unsupported"] = ["ce_sw_power_cap_ns", "ce_sync_boost_ns", "ce_sw_thermal_ns",
+                                       "ce_hw_thermal_ns", "ce_hw_power_brake_ns"]   # NOT_SUPPORTED
+    sc["devices"][1]["unknown_fields"] = [269, 270, 271]   # a driver older than these ids
+    fake.configure(sc)
+    s = _sampler(fake, events)
+    rows = _run(s, 4)
+    for r in rows:
+        assert [r[0][C[c]] for c in REASON_COLS] == [None] * 5          # empty, never 0
+        assert [r[1][C[c]] for c in REASON_COLS] == [0, 0, None, None, None]
+        assert r[0][C["viol_power_ns"]] == 0 and r[0][C["viol_thermal_ns"]] == 0  # the fallback is still read
+        assert r[0][C["error"]] is None and r[0][C["power_w"]] is not None
+    said = [d for d in events.of("source_unavailable") if d.get("capability") == "clocks_event_counters"]
+    assert len(said) == 2
+    by_gpu = {d["gpu_index"]: d for d in said}
+    assert by_gpu[0]["counters"] == ["sw_power_cap", "sync_boost", "sw_thermal_slowdown",
+                                     "hw_thermal_slowdown", "hw_power_brake_slowdown"]
+    assert "Not Supported" in by_gpu[0]["reason"] and "bitmask" in by_gpu[0]["reason"]
+    assert by_gpu[1]["counters"] == ["sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"]
+    assert "Invalid Argument" in by_gpu[1]["reason"]
+    # after the probe the batch no longer asks for what is not there
+    asked = {i: ids for i, ids in fake.FIELDS_ASKED[2:]}
+    assert not set(REASON_IDS) & set(asked[0])
+    assert {74, 76} <= set(asked[1]) and not {269, 270, 271} & set(asked[1])
+
+
+def test_reason_counters_without_field_values_say_why(fake, events):
+    sc = fake.default_scenario()
+    sc["devices"][0]["unsupported"] = ["field_values"]
+    fake.configure(sc)
+    s = _sampler(fake, events)
+    r = _run(s, 2)[-1][0]
+    assert [r[C[c]] for c in REASON_COLS] == [None] * 5
+    said = [d for d in events.of("source_unavailable")
+            if d.get("capability") == "clocks_event_counters" and d["gpu_index"] == 0]
+    assert len(said) == 1 and "nvmlDeviceGetFieldValues" in said[0]["reason"]
+    assert r[C["viol_power_ns"]] == 0
+
+
+def test_throttle_counter_going_backwards_is_an_event_and_logged_as_read(fake, events):
+    sc = fake.default_scenario()
+    sc["devices"][0]["series"]["ce_sw_thermal_ns"] = [100, 200, 300, 50, 60]  # the probe reads the first
+    sc["devices"][0]["series"]["viol_thermal_ns"] = [7_000, 9_000, 10, 20]
+    fake.configure(sc)
+    s = _sampler(fake, events)
+    rows = _run(s, 4)
+    assert [r[0][C["throttle_sw_thermal_slowdown_ns"]] for r in rows] == [200, 300, 50, 60]
+    assert [r[0][C["viol_thermal_ns"]] for r in rows] == [7_000, 9_000, 10, 20]
+    resets = events.of("throttle_counter_reset")
+    assert sorted((d["counter"], d["previous_ns"], d["now_ns"], d["gpu_index"]) for d in resets) == [
+        ("throttle_sw_thermal_slowdown_ns", 300, 50, 0), ("viol_thermal_ns", 9_000, 10, 0)]

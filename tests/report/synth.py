@@ -38,6 +38,10 @@ class GpuSpec:
     gap: Optional[Tuple[float, float]] = None  # (start, end) seconds after T0 with no rows
     throttle_window: Optional[Tuple[float, float]] = None  # sw_power_cap set, viol_power_ns counts
     viol_counters: bool = True
+    reason_counters: bool = False            # throttle_<reason>_ns columns (NVML per-reason counters)
+    reason_counter_reset_at: Optional[float] = None   # the sw_power_cap counter restarts from 0 here
+    hidden_hw_thermal: Optional[Tuple[float, float, float]] = None  # (start, end, fraction): short
+    # hw thermal slowdowns between samples, `fraction` of the time: the counter sees them, the bitmask never
     hot_window: Optional[Tuple[float, float]] = None       # temp 86 °C (else 70)
     idle_window: Optional[Tuple[float, float]] = None      # util 0 (else 95)
     slowdown: Optional[float] = 89.0
@@ -73,6 +77,11 @@ def _in(w, t):
     return w is not None and w[0] <= t - T0 < w[1]
 
 
+def _overlap(w, a: float, b: float) -> float:
+    """Seconds of window ``w`` (start, end, ...) inside [a, b] (seconds after T0)."""
+    return max(0.0, min(w[1], b) - max(w[0], a)) if w else 0.0
+
+
 def gpu_row(g: GpuSpec, t: float, rng: random.Random) -> Dict[str, object]:
     e_mj = None
     if g.counter:
@@ -95,7 +104,17 @@ def gpu_row(g: GpuSpec, t: float, rng: random.Random) -> Dict[str, object]:
         viol = int(round(min(max(t - T0 - w[0], 0.0), w[1] - w[0]) * 1e9)) if w else 0
     temp = 86.0 if _in(g.hot_window, t) else 70.0
     power = g.p(t) if g.power and rng.random() >= g.missing_power_frac else None
-    return {
+    reasons: Dict[str, object] = {}
+    if g.reason_counters:
+        r = g.reason_counter_reset_at
+        since = r if r is not None and t - T0 >= r else 0.0   # the counter counts from its last reset
+        cap_s = _overlap(g.throttle_window, since, t - T0)
+        h = g.hidden_hw_thermal
+        hw_s = _overlap(h, 0.0, t - T0) * h[2] if h else 0.0
+        reasons = {"throttle_sw_power_cap_ns": int(round(cap_s * 1e9)), "throttle_sync_boost_ns": 0,
+                   "throttle_sw_thermal_slowdown_ns": 0, "throttle_hw_thermal_slowdown_ns": int(round(hw_s * 1e9)),
+                   "throttle_hw_power_brake_slowdown_ns": 0}
+    return {**reasons,
         "time_unix": repr(t), "host": g.host, "gpu_index": g.index,
         "gpu_uuid": g.uuid or f"GPU-{g.host}-{g.index:02d}", "ranks": g.ranks,
         "power_w": "" if power is None else f"{power:.6f}", "power_avg_w": "",
@@ -108,23 +127,41 @@ def gpu_row(g: GpuSpec, t: float, rng: random.Random) -> Dict[str, object]:
     }
 
 
-def _write_csv(path: Path, schema_name: str, columns, rows: List[Dict[str, object]], partial: bool = False):
+def cut_in_last_cell(cells: List[str]) -> str:
+    """A killed writer's last line cut inside its last cell: the cell count is right, the last
+    value is wrong (half its characters), no newline. An empty last cell (the GPU ``error``) is cut
+    just before the newline: every value is right and it still does not count."""
+    line = ",".join(cells)
+    return line[: len(line) - len(cells[-1]) // 2]
+
+
+def _write_csv(path: Path, schema_name: str, columns, rows: List[Dict[str, object]], partial=False,
+               next_row: Optional[Dict[str, object]] = None):
+    """``partial``: False; True / "cells" = half of the last row again (wrong cell count);
+    "last_cell" = ``next_row`` (the sample being written when the writer was killed), cut inside
+    its last cell by :func:`cut_in_last_cell`."""
     with open(path, "w", newline="") as f:
         f.write(schema.header_comment(schema_name))
         w = csv.writer(f, lineterminator="\n")
         w.writerow(columns)
         for r in rows:
             w.writerow([r.get(c, "") for c in columns])
-        if partial and rows:
+        if partial == "last_cell":
+            f.write(cut_in_last_cell([str(next_row.get(c, "")) for c in columns]))
+        elif partial and rows:
             line = ",".join(str(rows[-1].get(c, "")) for c in columns)
             f.write(line[: len(line) // 2])  # a killed writer's partial last line, no newline
 
 
 def write_run(run_dir, gpus: List[GpuSpec], hosts: Optional[List[HostSpec]] = None, duration: float = 3600.0,
-              interval: float = 1.0, jitter: float = 0.0, seed: int = 0, partial_last_line: bool = False,
+              interval: float = 1.0, jitter: float = 0.0, seed: int = 0, partial_last_line=False,
               shuffle: bool = False, split_overlap: bool = False, metrics: Optional[dict] = None,
-              job_yaml: Optional[str] = None) -> dict:
-    """Write ``run_dir/monitor/*`` (and metrics) and return the expected truth."""
+              job_yaml: Optional[str] = None, old_gpu_header: bool = False) -> dict:
+    """Write ``run_dir/monitor/*`` (and metrics) and return the expected truth.
+
+    ``partial_last_line``: False, True (half a row: wrong cell count) or "last_cell" (the next
+    sample cut inside its last cell: right cell count, see ``_write_csv``); never in the truth.
+    ``old_gpu_header``: GPU files with the header written before the per-reason counter columns."""
     run_dir = Path(run_dir)
     mon = run_dir / schema.MONITOR_DIR
     mon.mkdir(parents=True, exist_ok=True)
@@ -145,34 +182,60 @@ def write_run(run_dir, gpus: List[GpuSpec], hosts: Optional[List[HostSpec]] = No
         exp["window"][(g.host, g.index)] = (kept[0], kept[-1])
         for t in kept:
             by_host.setdefault(g.host, []).append(gpu_row(g, t, rng))
+    gcols = tuple(c for c in schema.GPU_COLUMNS if c not in schema.THROTTLE_COUNTER_COLUMNS.values()) \
+        if old_gpu_header else schema.GPU_COLUMNS
     for h, rows in by_host.items():
         rows.sort(key=lambda r: float(r["time_unix"]))
+        g_next = next(g for g in gpus if g.host == h)
+        nxt = gpu_row(g_next, float(rows[-1]["time_unix"]) + interval, random.Random(seed))  # own rng: same files
         if shuffle:
             rng.shuffle(rows)
         if split_overlap:
             k1, k2 = int(len(rows) * 0.6), int(len(rows) * 0.4)
-            _write_csv(mon / f"{h}.a.gpu.csv", schema.GPU_SCHEMA, schema.GPU_COLUMNS, rows[:k1])
-            _write_csv(mon / f"{h}.b.gpu.csv", schema.GPU_SCHEMA, schema.GPU_COLUMNS, rows[k2:], partial_last_line)
+            _write_csv(mon / f"{h}.a.gpu.csv", schema.GPU_SCHEMA, gcols, rows[:k1])
+            _write_csv(mon / f"{h}.b.gpu.csv", schema.GPU_SCHEMA, gcols, rows[k2:], partial_last_line,
+                       nxt)
         else:
-            _write_csv(mon / schema.gpu_file(h), schema.GPU_SCHEMA, schema.GPU_COLUMNS, rows, partial_last_line)
+            _write_csv(mon / schema.gpu_file(h), schema.GPU_SCHEMA, gcols, rows, partial_last_line, nxt)
     exp["gpu_total"] = sum(exp["gpu"].values())
     for hs in hosts or []:
         m = int(duration / hs.interval) + 1
-        rows = []
-        for k in range(m):
-            t = T0 + k * hs.interval
-            rows.append({"time_unix": repr(t), "host": hs.host, "cpu_pct": 40.0, "mem_used_mib": 1000,
-                         "mem_total_mib": 4000, "load1": 3.0,
-                         "rapl_energy_uj": int(round(5e12 + hs.integral(T0, t) * 1e6)) if hs.rapl else "",
-                         "cpu_temp_c": 60.0, "monitor_cpu_s": round(0.004 * (t - T0), 6),
-                         "monitor_rss_mib": 30.0})
-        _write_csv(mon / schema.host_file(hs.host), schema.HOST_SCHEMA, schema.HOST_COLUMNS, rows, partial_last_line)
+
+        def host_row(t, rss=30.0):
+            return {"time_unix": repr(t), "host": hs.host, "cpu_pct": 40.0, "mem_used_mib": 1000,
+                    "mem_total_mib": 4000, "load1": 3.0,
+                    "rapl_energy_uj": int(round(5e12 + hs.integral(T0, t) * 1e6)) if hs.rapl else "",
+                    "cpu_temp_c": 60.0, "monitor_cpu_s": round(0.004 * (t - T0), 6),
+                    "monitor_rss_mib": rss}
+        rows = [host_row(T0 + k * hs.interval) for k in range(m)]
+        # the sample being written when the writer was killed: its RSS had grown to 31.25 MiB,
+        # cut inside that cell it would read as 31 (or 3)
+        nxt = host_row(T0 + m * hs.interval, rss=31.25)
+        _write_csv(mon / schema.host_file(hs.host), schema.HOST_SCHEMA, schema.HOST_COLUMNS, rows, partial_last_line,
+                   nxt)
         exp["cpu"][hs.host] = hs.integral(T0, T0 + (m - 1) * hs.interval) if hs.rapl else None
     if metrics:
         write_metrics(run_dir, **metrics)
     if job_yaml is not None:
         (run_dir / "job.yaml").write_text(job_yaml)
     return exp
+
+
+def write_power_trace(run_dir, host: str, gpus: int = 1, n: int = 600, interval: float = 0.1,
+                      spike: Optional[Tuple[int, float]] = None, partial_last_line=False) -> Path:
+    """``<host>.power_trace.csv``: ``n`` samples per GPU at ``interval``, 300 W (+ ``spike`` =
+    (sample k, extra W) on GPU 0). ``partial_last_line`` as in :func:`write_run`; the cut row
+    of "last_cell" is a 312.5 W sample of GPU 0 that would read as 312."""
+    path = Path(run_dir) / schema.MONITOR_DIR / schema.power_trace_file(host)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for k in range(n):
+        for i in range(gpus):
+            extra = spike[1] if spike and i == 0 and k == spike[0] else 0.0
+            rows.append({"time_unix": repr(T0 + k * interval), "host": host, "gpu_index": i, "power_w": 300.0 + extra})
+    nxt = {"time_unix": repr(T0 + n * interval), "host": host, "gpu_index": 0, "power_w": 312.5}
+    _write_csv(path, schema.POWER_TRACE_SCHEMA, schema.POWER_TRACE_COLUMNS, rows, partial_last_line, nxt)
+    return path
 
 
 def write_metrics(run_dir, ranks: int = 4, steps: int = 100, step_time: float = 0.5, slow_rank: Optional[int] = None,

@@ -115,6 +115,28 @@ def test_missing_rows_and_partial_lines(tmp_path, engine):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_partial_line_cut_inside_last_cell_is_not_a_row(tmp_path, engine):
+    """A killed writer's last line with the right cell count (cut inside its last cell, or just
+    before its newline) is not a row: GPU and CPU energy stay exact, RSS is not the cut value."""
+    exp = write_run(tmp_path, two_by_two(), hosts=[HostSpec("n1"), HostSpec("n2")], duration=3600,
+                    jitter=0.2, partial_last_line="last_cell")
+    synth.write_power_trace(tmp_path, "n1", gpus=2, n=100, spike=(50, 400.0), partial_last_line="last_cell")
+    rep = build_report(tmp_path, engine=engine)
+    d = rep.data
+    for (h, i), e in exp["gpu"].items():
+        g = gpu(rep, h, i)
+        close(g["energy_j"], e, 1e-6)   # an extra sample would add a whole interval (~1/3600)
+        assert g["samples"] == 3601
+        assert g["coverage"]["last_unix"] == pytest.approx(exp["window"][(h, i)][1], abs=1e-3)
+    close(d["energy_j"]["cpu"], sum(exp["cpu"].values()), 1e-6)  # an extra host row adds 5 s of RAPL
+    for n in d["nodes"]:
+        assert n["monitor"]["max_rss_mib"] == 30.0                 # not 31 from the cut "31.2"
+    assert d["window"]["end_unix"] == pytest.approx(T0 + 3600, abs=1e-3)
+    assert d["coverage"]["malformed_rows_skipped"] == 5           # 2 GPU + 2 host + 1 power trace
+    assert gpu(rep, "n1", 0)["max_power_trace_w"] == 700.0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_unsorted_overlapping_files(tmp_path, engine):
     exp = write_run(tmp_path, two_by_two(), duration=1800, jitter=0.1, shuffle=True, split_overlap=True,
                     partial_last_line=True)
@@ -167,6 +189,78 @@ def test_throttle_counters_preferred_over_bitmask(tmp_path):
     assert g1["throttle_source"]["power"] == "bitmask"
     assert g1["throttle_s"]["power"] == pytest.approx(300.0, abs=1.0)
     assert g1["throttle_s"]["any_slowdown"] == pytest.approx(300.0, abs=1.0)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_per_reason_counters_preferred_over_bitmask(tmp_path, engine):
+    """GPU 0 logs the per-reason counters: sw_power_cap and hw_thermal_slowdown come from them
+    (hw thermal slowdowns too short for any sample's bitmask included); GPU 1 does not: bitmask."""
+    specs = [GpuSpec("n1", 0, throttle_window=(600, 900), reason_counters=True,
+                     hidden_hw_thermal=(1000, 1400, 0.25), ranks="0"),
+             GpuSpec("n1", 1, throttle_window=(600, 900), hidden_hw_thermal=(1000, 1400, 0.25), ranks="1")]
+    write_run(tmp_path, specs, duration=1800, jitter=0.2)
+    rep = build_report(tmp_path, engine=engine)
+    g0, g1 = gpu(rep, "n1", 0), gpu(rep, "n1", 1)
+    for reason in ("sw_power_cap", "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                   "hw_power_brake_slowdown"):
+        assert g0["throttle_source"][reason] == "violation_counter"
+        assert g1["throttle_source"][reason] == "bitmask"
+    assert g0["throttle_s"]["sw_power_cap"] == pytest.approx(300.0, abs=1e-6)
+    assert g0["throttle_s"]["hw_thermal_slowdown"] == pytest.approx(100.0, abs=1e-6)
+    assert g1["throttle_s"]["hw_thermal_slowdown"] == 0.0            # the bitmask never saw it
+    assert g1["throttle_s"]["sw_power_cap"] == pytest.approx(300.0, abs=1.0)
+    for reason in ("gpu_idle", "hw_slowdown", "display_clock_setting"):  # no counter for these
+        assert g0["throttle_source"][reason] == "bitmask"
+    assert rep.data["throttle_total_s"]["hw_thermal_slowdown"] == pytest.approx(100.0, abs=1e-3)
+    assert not [w for w in rep.data["warnings"] if "columns absent" in w]
+
+
+def test_per_reason_counter_reset_skips_that_interval_and_says_so(tmp_path):
+    g = GpuSpec("n1", 0, throttle_window=(600, 900), reason_counters=True, reason_counter_reset_at=750.5,
+                ranks="0")
+    write_run(tmp_path, [g], duration=1800)
+    rep = build_report(tmp_path)
+    r = gpu(rep, "n1", 0)
+    assert r["throttle_source"]["sw_power_cap"] == "violation_counter"
+    assert r["throttle_s"]["sw_power_cap"] == pytest.approx(299.0, abs=1e-6)  # 750 -> 751 unknown
+    assert any("throttle_sw_power_cap_ns went backwards 1 time" in w for w in rep.data["warnings"])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_gpu_files_from_before_the_counter_columns_still_read(tmp_path, engine):
+    exp = write_run(tmp_path, [GpuSpec("n1", 0, throttle_window=(600, 900), ranks="0")], duration=1800,
+                    old_gpu_header=True, partial_last_line="last_cell")
+    hdr = (tmp_path / "monitor" / "n1.gpu.csv").read_text().splitlines()[1]
+    assert hdr.endswith(",error")
+    rep = build_report(tmp_path, engine=engine)
+    r = gpu(rep, "n1", 0)
+    close(r["energy_j"], exp["gpu"][("n1", 0)], 1e-6)
+    assert r["throttle_source"]["sw_power_cap"] == "bitmask"
+    assert r["throttle_s"]["sw_power_cap"] == pytest.approx(300.0, abs=1.0)
+    assert r["throttle_source"]["power"] == "violation_counter"
+    assert not [w for w in rep.data["warnings"] if "columns absent" in w or "schema" in w]
+
+
+def test_old_and_new_gpu_files_of_one_gpu_merge(tmp_path):
+    """A requeue across an upgrade: the old attempt's file lacks the counter columns, the new one
+    has them: the counter gives the new file's span, the bitmask the part before it (not lost)."""
+    import shutil
+    write_run(tmp_path / "a", [GpuSpec("n1", 0, throttle_window=(600, 900), ranks="0")], duration=1800,
+              old_gpu_header=True)
+    write_run(tmp_path / "b", [GpuSpec("n1", 0, throttle_window=(600, 900), reason_counters=True, ranks="0")],
+              duration=1800)
+    a = (tmp_path / "a" / "monitor" / "n1.gpu.csv").read_text().splitlines(keepends=True)
+    b = (tmp_path / "b" / "monitor" / "n1.gpu.csv").read_text().splitlines(keepends=True)
+    run = tmp_path / "run" / "monitor"
+    run.mkdir(parents=True)
+    (run / "n1.old.gpu.csv").write_text("".join(a[:2 + 700]))     # t = 0..699 s
+    (run / "n1.gpu.csv").write_text("".join(b[:2] + b[2 + 700:]))  # t = 700..1800 s
+    shutil.rmtree(tmp_path / "a")
+    r = gpu(build_report(tmp_path / "run"), "n1", 0)
+    assert r["samples"] == 1801
+    assert r["throttle_source"]["sw_power_cap"] == "violation_counter+bitmask"
+    assert r["throttle_s"]["sw_power_cap"] == pytest.approx(300.0, abs=1e-6)  # 600..700 bitmask, 700..900 counter
+    assert r["throttle_source"]["power"] == "violation_counter"  # viol_power_ns is in both files
 
 
 def test_near_slowdown_and_idle_energy(tmp_path):

@@ -1,0 +1,20 @@
+"""bench/monitor's whole-daemon section (the figures in docs/benchmarks.md) keeps working."""
+
+import importlib.util
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(HERE, "..", "..", "bench", "monitor", "bench_monitor.py")
+
+
+def test_daemon_section_reports_the_daemons_own_figures():
+    spec = importlib.util.spec_from_file_location("bench_monitor", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    res = bench.daemon_runs(1.5, [0, 2], interval=0.5)
+    assert set(res) == {0, 2}
+    assert "gpus" not in res[0] and res[2]["gpus"] == 2      # host only, and two fake GPUs sampled
+    for st in res.values():
+        assert st["samples"] == 3
+        assert 0 < st["cpu_s_per_sample"] < 0.05 and 0 < st["core_pct"] < 10
+        assert st["rss_mib"] > 1
