@@ -58,19 +58,28 @@ def parse_after(spec: str, registry: Registry) -> str:
     return f"{kind}:{found[0].job_id}"
 
 
-def ensure_runs_root(root: str, resolved: Resolved) -> None:
-    """Create the folder run directories go in, before anything is queued or numbered: a runs_root
-    that cannot be made is the user's one-line error, naming where the setting came from."""
+def _runs_root_problem(root: str) -> Optional[str]:
+    """Why run directories cannot be made under ``root``, or None. Creates nothing: a submission
+    that Slurm then refuses must leave no folder behind."""
     from .atomic import file_in_the_way
+    blocker = file_in_the_way(root)
+    if blocker:
+        return f"{blocker} is a file, not a folder"
+    path = os.path.abspath(root)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)  # the folder the missing ones would be made in
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"{path}: Permission denied"
+    return None
+
+
+def ensure_runs_root(root: str, resolved: Resolved) -> None:
+    """Check, before anything is queued or numbered, that the folder run directories go in can be
+    made: if not, the user's one-line error, naming where the setting came from."""
     from .errors import InvalidInput, Problem
-    try:
-        os.makedirs(root, exist_ok=True)
-        if not os.access(root, os.W_OK | os.X_OK):
-            raise PermissionError(13, "Permission denied")
+    why = _runs_root_problem(root)
+    if why is None:
         return
-    except OSError as e:
-        blocker = file_in_the_way(root)
-        why = f"{blocker} is a file, not a folder" if blocker else (e.strerror or str(e))
     if resolved.job.runs_root is not None:
         value = resolved.job.runs_root
         source = resolved.origins.get("runs_root", display_path(resolved.job_path))

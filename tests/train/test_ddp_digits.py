@@ -33,7 +33,11 @@ def test_two_rank_ddp_digits(tmp_path, digits_csv):
         steps = [x for x in recs if x["kind"] == "step"]
         epochs = [x for x in recs if x["kind"] == "epoch"]
         assert steps and STEP_KEYS <= set(steps[0]) and all(x["rank"] == r for x in steps)
-        assert [x["step"] for x in steps] == list(range(10, 10 * len(steps) + 1, 10))   # default --log-every 10
+        # default --log-every 10, plus a record closing each epoch: together they cover every step once
+        per_epoch = epochs[0]["step"]
+        want = sorted({s for s in range(10, 20 * per_epoch + 1, 10)} | {e * per_epoch for e in range(1, 21)})
+        assert [x["step"] for x in steps] == want
+        assert sum(x.get("steps", 1) for x in steps) == 20 * per_epoch
         assert len(epochs) == 20 and EPOCH_KEYS <= set(epochs[-1])
         assert all(0.0 <= x["val_accuracy"] <= 1.0 for x in epochs)
         finals.append(epochs[-1]["val_accuracy"])
@@ -41,7 +45,7 @@ def test_two_rank_ddp_digits(tmp_path, digits_csv):
     assert finals[0] >= 0.95, finals
     with open(run_dir / ".hpclaunch" / "finished") as f:
         fin = json.load(f)
-    assert fin["epoch"] == 20 and fin["step"] // 10 == len(steps)
+    assert fin["epoch"] == 20 and fin["step"] == 20 * per_epoch
     ck = sorted(os.listdir(run_dir / "checkpoints"))
     assert len(ck) == 3   # keep 3
     last = run_dir / "checkpoints" / f"step-{fin['step']}"
