@@ -7,8 +7,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Tests that start real multi-rank jobs (the Slurm cluster, torchrun, mpirun) run once more if they
 # fail: on this 2-vCPU machine two crashes outside hpclaunch show up about once in a hundred rank
-# starts under load. One is gloo aborting at connection setup ("terminate called without an active
-# exception", pytorch/gloo#514, seen with a plain DDP script too). The other is an Open MPI rank
+# starts under load. One is gloo aborting a rank ("terminate called without an active exception",
+# cf. pytorch/gloo#514; seen with a plain DDP script too, at start and mid-run). The other is an Open MPI rank
 # segfaulting in the 16-node job. A deterministic failure still fails both runs, and pytest lists
 # every rerun (R) in its summary.
 _REAL_JOBS = (os.path.join("tests", "train") + os.sep, os.path.join("tests", "test_local_backend.py"))
