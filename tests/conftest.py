@@ -35,6 +35,22 @@ def run_cli(capsys):
 
 
 @pytest.fixture
+def files_containing():
+    """files_containing(text, *roots) -> every file under the roots whose bytes contain text."""
+    def find(text, *roots):
+        found = []
+        for root in roots:
+            for dirpath, _, files in os.walk(root):
+                for name in files:
+                    with open(os.path.join(dirpath, name), "rb") as f:
+                        if text.encode() in f.read():
+                            found.append(os.path.join(dirpath, name))
+        return found
+
+    return find
+
+
+@pytest.fixture
 def write(tmp_path):
     def write(name, text):
         path = tmp_path / name

@@ -453,7 +453,7 @@ monitor: {interval: 0}
     assert not os.path.exists(os.path.join(b["run_dir"], "logs", "attempt0"))   # it never started
 
 
-def test_secrets_in_the_environment_stay_out_of_the_run_directory(slurm, hpc_home, tmp_path):
+def test_secrets_in_the_environment_stay_out_of_the_run_directory(slurm, hpc_home, tmp_path, files_containing):
     """A secret exported by name reaches the job through Slurm's environment, never a file of ours."""
     secret = f"s3cr3t-value-{os.getpid()}-{time.time_ns()}"
     job = job_file(tmp_path, """
@@ -470,14 +470,8 @@ requeue: {max_attempts: 1}
     run_dir = [line.split(": ", 1)[1].strip() for line in proc.stdout.splitlines() if "run directory" in line][0]
     assert secret not in proc.stdout + proc.stderr
     assert open(os.path.join(run_dir, "logs", "attempt0", "rank0.log")).read().strip() == "present"
-    found = []
-    for root in (tmp_path, hpc_home):   # the run directory (script, job.yaml, logs, state) and the registry
-        for dirpath, _, files in os.walk(root):
-            for name in files:
-                with open(os.path.join(dirpath, name), "rb") as f:
-                    if secret.encode() in f.read():
-                        found.append(os.path.join(dirpath, name))
-    assert found == []
+    # the run directory (script, job.yaml, logs, state) and the registry
+    assert files_containing(secret, tmp_path, hpc_home) == []
     assert os.path.exists(os.path.join(run_dir, "logs", "slurm.out"))   # the batch log was searched too
     logs = hl("logs", "secretive", cwd="/").stdout
     assert "present" in logs and secret not in logs

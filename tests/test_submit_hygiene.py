@@ -18,7 +18,7 @@ def test_clean_env_drops_an_enclosing_jobs_settings():
     assert out == {"SLURM_CONF": "/etc/slurm/x.conf", "HOME": "/root", "PATH": "/usr/bin"}
 
 
-def test_secrets_in_the_environment_are_never_written(hpc_home, tmp_path):
+def test_secrets_in_the_environment_are_never_written(hpc_home, tmp_path, files_containing):
     secret = "s3cr3t-value-never-on-disk"
     (tmp_path / "job.yaml").write_text(
         "name: secretive\nlauncher: srun\ncommand: [bash, -c, 'test -n \"$MY_API_TOKEN\" && echo token-seen']\n"
@@ -27,14 +27,7 @@ def test_secrets_in_the_environment_are_never_written(hpc_home, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "hpclaunch", "submit", "job.yaml", "--backend", "local", "--wait"],
                           cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    found = []
-    for root in (tmp_path, hpc_home):
-        for dirpath, _, files in os.walk(root):
-            for name in files:
-                with open(os.path.join(dirpath, name), "rb") as f:
-                    if secret.encode() in f.read():
-                        found.append(os.path.join(dirpath, name))
-    assert found == []
+    assert files_containing(secret, tmp_path, hpc_home) == []
     logs = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "runs") for f in fs if f == "rank0.log"]
     assert open(logs[0]).read().strip() == "token-seen"   # passed through by name, to the job only
 
