@@ -57,6 +57,20 @@ def test_two_nodes_have_distinct_hostnames(slurm_env):
     assert sorted(res.stdout.split()) == ["c1", "c2"]
 
 
+def test_every_node_takes_ssh_with_the_cluster_key(slurm_env):
+    # horovodrun reaches remote nodes with ssh; the key is STATEDIR/ssh/id_ed25519, nothing in ~/.ssh.
+    key = Path(fx.statedir()) / "ssh" / "id_ed25519"
+    for node in ("c1", "c2"):
+        res = _run(["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+                    "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", node, "hostname"], slurm_env)
+        assert res.returncode == 0 and res.stdout.strip() == node, (node, res.stdout, res.stderr)
+    # Only that key: ssh without it (no agent, no other identity) is refused.
+    res = _run(["ssh", "-F", "/dev/null", "-o", "IdentitiesOnly=yes", "-o", "IdentityFile=/dev/null",
+                "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "LogLevel=ERROR", "c2", "hostname"], slurm_env)
+    assert res.returncode != 0 and "c2" not in res.stdout, (res.stdout, res.stderr)
+
+
 def test_time_over_partition_limit_is_refused(slurm_env):
     # The debug partition has MaxTime=60 (minutes) and EnforcePartLimits=ALL.
     res = _run(["sbatch", "--test-only", "--time=61", "--wrap", "true"], slurm_env)

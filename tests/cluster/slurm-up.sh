@@ -5,7 +5,8 @@
 #
 # What it builds (see tests/cluster/README.md for the why and the timings):
 #   munged -> (MariaDB -> slurmdbd) -> slurmctld on the host -> one slurmd per node, each node in its
-#   own network + UTS namespace (hostname cI, address 10.200.0.(10+I) on bridge br-slurm 10.200.0.1/24).
+#   own network + UTS namespace (hostname cI, address 10.200.0.(10+I) on bridge br-slurm 10.200.0.1/24),
+#   plus an sshd per node that takes root with the key STATEDIR/ssh/id_ed25519 (for horovodrun).
 #
 # Contract with callers (CI, tests/cluster/fixture.py):
 #   * stdout carries exactly ONE line at the end: `export SLURM_CONF=<STATEDIR>/slurm.conf`;
@@ -128,7 +129,14 @@ fail_with_logs() {
     exit 1
 }
 
-healthy() { ctld_up && all_idle; }
+# Every node's sshd listens (a cluster started before sshd was part of it counts as unhealthy).
+all_sshd_up() {
+    local i
+    for ((i = 1; i <= NODES; i++)); do
+        nsenter --net="/run/netns/sn$i" ss -Hltn "sport = :22" 2>/dev/null | grep -q . || return 1
+    done
+}
+healthy() { ctld_up && all_idle && all_sshd_up; }
 
 # ----------------------------------------------------------------------------------------------------
 # 0. Is a cluster already there?
@@ -189,7 +197,8 @@ T0=$(date +%s.%N)
 # ----------------------------------------------------------------------------------------------------
 # 1. Packages. CI machines are fresh; locally they are usually there, so only touch apt when needed.
 # ----------------------------------------------------------------------------------------------------
-PKGS=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins openmpi-bin libpmix2 iproute2 util-linux hostname)
+PKGS=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins openmpi-bin libpmix2 iproute2 util-linux hostname
+      openssh-server openssh-client)
 [[ $ACCT == dbd ]] && PKGS+=(slurmdbd slurm-wlm-mysql-plugin mariadb-server mariadb-client)
 MISSING=()
 for p in "${PKGS[@]}"; do
@@ -408,6 +417,41 @@ for ((i = 1; i <= NODES; i++)); do
         || fail_with_logs "slurmd c$i failed to start"
 done
 wait_for "$READY_TIMEOUT" all_idle || { sinfo -N >&2 || true; fail_with_logs "not all $NODES nodes became idle within ${READY_TIMEOUT} s"; }
+
+# ----------------------------------------------------------------------------------------------------
+# 7b. sshd on every node, like a real cluster's compute nodes: horovodrun (and mpirun outside Slurm)
+#     start remote ranks with ssh. Root logs in with the cluster's own key only; nothing in ~/.ssh or
+#     /etc/ssh is touched. The keys live in STATEDIR/ssh and survive restarts, so a known_hosts entry that
+#     ssh added on an earlier run still matches (a changed host key would print a warning on every call).
+#     StrictModes no: STATEDIR is under /tmp (mode 1777), which sshd's path check would refuse.
+# ----------------------------------------------------------------------------------------------------
+SSHDIR=$STATEDIR/ssh
+mkdir -p "$SSHDIR" /run/sshd   # /run/sshd: sshd's privilege separation dir (systemd would create it)
+chmod 700 "$SSHDIR"
+[[ -s $SSHDIR/host_ed25519 ]] || ssh-keygen -q -t ed25519 -N '' -C "hpclaunch test cluster host" -f "$SSHDIR/host_ed25519"
+[[ -s $SSHDIR/id_ed25519 ]] || ssh-keygen -q -t ed25519 -N '' -C "hpclaunch test cluster root" -f "$SSHDIR/id_ed25519"
+cp "$SSHDIR/id_ed25519.pub" "$SSHDIR/authorized_keys"
+cat > "$SSHDIR/sshd_config" <<EOF
+# Written by tests/cluster/slurm-up.sh; ListenAddress and PidFile are given per node on the command line.
+Port 22
+HostKey $SSHDIR/host_ed25519
+AuthorizedKeysFile $SSHDIR/authorized_keys
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+UseDNS no
+PrintMotd no
+LogLevel ERROR
+EOF
+for ((i = 1; i <= NODES; i++)); do
+    nsenter --net="/run/netns/sn$i" unshare --uts bash -c \
+        "hostname c$i; exec /usr/sbin/sshd -f '$SSHDIR/sshd_config' -o ListenAddress=10.200.0.$((10 + i)) -o PidFile='$STATEDIR/run/sshd-c$i.pid' -E '$STATEDIR/log/sshd-c$i.log'" \
+        >&2 9>&- || fail_with_logs "sshd c$i failed to start"
+done
+wait_for 10 all_sshd_up || fail_with_logs "not every node's sshd listens on port 22 (logs: $STATEDIR/log/sshd-c*.log)"
 
 # ----------------------------------------------------------------------------------------------------
 # 8. Accounts and QOS for the tests of --account/--qos validation. The cluster and root's association to
