@@ -8,6 +8,7 @@ import re
 import typing
 from typing import Any, Optional
 
+from .job import env_entry_problem
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _KINDS = ("range", "choice", "uniform", "loguniform")
@@ -33,7 +34,15 @@ def check(sweep, command: list[str], env: dict[str, str], bad) -> None:
     for name, spec in sweep.parameters.items():
         if "." in name:
             key = name.split(".", 1)
-            if key[0] not in JOB_KEY_PREFIXES or not _IDENT.fullmatch(key[1]):
+            if key[0] not in JOB_KEY_PREFIXES:
+                bad_param(name, _REFUSED, name, _REFUSED_FIX)
+                continue
+            if key[0] == "env":  # the checks the env: section gets: its values reach the script too
+                found = env_entry_problem(key[1], _listed(spec))
+                if found:
+                    bad_param(name, *found)
+                continue
+            if not _IDENT.fullmatch(key[1]):
                 bad_param(name, _REFUSED, name, _REFUSED_FIX)
                 continue
             if key[0] == "train" and key[1] not in _train_keys():
@@ -104,6 +113,13 @@ def _train_keys() -> list[str]:
     from .job import Train
     from .model import fields
     return [f.name for f in fields(Train)]
+
+
+def _listed(spec: Any) -> list:
+    """The values a spec writes out as given (a list's or a choice's); ranges and draws are numbers."""
+    if isinstance(spec, dict):
+        spec = spec.get("choice")
+    return spec if isinstance(spec, list) else []
 
 
 def _spec_problem(spec: Any, method: str) -> Optional[tuple[str, str]]:
