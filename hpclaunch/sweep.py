@@ -33,26 +33,14 @@ def check(sweep, command: list[str], env: dict[str, str], bad) -> None:
 
     for name, spec in sweep.parameters.items():
         if "." in name:
-            key = name.split(".", 1)
-            if key[0] not in JOB_KEY_PREFIXES:
-                bad_param(name, _REFUSED, name, _REFUSED_FIX)
+            found = _job_key_problem(name, spec)
+            if found:
+                bad_param(name, *found)
                 continue
-            if key[0] == "env":  # the checks the env: section gets: its values reach the script too
-                found = env_entry_problem(key[1], _listed(spec))
-                if found:
-                    bad_param(name, *found)
-                continue
-            if not _IDENT.fullmatch(key[1]):
-                bad_param(name, _REFUSED, name, _REFUSED_FIX)
-                continue
-            if key[0] == "train" and key[1] not in _train_keys():
-                bad_param(name, "is not a train key", name,
-                          "use one of: " + ", ".join("train." + k for k in _train_keys()))
-            continue
-        if not _IDENT.fullmatch(name):
+        elif not _IDENT.fullmatch(name):
             bad_param(name, "is not a valid parameter name", name, "use letters, digits and _")
             continue
-        if name in _job_sections() and isinstance(spec, dict) and len(spec) == 1 and next(iter(spec)) not in _KINDS:
+        elif name in _job_sections() and isinstance(spec, dict) and len(spec) == 1 and next(iter(spec)) not in _KINDS:
             # `resources: {nodes: [1, 2]}`: a job key written nested, not a placeholder's values
             sub = next(iter(spec))
             if name in JOB_KEY_PREFIXES:
@@ -92,6 +80,18 @@ JOB_KEY_PREFIXES = ("env", "train")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _REFUSED = "only env.* and train.* job keys can vary within one job array"
 _REFUSED_FIX = "sweep resources or launchers as separate jobs; use env.NAME, train.KEY or a {placeholder}"
+
+
+def _job_key_problem(name: str, spec: Any) -> Optional[tuple[str, Any, str]]:
+    """What is wrong with varying job key NAME (env.VAR or train.KEY), as (message, value, fix)."""
+    prefix, key = name.split(".", 1)
+    if prefix not in JOB_KEY_PREFIXES:
+        return _REFUSED, name, _REFUSED_FIX
+    if prefix == "env":  # the checks the env: section gets: its values reach the script too
+        return env_entry_problem(key, _listed(spec))
+    if key not in _train_keys():
+        return "is not a train key", name, "use one of: " + ", ".join("train." + k for k in _train_keys())
+    return None
 
 
 def _job_sections() -> list[str]:

@@ -293,6 +293,20 @@ def test_a_secret_swept_env_value_never_reaches_the_script(write):
     assert proc.stderr.count("\n") == 1 and "sweep.parameters.env.MY_API_KEY: looks like a secret" in proc.stderr
 
 
+@pytest.mark.parametrize("parameter,words", [
+    ("env.OK: 5", "is not a parameter spec (5)"),
+    ("env.OK: []", "has no values ([])"),
+    ("train.lr: {uniform: [0.1, 0.2]}", "uniform draws random values"),
+])
+def test_a_swept_job_key_gets_the_spec_checks(write, parameter, words):
+    # a dotted name used to skip them: `env.OK: 5` was a traceback, `env.OK: []` a sweep of no tasks
+    path = write("job.yaml", GOOD + f"sweep: {{parameters: {{{parameter}}}}}\n")
+    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "render", path], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+    name = parameter.split(":")[0]
+    assert proc.stderr.splitlines() == [proc.stderr.strip()] and f": sweep.parameters.{name}: {words}" in proc.stderr
+
+
 # --- a value ending in a newline would split its #SBATCH line ---
 
 @pytest.mark.parametrize("text,path", [
