@@ -109,12 +109,18 @@ class MetricsWriter:
 
 
 def read_metrics(path: str) -> list:
-    """Records of one file; a partial last line (killed writer) is skipped."""
+    """The records (JSON objects) of one file. A record counts only once its newline is written:
+    a last line without one (a killed writer's, or one still being written) is skipped even when
+    it parses, since a cut can leave valid JSON (a number cut short), as the monitors' readers do."""
     out = []
     with open(path) as f:
         for line in f:
+            if not line.endswith("\n"):
+                continue
             try:
-                out.append(json.loads(line))
+                rec = json.loads(line)
             except ValueError:
                 continue
+            if isinstance(rec, dict):
+                out.append(rec)
     return out
