@@ -39,3 +39,17 @@ def test_a_number_cut_short_is_no_record(tmp_path):
     with open(path, "ab") as f:
         f.write(b"345\n")  # complete now, but a number is still no record (records are objects)
     assert [r["kind"] for r in read_metrics(path)] == ["header", "step", "epoch"]
+
+
+def test_the_next_attempt_after_a_cut_record_keeps_its_header(tmp_path):
+    path, data = _written(tmp_path)
+    with open(path, "wb") as f:
+        f.write(data[:-20])   # attempt 0 killed in the middle of its epoch record
+    w = MetricsWriter(str(tmp_path), 0, {"attempt": 1}, tensorboard=False, mlflow=False)
+    w.step(epoch=0, step=12, loss=1.5, samples=64, step_time_s=0.003, grad_norm=None, lr=0.002)
+    w.close()
+    recs = read_metrics(path)
+    assert [(r["kind"], r.get("attempt"), r.get("step")) for r in recs] == [
+        ("header", None, None), ("step", None, 10), ("header", 1, None), ("step", None, 12)]
+    with open(path, "rb") as f:
+        assert f.read().count(b"\n") == 5   # the cut line was ended, not removed: evidence stays
