@@ -6,7 +6,7 @@ says what each key is and which values are well-formed on their own.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Literal, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple
 
 from .model import model
 from .typedload import Scalar, field
@@ -207,3 +207,19 @@ def runs_root_problem(value: str) -> Optional[Tuple[str, str]]:
 def looks_secret(name: str) -> bool:
     upper = name.upper()
     return any(marker in upper for marker in SECRET_MARKERS)
+
+
+def env_entry_problem(name: str, values: Iterable[Any] = ()) -> Optional[Tuple[str, Any, str]]:
+    """What is wrong with a job file exporting NAME with these values, as (message, value shown,
+    fix), or None. Serves both the env: section and a sweep's env.NAME parameter, so a sweep
+    cannot write into the script what env: refuses."""
+    found = env_name_problem(name)
+    if found:
+        return found[0], name, found[1]
+    if looks_secret(name):
+        return ("looks like a secret; a job file's values are written into the job script", name,
+                f"remove it here and `export {name}` in your shell: the job inherits it by name")
+    for value in values:
+        if isinstance(value, str) and "\x00" in value:
+            return "contains a NUL character, which no environment value can carry", value, "remove it"
+    return None

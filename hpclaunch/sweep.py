@@ -8,6 +8,7 @@ import re
 import typing
 from typing import Any, Optional
 
+from .job import env_entry_problem
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _KINDS = ("range", "choice", "uniform", "loguniform")
@@ -32,18 +33,14 @@ def check(sweep, command: list[str], env: dict[str, str], bad) -> None:
 
     for name, spec in sweep.parameters.items():
         if "." in name:
-            key = name.split(".", 1)
-            if key[0] not in JOB_KEY_PREFIXES or not _IDENT.fullmatch(key[1]):
-                bad_param(name, _REFUSED, name, _REFUSED_FIX)
+            found = _job_key_problem(name, spec)
+            if found:
+                bad_param(name, *found)
                 continue
-            if key[0] == "train" and key[1] not in _train_keys():
-                bad_param(name, "is not a train key", name,
-                          "use one of: " + ", ".join("train." + k for k in _train_keys()))
-            continue
-        if not _IDENT.fullmatch(name):
+        elif not _IDENT.fullmatch(name):
             bad_param(name, "is not a valid parameter name", name, "use letters, digits and _")
             continue
-        if name in _job_sections() and isinstance(spec, dict) and len(spec) == 1 and next(iter(spec)) not in _KINDS:
+        elif name in _job_sections() and isinstance(spec, dict) and len(spec) == 1 and next(iter(spec)) not in _KINDS:
             # `resources: {nodes: [1, 2]}`: a job key written nested, not a placeholder's values
             sub = next(iter(spec))
             if name in JOB_KEY_PREFIXES:
@@ -85,6 +82,18 @@ _REFUSED = "only env.* and train.* job keys can vary within one job array"
 _REFUSED_FIX = "sweep resources or launchers as separate jobs; use env.NAME, train.KEY or a {placeholder}"
 
 
+def _job_key_problem(name: str, spec: Any) -> Optional[tuple[str, Any, str]]:
+    """What is wrong with varying job key NAME (env.VAR or train.KEY), as (message, value, fix)."""
+    prefix, key = name.split(".", 1)
+    if prefix not in JOB_KEY_PREFIXES:
+        return _REFUSED, name, _REFUSED_FIX
+    if prefix == "env":  # the checks the env: section gets: its values reach the script too
+        return env_entry_problem(key, _listed(spec))
+    if key not in _train_keys():
+        return "is not a train key", name, "use one of: " + ", ".join("train." + k for k in _train_keys())
+    return None
+
+
 def _job_sections() -> list[str]:
     """Job keys that hold mappings (resources, slurm, env, train, ...)."""
     from .job import Job
@@ -104,6 +113,13 @@ def _train_keys() -> list[str]:
     from .job import Train
     from .model import fields
     return [f.name for f in fields(Train)]
+
+
+def _listed(spec: Any) -> list:
+    """The values a spec writes out as given (a list's or a choice's); ranges and draws are numbers."""
+    if isinstance(spec, dict):
+        spec = spec.get("choice")
+    return spec if isinstance(spec, list) else []
 
 
 def _spec_problem(spec: Any, method: str) -> Optional[tuple[str, str]]:

@@ -6,7 +6,7 @@ run reports every problem.
 from __future__ import annotations
 
 from .errors import Problem
-from .job import _EXTRA, Job, env_name_problem, looks_secret
+from .job import _EXTRA, Job, env_entry_problem
 from .profile import Profile
 from .typedload import SourceMap
 from .units import format_time, parse_mem_mib, parse_time_seconds
@@ -155,11 +155,6 @@ def _train_rules(job: Job, profile: Profile, bad) -> None:
 
 def _env_rules(job: Job, bad) -> None:
     for name, value in (job.env or {}).items():
-        found = env_name_problem(name)
+        found = env_entry_problem(name, [value])
         if found:
-            bad(f"env.{name}", found[0], name, found[1])
-        elif looks_secret(name):
-            bad(f"env.{name}", "looks like a secret; a job file's values are written into the job script",
-                name, f"remove it here and `export {name}` in your shell: the job inherits it by name")
-        elif value is not None and "\x00" in value:
-            bad(f"env.{name}", "contains a NUL character, which no environment value can carry", value, "remove it")
+            bad(f"env.{name}", *found)

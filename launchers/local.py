@@ -18,7 +18,7 @@ from hpclaunch.atomic import write_atomic
 from hpclaunch.errors import HpclaunchError
 from hpclaunch.units import parse_time_seconds
 
-from .local_runner import read_state
+from .local_runner import open_private_log, read_state
 from .slurm import JobStatus, submit_env
 
 
@@ -66,7 +66,7 @@ class LocalBackend:
             spec["array"] = {"size": request.array_size, "parallelism": self.array_parallelism(resolved, request)}
         write_atomic(os.path.join(run_dir, ".hpclaunch", "local-job.json"), json.dumps(spec, indent=1))
         runner_env = submit_env()
-        with open(os.path.join(run_dir, "logs", "runner.log"), "ab") as log:
+        with open_private_log(os.path.join(run_dir, "logs", "runner.log")) as log:
             proc = subprocess.Popen([sys.executable, "-m", "hpclaunch.launchers.local_runner", run_dir],
                                     cwd=cwd, env=runner_env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)

@@ -33,6 +33,12 @@ def read_state(run_dir: str) -> dict:
         return {}
 
 
+def open_private_log(path: str):
+    """Append to PATH, creating it 0600 whatever the umask: logs hold the job's output (run
+    directories are 0700, their files 0600, as the script's own `umask 077` makes them)."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
+
+
 def _write(run_dir: str, **fields) -> dict:
     state = read_state(run_dir)
     state.update(fields)
@@ -87,7 +93,7 @@ def _run_attempts(marker_dir: str, spec: dict, extra_env: dict, log_path: str, c
         with lock:
             if cancelled.is_set():
                 return "CANCELLED", rc, attempts
-            with open(log_path, "ab") as out:
+            with open_private_log(log_path) as out:
                 proc = subprocess.Popen(["bash", os.path.join(spec["run_dir"], "script.sbatch")], cwd=spec["cwd"],
                                         env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         start_new_session=True)

@@ -15,6 +15,8 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .report_model import SLOWDOWN_REASONS, throttle_by_reason
+
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
 MAX_LINES = 16
@@ -239,6 +241,14 @@ def _gpu_lines(report, key: str, pick_by: str):
     return [(k, xs, gs[k][key].tolist(), PALETTE[i % 10]) for i, k in enumerate(names)], None
 
 
+def _by_reason(g) -> str:
+    """The GPU's slowdown reasons with time, as in the JSON; "none", or "n/a" when nothing was logged."""
+    rs = throttle_by_reason(g)
+    if not rs:
+        return "n/a" if all(g["throttle_s"].get(r) is None for r in SLOWDOWN_REASONS) else "none"
+    return "; ".join(f"{r}={_n(v, 1)}{'*' if c else ''}" for r, v, c in rs)
+
+
 def render_html(report) -> str:
     d = report.data
     job = d["job"]
@@ -313,7 +323,9 @@ def render_html(report) -> str:
     parts.append("<h2>GPUs</h2><p class=\"note\">Energy source: <i>counter</i> = differences of the driver's "
                  "energy counter (resets start a new segment); <i>integrated_power</i> = trapezoid of sampled power. "
                  "Cross-check = (power integral − counter) / counter. Throttle seconds marked * come from NVML "
-                 "violation counters (exact), others from the sampled reasons bitmask.</p>")
+                 "violation counters (exact), others from the sampled reasons bitmask. <i>Throttle by reason</i> "
+                 "lists the slowdown reasons with time on that GPU (gpu_idle, applications_clocks_setting and "
+                 "display_clock_setting are not slowdowns).</p>")
     rows = []
     for g in d["gpus"]:
         ts, tsrc = g["throttle_s"], g["throttle_source"]
@@ -325,11 +337,13 @@ def render_html(report) -> str:
                      _n(g["time_near_slowdown_s"], 0),
                      _n(ts.get("power"), 0) + ("*" if tsrc.get("power", "").startswith("violation_counter") else ""),
                      _n(ts.get("thermal"), 0) + ("*" if tsrc.get("thermal", "").startswith("violation_counter") else ""),
+                     _by_reason(g),
                      _n(g["max_mem_used_mib"], 0), _n(g["avg_util_pct"]), _energy(g["idle_energy_j"]),
                      _n(g["coverage"]["pct_of_job"], 2, " %")))
     parts.append(_table(("GPU", "UUID", "ranks", "energy", "source", "cross-check", "avg W", "max W", "limit W",
                          "avg °C", "max °C", "HBM max °C", "margin °C", "near slowdown s", "power thr s",
-                         "thermal thr s", "max mem MiB", "util %", "idle energy", "coverage"), rows, left=3))
+                         "thermal thr s", "throttle by reason s", "max mem MiB", "util %", "idle energy",
+                         "coverage"), rows, left=3))
     if d["ranks"]:
         parts.append("<h2>Ranks</h2>")
         rk = sorted(d["ranks"], key=lambda r: -(r.get("slowdown_vs_median") or 0))

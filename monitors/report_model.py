@@ -37,6 +37,7 @@ STRAGGLER_RATIO = 1.05
 POWER_BITS = 0x4 | 0x80          # sw_power_cap, hw_power_brake_slowdown
 THERMAL_BITS = 0x20 | 0x40       # sw_thermal_slowdown, hw_thermal_slowdown
 NOT_THROTTLE_BITS = 0x1 | 0x2 | 0x100  # idle, application clocks, display clock: not slowdowns
+SLOWDOWN_REASONS = tuple(name for bit, name in sorted(schema.THROTTLE_REASONS.items()) if not bit & NOT_THROTTLE_BITS)
 
 
 @dataclass
@@ -49,6 +50,14 @@ class Report:
     @property
     def warnings(self) -> List[str]:
         return self.data["warnings"]
+
+
+def throttle_by_reason(gpu: Dict[str, Any]) -> List[Tuple[str, float, bool]]:
+    """(reason, seconds, counted) for each slowdown reason with time on this GPU, in bit order, for
+    the text and HTML views: the JSON's own ``throttle_s`` figures, no second computation.
+    ``counted``: an NVML counter measured it (exact), rather than the sampled bitmask."""
+    ts, src = gpu["throttle_s"], gpu["throttle_source"]
+    return [(r, ts[r], src.get(r, "").startswith("violation_counter")) for r in SLOWDOWN_REASONS if ts.get(r)]
 
 
 def _f(x) -> Optional[float]:

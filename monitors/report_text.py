@@ -7,6 +7,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .report_model import throttle_by_reason
+
 SPARK = "▁▂▃▄▅▆▇█"
 MAX_GPU_ROWS = 24
 MAX_NODE_ROWS = 16
@@ -82,6 +84,25 @@ def _sum_series(series: dict, key: str, how: str = "sum"):
         if how == "sum":
             return np.where(np.all(np.isnan(m), axis=0), np.nan, np.nansum(m, axis=0))
         return np.nanmax(m, axis=0) if how == "max" else np.nanmean(m, axis=0)
+
+
+def _throttle_by_reason(con, gpus) -> None:
+    """Per GPU (the GPU table's order), the slowdown reasons with time, as the JSON has them.
+    reason=seconds, no space inside, so a wrapped cell breaks only between reasons."""
+    from rich import box
+    from rich.table import Table
+
+    rows = [(g, rs) for g in gpus if (rs := throttle_by_reason(g))]
+    if not rows:
+        return
+    t = Table(title="Throttle time by reason (s)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    t.add_column("gpu", no_wrap=True)
+    t.add_column("reasons with time (* = NVML counter, else sampled bitmask)")
+    for g, rs in rows[:MAX_GPU_ROWS]:
+        t.add_row(f"{g['host']}/{g['index']}", "; ".join(f"{r}={_n(v, 1)}{'*' if c else ''}" for r, v, c in rs))
+    con.print(t)
+    if len(rows) > MAX_GPU_ROWS:
+        con.print(f"... {len(rows) - MAX_GPU_ROWS} more throttled GPUs (see --format json/html)")
 
 
 def render_text(report, width: int = 120, color: bool = False) -> str:
@@ -179,6 +200,7 @@ def render_text(report, width: int = 120, color: bool = False) -> str:
               markup=False, style="dim")
     if len(gpus) > MAX_GPU_ROWS:
         con.print(f"... {len(gpus) - MAX_GPU_ROWS} more GPUs (see --format json/html)")
+    _throttle_by_reason(con, gpus)
 
     # ranks / stragglers
     if st and st["ranks"]:

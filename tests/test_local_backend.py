@@ -155,7 +155,7 @@ monitor: {interval: 0.25}
     assert bad.returncode == 2 and "not in the registry" in bad.stderr
 
 
-def test_local_sweep_runs_every_point_and_logs_show_the_failed_task(hpc_home, tmp_path):
+def test_local_sweep_runs_every_point_and_logs_show_the_failed_task(hpc_home, tmp_path, loose_umask):
     # The `local` profile's node has 2 CPUs: with 1 CPU a task, 2 run side by side (parallelism 3 is capped).
     job = write_job(tmp_path, """
 name: local sweep
@@ -178,6 +178,10 @@ sweep:
         assert text.startswith(f"point {lr} task {t} start "), text
         starts.append(float(text.split()[5]))
         assert os.path.exists(os.path.join(run_dir, "logs", f"slurm-{st['job_id']}_{t}.out"))
+    # the runner's per-task logs are private like the rest of the run directory
+    folders, files = _private_tree(run_dir)
+    assert f"logs/slurm-{st['job_id']}_4.out" in files and "task4/logs/attempt0/rank0.log" in files
+    assert folders == {d: "0o700" for d in folders} and files == {f: "0o600" for f in files}
     # at most 2 at once (the node's CPUs), and not one after another either
     starts.sort()
     assert starts[2] - starts[0] >= 0.9 and starts[1] - starts[0] < 0.9, starts
@@ -219,7 +223,25 @@ def _mode(path):
     return oct(os.stat(path).st_mode & 0o777)
 
 
-def test_file_modes_logs_by_rank_and_list_since(hpc_home, tmp_path, monkeypatch):
+@pytest.fixture
+def loose_umask():
+    """A permissive umask (022, a common default), so a file created without an explicit mode
+    shows up as 0644 whatever umask the test run itself has."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def _private_tree(run_dir):
+    """Every folder and file under run_dir, by path relative to it, with its mode."""
+    folders, files = {}, {}
+    for d, _, names in os.walk(run_dir):
+        folders[os.path.relpath(d, run_dir)] = _mode(d)
+        files.update({os.path.relpath(os.path.join(d, n), run_dir): _mode(os.path.join(d, n)) for n in names})
+    return folders, files
+
+
+def test_file_modes_logs_by_rank_and_list_since(hpc_home, tmp_path, monkeypatch, loose_umask):
     job = write_job(tmp_path, """
 name: modes
 launcher: srun
@@ -229,13 +251,15 @@ monitor: {interval: 0}
 """)
     sub = json.loads(hl("submit", job, "--backend", "local", "--json", "--wait", cwd=str(tmp_path)).stdout)
     run_dir = sub["run_dir"]
-    # private: the script and resolved job hold the job's settings, the registry everyone's jobs
-    assert _mode(os.path.join(run_dir, "script.sbatch")) == "0o600"
-    assert _mode(os.path.join(run_dir, "job.yaml")) == "0o600"
-    folders = [d for d, _, _ in os.walk(run_dir)]
-    assert {os.path.relpath(d, run_dir) for d in folders} >= {".", "logs", "logs/attempt0", "monitor", "metrics",
-                                                               "checkpoints", ".hpclaunch"}
-    assert {d: _mode(d) for d in folders} == {d: "0o700" for d in folders}
+    # private: the script and resolved job hold the job's settings, the logs its output (the runner
+    # opens slurm.out and runner.log itself, before the script's umask applies), the registry everyone's jobs
+    folders, files = _private_tree(run_dir)
+    assert set(folders) >= {".", "logs", "logs/attempt0", "monitor", "metrics", "checkpoints", ".hpclaunch"}
+    assert folders == {d: "0o700" for d in folders}
+    assert set(files) >= {"script.sbatch", "job.yaml", "logs/slurm.out", "logs/runner.log", "logs/attempt0/rank0.log",
+                          "logs/attempt0/rank1.log", "logs/attempt0/rank0.exit", ".hpclaunch/local.json",
+                          ".hpclaunch/local-job.json", ".hpclaunch/state"}
+    assert files == {f: "0o600" for f in files}
     assert _mode(hpc_home / "registry.db") == "0o600" and _mode(hpc_home) == "0o700"
 
     # logs --rank N: that rank's log only

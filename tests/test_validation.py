@@ -267,6 +267,46 @@ def test_a_refused_sweep_key_is_reported_once(run_cli, write, parameters, path):
     assert f": {path}: only env.* and train.* job keys can vary" in lines[0], lines
 
 
+# --- a sweep's env.NAME parameter is exported like an env: key, and checked like one ---
+
+@pytest.mark.parametrize("name,values,value,words", [
+    ("API_TOKEN", "[abc, def]", "abc", "looks like a secret; a job file's values are written into the job script "
+                                       "('API_TOKEN')"),
+    ("db_password", "{choice: [x]}", "x", "looks like a secret"),
+    ("1X", "[a]", "a", "is not a valid environment variable name ('1X')"),
+    ("SLURM_JOB_ID", "[a]", "a", "is set by hpclaunch or Slurm and cannot be overridden here"),
+    ("OK", '[fine, "a\\0b"]', '"a\\0b"', "contains a NUL character, which no environment value can carry ('a\\x00b')"),
+])
+def test_a_swept_env_name_gets_the_env_section_checks(run_cli, write, name, values, value, words):
+    code, lines, file = _problems(run_cli, write, GOOD + f"sweep: {{parameters: {{env.{name}: {values}}}}}\n")
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"{file}: sweep.parameters.env.{name}: {words}") and " \u2014 " in lines[0], lines
+    # word for word what the env: section says about that name and value
+    _, env_lines, _ = _problems(run_cli, write, GOOD + f"env: {{{name}: {value}}}\n")
+    assert [line.split(f"env.{name}: ", 1)[1] for line in env_lines] == [lines[0].split(f"env.{name}: ", 1)[1]]
+
+
+def test_a_secret_swept_env_value_never_reaches_the_script(write):
+    path = write("job.yaml", GOOD + "sweep: {parameters: {env.MY_API_KEY: [s3cr3t-value]}}\n")
+    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "render", path], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.count("\n") == 1 and "sweep.parameters.env.MY_API_KEY: looks like a secret" in proc.stderr
+
+
+@pytest.mark.parametrize("parameter,words", [
+    ("env.OK: 5", "is not a parameter spec (5)"),
+    ("env.OK: []", "has no values ([])"),
+    ("train.lr: {uniform: [0.1, 0.2]}", "uniform draws random values"),
+])
+def test_a_swept_job_key_gets_the_spec_checks(write, parameter, words):
+    # a dotted name used to skip them: `env.OK: 5` was a traceback, `env.OK: []` a sweep of no tasks
+    path = write("job.yaml", GOOD + f"sweep: {{parameters: {{{parameter}}}}}\n")
+    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "render", path], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+    name = parameter.split(":")[0]
+    assert proc.stderr.splitlines() == [proc.stderr.strip()] and f": sweep.parameters.{name}: {words}" in proc.stderr
+
+
 # --- a value ending in a newline would split its #SBATCH line ---
 
 @pytest.mark.parametrize("text,path", [

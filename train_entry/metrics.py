@@ -23,6 +23,12 @@ def _clean(v):
     return v
 
 
+def _ends_with_newline(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
 class MetricsWriter:
     def __init__(self, run_dir: str, rank: int, header: dict, tensorboard: bool = True, mlflow: bool = True):
         self.rank = rank
@@ -30,6 +36,10 @@ class MetricsWriter:
         os.makedirs(d, exist_ok=True)
         self.path = os.path.join(d, f"rank{rank}.jsonl")
         self._f = open(self.path, "a", buffering=1 << 16)
+        if self._f.tell() and not _ends_with_newline(self.path):
+            # A killed attempt's cut last record: end its line (it stays unparsable and skipped),
+            # or this attempt's header would be glued to it and lost with it.
+            self._f.write("\n")
         self._flushed = 0.0
         self._write({"kind": "header", "schema": SCHEMA, "time_unix": time.time(), "rank": rank, **header})
         self._tb = self._mlflow = None
@@ -109,12 +119,18 @@ class MetricsWriter:
 
 
 def read_metrics(path: str) -> list:
-    """Records of one file; a partial last line (killed writer) is skipped."""
+    """The records (JSON objects) of one file. A record counts only once its newline is written:
+    a last line without one (a killed writer's, or one still being written) is skipped even when
+    it parses, since a cut can leave valid JSON (a number cut short), as the monitors' readers do."""
     out = []
     with open(path) as f:
         for line in f:
+            if not line.endswith("\n"):
+                continue
             try:
-                out.append(json.loads(line))
+                rec = json.loads(line)
             except ValueError:
                 continue
+            if isinstance(rec, dict):
+                out.append(rec)
     return out

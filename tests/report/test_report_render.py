@@ -1,7 +1,9 @@
 """Rendering: JSON schema, text, HTML in headless Chromium, fleet view, a property test."""
+import html as htmllib
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,6 +62,44 @@ def test_text_report(tmp_path):
     assert "GPUs (hottest first)" in txt and "Stragglers" in txt
     assert any(ch in txt for ch in "▁▂▃▄▅▆▇█")
     assert "\x1b[" not in txt  # no colour codes when not asked
+
+
+def _throttle_run(tmp_path):
+    specs = [GpuSpec("n1", 0, throttle_window=(600, 900), reason_counters=True, hidden_hw_thermal=(1000, 1400, 0.25),
+                     idle_window=(0, 60), ranks="0"),
+             GpuSpec("n1", 1, throttle_window=(600, 900), ranks="1"),   # no per-reason counters: the bitmask
+             GpuSpec("n1", 2, idle_window=(0, 60), ranks="2"),          # idle is no slowdown
+             GpuSpec("n1", 3, ranks="3")]
+    write_run(tmp_path, specs, hosts=[HostSpec("n1")], duration=1800)
+    rep = build_report(tmp_path)
+    by = {g["index"]: g for g in rep.data["gpus"]}
+    assert by[0]["throttle_s"]["sw_power_cap"] == pytest.approx(300.0) and by[0]["throttle_s"]["gpu_idle"] > 0
+    # The views must show the JSON's figures, not figures of their own: change some and look for them.
+    by[0]["throttle_s"]["hw_thermal_slowdown"] = 1234.5
+    by[1]["throttle_s"]["sync_boost"] = 7.5      # a bitmask figure: no *
+    for reason in by[3]["throttle_s"]:
+        by[3]["throttle_s"][reason] = None      # nothing logged
+    return rep, {"n1/0": "sw_power_cap=300.0*; hw_thermal_slowdown=1,234.5*",   # bit order, counters starred
+                 "n1/1": "sw_power_cap=300.0; sync_boost=7.5"}
+
+
+def test_text_shows_throttle_time_by_reason(tmp_path):
+    rep, expected = _throttle_run(tmp_path)
+    txt = render(rep, "text", width=200)
+    section = txt.split("Throttle time by reason (s)", 1)[1].split("Sources:", 1)[0]
+    rows = dict(line.split(None, 1) for line in section.splitlines() if line.strip().startswith("n1/"))
+    assert {gpu: cell.strip() for gpu, cell in rows.items()} == expected
+
+
+def test_html_shows_throttle_time_by_reason(tmp_path):
+    rep, expected = _throttle_run(tmp_path)
+    page = render(rep, "html")
+    table = page.split("<h2>GPUs</h2>", 1)[1].split("</table>", 1)[0]
+    cells = [[htmllib.unescape(c) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row)]
+             for row in re.findall(r"<tr>(.*?)</tr>", table)]
+    col = cells[0].index("throttle by reason s")
+    assert {r[0]: r[col] for r in cells[1:]} == {**expected, "n1/2": "none", "n1/3": "n/a"}
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
 
 
 def _chromium(html_path: Path, screenshot: Path = None, dump=True):
