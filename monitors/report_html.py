@@ -15,6 +15,8 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import report_xid
+
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
 MAX_LINES = 16
@@ -239,6 +241,15 @@ def _gpu_lines(report, key: str, pick_by: str):
     return [(k, xs, gs[k][key].tolist(), PALETTE[i % 10]) for i, k in enumerate(names)], None
 
 
+def _xids(d) -> str:
+    headers, rows = report_xid.table(d)
+    line = report_xid.summary(d)
+    if not line:
+        return ""
+    return (f"<h2>XID errors</h2><p class=\"note\">{_e(line)}</p>"
+            + (_table(headers, rows, left=2) if rows else ""))
+
+
 def render_html(report) -> str:
     d = report.data
     job = d["job"]
@@ -330,6 +341,7 @@ def render_html(report) -> str:
     parts.append(_table(("GPU", "UUID", "ranks", "energy", "source", "cross-check", "avg W", "max W", "limit W",
                          "avg °C", "max °C", "HBM max °C", "margin °C", "near slowdown s", "power thr s",
                          "thermal thr s", "max mem MiB", "util %", "idle energy", "coverage"), rows, left=3))
+    parts.append(_xids(d))
     if d["ranks"]:
         parts.append("<h2>Ranks</h2>")
         rk = sorted(d["ranks"], key=lambda r: -(r.get("slowdown_vs_median") or 0))

@@ -7,6 +7,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from . import report_xid
+
 SPARK = "▁▂▃▄▅▆▇█"
 MAX_GPU_ROWS = 24
 MAX_NODE_ROWS = 16
@@ -82,6 +84,24 @@ def _sum_series(series: dict, key: str, how: str = "sum"):
         if how == "sum":
             return np.where(np.all(np.isnan(m), axis=0), np.nan, np.nansum(m, axis=0))
         return np.nanmax(m, axis=0) if how == "max" else np.nanmean(m, axis=0)
+
+
+def _xids(con, d, Table, box) -> None:
+    """XID errors per GPU and code, then one line saying how far they were collected."""
+    headers, rows = report_xid.table(d)
+    if rows:
+        t = Table(title="XID errors (driver error reports)", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
+        for c in headers:
+            t.add_column(c, justify="right" if c in ("XID", "count") else "left", no_wrap=c != "meaning")
+        for r in rows[:MAX_GPU_ROWS]:
+            t.add_row(*map(str, r))
+        con.print(t)
+        if len(rows) > MAX_GPU_ROWS:
+            con.print(f"... {len(rows) - MAX_GPU_ROWS} more XID rows (see --format json/html)")
+    line = report_xid.summary(d)
+    if line:
+        con.print(line, markup=False)
 
 
 def render_text(report, width: int = 120, color: bool = False) -> str:
@@ -179,6 +199,7 @@ def render_text(report, width: int = 120, color: bool = False) -> str:
               markup=False, style="dim")
     if len(gpus) > MAX_GPU_ROWS:
         con.print(f"... {len(gpus) - MAX_GPU_ROWS} more GPUs (see --format json/html)")
+    _xids(con, d, Table, box)
 
     # ranks / stragglers
     if st and st["ranks"]:

@@ -10,6 +10,7 @@ import pytest
 from hpclaunch.monitors import schema
 from hpclaunch.monitors.nvml import NvmlSampler
 from hpclaunch.monitors.ranks import gpu_rank_map
+from hpclaunch.monitors.report import build_report
 from monitor_helpers import FAKE_PATH, read_csv, read_events
 
 C = {c: i for i, c in enumerate(schema.GPU_COLUMNS)}
@@ -228,8 +229,8 @@ def test_close_frees_the_event_set_before_nvml_shutdown(fake, events, clock, mon
     assert seen == [True] and fake.CALLS["nvmlEventSetFree"] == 1
 
 
-def test_daemon_logs_xids(tmp_path):
-    """End to end: the daemon subprocess on the fake, and its files."""
+def test_daemon_logs_xids_and_the_report_lists_them(tmp_path):
+    """End to end: the daemon subprocess on the fake, its files, then the report."""
     sc = {"driver": "550.54.15", "devices": [
         {"uuid": "GPU-aaaa", "series": _flat_series()},
         {"uuid": "GPU-bbbb", "series": _flat_series(), "xids": [{"after_s": 0.3, "xid": 79},
@@ -256,6 +257,12 @@ def test_daemon_logs_xids(tmp_path):
     g1 = [int(r["xid_count"]) for r in rows if r["gpu_index"] == "1"]
     assert g1[0] == 0 and g1[-1] == 2 and g1 == sorted(g1)
     assert {r["xid_count"] for r in rows if r["gpu_index"] == "0"} == {"0"}
+    rep = build_report(run)
+    by = {g["index"]: g for g in rep.data["gpus"]}
+    assert by[0]["xids"] == []
+    (x,) = by[1]["xids"]
+    assert (x["xid"], x["count"]) == (79, 2) and x["first_unix"] == xids[0]["time_unix"]
+    assert by[1]["ranks"] == [1]
 
 
 def _flat_series():

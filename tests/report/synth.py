@@ -265,3 +265,20 @@ def write_metrics(run_dir, ranks: int = 4, steps: int = 100, step_time: float = 
             if partial:
                 f.write('{"kind": "step", "time_unix": 17630')
 
+
+def write_events(run_dir, host: str, records: List[Tuple[float, str, dict]], name: Optional[str] = None,
+                 partial: Optional[Tuple[float, str, dict]] = None) -> Path:
+    """``<host>.events.jsonl`` as the daemon writes it: a header, then ``(seconds after T0, kind,
+    detail)`` records; ``partial``: one more record cut before its newline (a killed writer)."""
+    path = Path(run_dir) / schema.MONITOR_DIR / (name or schema.events_file(host))
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def line(t, kind, detail):
+        return json.dumps({"time_unix": round(T0 + t, 3), "host": host, "kind": kind, "detail": detail},
+                          separators=(",", ":"))
+    text = line(0.0, "header", {"schema": schema.EVENTS_SCHEMA}) + "\n"
+    text += "".join(line(*r) + "\n" for r in records)
+    if partial:
+        text += line(*partial)
+    path.write_text(text)
+    return path
