@@ -12,7 +12,8 @@ temperature, memory, utilisation, two clocks, enforced power limit, clocks-event
 ``nvmlDeviceGetPowerUsage`` and ``nvmlDeviceGetTotalEnergyConsumption`` only where
 the batch lacks the field. Slowdown/shutdown thresholds are read once at start;
 aggregate double-bit ECC every ``slow_every_s`` (30 s). It never lists processes
-and never runs nvidia-smi.
+and never runs nvidia-smi. XID errors come from NVML's event API, one non-blocking
+wait per sample for all GPUs together (``monitors/xid.py``).
 
 A capability that answers NOT_SUPPORTED, NO_PERMISSION or FUNCTION_NOT_FOUND is
 skipped from then on and said once (``source_unavailable`` event, with
@@ -155,6 +156,7 @@ class NvmlSampler:
         self.map_info: dict = {}
         self._initialised = False
         self.start_us = 0
+        self.xid = None  # XidWatcher once started
         self._NVMLError = getattr(nvml, "NVMLError", Exception) if nvml is not None else Exception
 
     # -- set-up ------------------------------------------------------------------------
@@ -199,6 +201,9 @@ class NvmlSampler:
             return self._unavailable("none of this node's GPUs is the job's "
                                      f"({info.get('gpus_from')}: {info.get('unmatched')})")
         self.available = True
+        from .xid import XidWatcher  # here: xid.py imports this module
+        self.xid = XidWatcher(nv, self.events, self._NVMLError, self.name)
+        xid_gpus = self.xid.start(self.gpus, self.clock())
         driver = None
         try:
             driver = nv.nvmlSystemGetDriverVersion()
@@ -209,7 +214,7 @@ class NvmlSampler:
         self.events.emit("source_available", {
             "source": self.name, "driver": driver,
             "gpus": [{"index": g.index, "uuid": g.uuid, "ranks": g.ranks} for g in self.gpus],
-            "fields": {g.index: g.fields for g in self.gpus}})
+            "fields": {g.index: g.fields for g in self.gpus}, "xid_events": xid_gpus})
         return True
 
     def _unavailable(self, reason: str) -> bool:
@@ -313,6 +318,8 @@ class NvmlSampler:
     # -- sampling ----------------------------------------------------------------------
     def sample(self, now: float) -> List[tuple]:
         rows = []
+        if self.xid is not None:
+            self.xid.poll(now)  # first, so this sample's rows count the XIDs it reports
         for g in self.gpus:
             row = [None] * _NCOL
             row[0] = now
@@ -333,6 +340,9 @@ class NvmlSampler:
                 if msg != g.error:
                     self.events.emit("nvml_error", {"gpu_index": g.index, "error": msg})
                 g.error = msg
+            if self.xid is not None:
+                # from the event set, not the GPU: known in error rows too (XID 79 comes with them)
+                row[_COL["xid_count"]] = self.xid.count(g.index)
             rows.append(tuple(row))
         return rows
 
@@ -503,6 +513,9 @@ class NvmlSampler:
         return rows
 
     def close(self) -> None:
+        if self.xid is not None:
+            self.xid.close()  # nvmlEventSetFree, before nvmlShutdown
+            self.xid = None
         if self._initialised:
             try:
                 self.nv.nvmlShutdown()

@@ -15,6 +15,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import report_xid
 from .report_model import SLOWDOWN_REASONS, throttle_by_reason
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -249,6 +250,15 @@ def _by_reason(g) -> str:
     return "; ".join(f"{r}={_n(v, 1)}{'*' if c else ''}" for r, v, c in rs)
 
 
+def _xids(d) -> str:
+    headers, rows = report_xid.table(d)
+    line = report_xid.summary(d)
+    if not line:
+        return ""
+    return (f"<h2>XID errors</h2><p class=\"note\">{_e(line)}</p>"
+            + (_table(headers, rows, left=2) if rows else ""))
+
+
 def render_html(report) -> str:
     d = report.data
     job = d["job"]
@@ -344,6 +354,7 @@ def render_html(report) -> str:
                          "avg °C", "max °C", "HBM max °C", "margin °C", "near slowdown s", "power thr s",
                          "thermal thr s", "throttle by reason s", "max mem MiB", "util %", "idle energy",
                          "coverage"), rows, left=3))
+    parts.append(_xids(d))
     if d["ranks"]:
         parts.append("<h2>Ranks</h2>")
         rk = sorted(d["ranks"], key=lambda r: -(r.get("slowdown_vs_median") or 0))

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import readers, schema
+from . import readers, report_xid, schema
 
 REPORT_SCHEMA = "hpclaunch.report/1"
 GAP_FACTOR = 3.0
@@ -781,6 +781,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
         gpu_peak = float(tot.max()) if per_host else None
         node_peak = {h: float(v.max()) for h, v in per_host.items()}
     mstats["duplicates"] = ndup_total
+    report_xid.apply(gpus, report_xid.read(files["events"]), warnings)  # gpus[].xids, from the events files
     del fcols
     # ---- optional high-rate power traces: peak power per GPU
     trace: Dict[Tuple[str, int], Tuple[float, float, int]] = {}

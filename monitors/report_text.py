@@ -7,6 +7,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from . import report_xid
 from .report_model import throttle_by_reason
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -105,6 +106,24 @@ def _throttle_by_reason(con, gpus) -> None:
         con.print(f"... {len(rows) - MAX_GPU_ROWS} more throttled GPUs (see --format json/html)")
 
 
+def _xids(con, d, Table, box) -> None:
+    """XID errors per GPU and code, then one line saying how far they were collected."""
+    headers, rows = report_xid.table(d)
+    if rows:
+        t = Table(title="XID errors (driver error reports)", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
+        for c in headers:
+            t.add_column(c, justify="right" if c in ("XID", "count") else "left", no_wrap=c != "meaning")
+        for r in rows[:MAX_GPU_ROWS]:
+            t.add_row(*map(str, r))
+        con.print(t)
+        if len(rows) > MAX_GPU_ROWS:
+            con.print(f"... {len(rows) - MAX_GPU_ROWS} more XID rows (see --format json/html)")
+    line = report_xid.summary(d)
+    if line:
+        con.print(line, markup=False)
+
+
 def render_text(report, width: int = 120, color: bool = False) -> str:
     from rich.console import Console
     from rich import box
@@ -201,6 +220,7 @@ def render_text(report, width: int = 120, color: bool = False) -> str:
     if len(gpus) > MAX_GPU_ROWS:
         con.print(f"... {len(gpus) - MAX_GPU_ROWS} more GPUs (see --format json/html)")
     _throttle_by_reason(con, gpus)
+    _xids(con, d, Table, box)
 
     # ranks / stragglers
     if st and st["ranks"]:

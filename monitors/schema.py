@@ -52,6 +52,11 @@ GPU_COLUMNS = (
     "throttle_sw_thermal_slowdown_ns",
     "throttle_hw_thermal_slowdown_ns",
     "throttle_hw_power_brake_slowdown_ns",
+    # Appended after those (same version). XID errors (NVML's XidCriticalError events) this GPU
+    # raised since the daemon started: restarts at 0 with each daemon start, like rapl_energy_uj.
+    # Empty where the driver offers no XID events for it, or after the event set failed. Each XID
+    # is also an "xid" event with its code.
+    "xid_count",
 )
 
 HOST_COLUMNS = (
@@ -147,6 +152,7 @@ EVENT_KINDS = (
     "throttle_start",
     "throttle_stop",
     "thermal_margin_low",
+    "xid",                # an XID error (the driver's error report) on a sampled GPU: code, GPU, ranks
     "disk_full",
     "disk_write_recovered",  # writes to a file succeed again after a failure streak
     "error",              # an unexpected exception in a source, logged once per distinct message

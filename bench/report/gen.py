@@ -57,6 +57,7 @@ def _gpu_columns(h: int, ngpu: int, nsamples: int, interval: float, rng):
     # per-reason counters as an H100 logs them: the power-cap one follows viol_power_ns, the rest 0
     for reason, col in schema.THROTTLE_COUNTER_COLUMNS.items():
         cols[col] = cols["viol_power_ns"] if reason == "sw_power_cap" else np.zeros(n, np.int64)
+    cols["xid_count"] = np.zeros(n, np.int64)  # XIDs collected, none raised
     return cols, energy[-1] - energy[0]
 
 

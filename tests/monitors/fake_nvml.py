@@ -16,6 +16,19 @@ hand-made from public ``nvidia-smi -q`` dumps of H100 80GB HBM3 boards (idle ~72
 700 W limit, slowdown 89 C, shutdown 92 C, 81559 MiB) - there is no GPU on the machine
 this was written on, so nothing here was recorded from a live driver.
 
+Events (``nvmlEventSetCreate`` ... ``nvmlEventSetFree``) replay XIDs at recorded times. A
+device's ``xids`` is a list of ``{"after_s": s, "xid": code}``, in time order: raised ``s`` seconds of wall
+time (``time.time``, so a test may patch it) after the device was registered for
+``nvmlEventTypeXidCriticalError``, delivered once each, in time order across devices, by
+``nvmlEventSetWait_v2`` / ``nvmlEventSetWait`` (NVML_ERROR_TIMEOUT when nothing is due; the
+fake never sleeps). A device's ``event_types`` is the mask ``nvmlDeviceGetSupportedEventTypes``
+answers (default: what Hopper boards list, XIDs included); ``unsupported`` may name
+``event_types`` or ``register_events`` (NOT_SUPPORTED). Scenario-wide: ``missing_functions``
+names C functions the driver lacks (their binding raises FUNCTION_NOT_FOUND, as pynvml does;
+``nvmlEventSetWait`` is the legacy wait, as in bindings before ``_v2``), and
+``event_wait_errors`` lists ``{"after_s": s, "error": code}``: the first wait at least ``s``
+seconds after the set was created raises that error (once each).
+
 ``HPCLAUNCH_FAKE_NVML_SCENARIO`` may name a JSON file with a scenario (used by the
 daemon subprocess tests); :func:`configure` sets one in-process. ``CALLS`` counts calls
 by function name;
@@ -24,6 +37,7 @@ by function name;
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import string
@@ -66,6 +80,15 @@ NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST = 76
 NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN = 269
 NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN = 270
 NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN = 271
+
+# event types (nvml.h)
+nvmlEventTypeSingleBitEccError = 0x1
+nvmlEventTypeDoubleBitEccError = 0x2
+nvmlEventTypePState = 0x4
+nvmlEventTypeXidCriticalError = 0x8
+nvmlEventTypeClock = 0x10
+_DEFAULT_EVENT_TYPES = 0x1 | 0x2 | 0x4 | 0x8 | 0x10  # assumed for an H100, not read from one
+_INSTANCE_ANY = 0xFFFFFFFF
 
 _STRINGS = {
     1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
@@ -134,8 +157,15 @@ class _Struct:
         self.__dict__.update(kw)
 
 
-class _Handle:
+_DEVICES = {}  # index -> buffer standing in for the driver's device record
+
+
+class _Handle(ctypes.c_void_p):
+    """An nvmlDevice_t: a pointer to the driver's record of the device. Like pynvml, the fake
+    hands out a new pointer object each time (here also in event data), to the same address."""
+
     def __init__(self, index):
+        super().__init__(ctypes.addressof(_DEVICES.setdefault(index, ctypes.create_string_buffer(8))))
         self.index = index
 
     def __repr__(self):
@@ -403,6 +433,80 @@ def nvmlDeviceGetSamples(device, sampling_type, timeStamp):
     mw = _next(device, "power_instant_mw", advance=False)
     return (NVML_VALUE_TYPE_UNSIGNED_INT,
             [_Struct(timeStamp=t, sampleValue=_Value(int(mw) + (t // 100_000) % 7 * 100)) for t in ts])
+
+
+# ---- events -----------------------------------------------------------------------
+class _EventSet:
+    def __init__(self):
+        self.created = time.time()
+        self.registered = []   # [handle, types, time registered, XIDs delivered]
+        self.errors = [dict(e) for e in _load().get("event_wait_errors", ())]
+        self.freed = False
+
+
+def _c_function(name):
+    """pynvml looks the C function up at call time: FUNCTION_NOT_FOUND where the driver lacks it."""
+    _count(name)
+    if name in _load().get("missing_functions", ()):
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+
+
+def nvmlEventSetCreate():
+    _c_function("nvmlEventSetCreate")
+    return _EventSet()
+
+
+def nvmlDeviceGetSupportedEventTypes(handle):
+    _c_function("nvmlDeviceGetSupportedEventTypes")
+    d = _dev(handle)
+    if "event_types" in d.get("unsupported", ()):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return d.get("event_types", _DEFAULT_EVENT_TYPES)
+
+
+def nvmlDeviceRegisterEvents(handle, eventTypes, eventSet):
+    _c_function("nvmlDeviceRegisterEvents")
+    d = _dev(handle)
+    if "register_events" in d.get("unsupported", ()) or eventTypes & ~d.get("event_types", _DEFAULT_EVENT_TYPES):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # none of the types is registered then
+    eventSet.registered.append([handle, eventTypes, time.time(), 0])
+
+
+def _wait(eventSet):
+    if eventSet.freed:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    now = time.time()
+    for e in eventSet.errors:
+        if eventSet.created + e["after_s"] <= now:
+            eventSet.errors.remove(e)
+            raise NVMLError(e["error"])
+    due = []
+    for reg in eventSet.registered:
+        handle, types, t_reg, done = reg
+        xids = _dev(handle).get("xids", []) if types & nvmlEventTypeXidCriticalError else []
+        if done < len(xids) and t_reg + xids[done]["after_s"] <= now:
+            due.append((t_reg + xids[done]["after_s"], handle.index, reg, xids[done]["xid"]))
+    if not due:
+        raise NVMLError(NVML_ERROR_TIMEOUT)
+    _, _, reg, xid = min(due, key=lambda x: x[:2])
+    reg[3] += 1
+    return _Struct(device=_Handle(reg[0].index), eventType=nvmlEventTypeXidCriticalError, eventData=xid,
+                   gpuInstanceId=_INSTANCE_ANY, computeInstanceId=_INSTANCE_ANY)
+
+
+def nvmlEventSetWait_v2(eventSet, timeoutms):
+    _c_function("nvmlEventSetWait_v2")
+    return _wait(eventSet)
+
+
+def nvmlEventSetWait(eventSet, timeoutms):
+    _c_function("nvmlEventSetWait")
+    return _wait(eventSet)
+
+
+def nvmlEventSetFree(eventSet):
+    _c_function("nvmlEventSetFree")
+    eventSet.freed = True
 
 
 def nvmlDeviceGetComputeRunningProcesses(handle):  # present so a test can see it is never called

@@ -11,10 +11,15 @@ class Events:
 
     def __init__(self):
         self.records = []
+        self.times = []  # the time_unix passed with each record (None: the log's clock)
 
     def emit(self, kind, detail=None, time_unix=None):
         self.records.append((kind, detail or {}))
+        self.times.append(time_unix)
         return True
+
+    def times_of(self, kind):
+        return [t for (k, _), t in zip(self.records, self.times) if k == kind]
 
     def kinds(self):
         return [k for k, _ in self.records]

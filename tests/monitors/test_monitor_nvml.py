@@ -85,8 +85,10 @@ def test_one_gpu_raising_mid_run_gets_an_error_row_and_the_loop_goes_on(fake, ev
     assert [r[C["error"]] for r in gpu1[:2]] == [None, None]
     for r in gpu1[2:4]:
         assert r[C["error"]] == "NVMLError_GpuIsLost: GPU is lost"
-        measured = [r[C[c]] for c in schema.GPU_COLUMNS[5:] if c != "error"]
+        # xid_count comes from the event set, not from this GPU: still known in error rows
+        measured = [r[C[c]] for c in schema.GPU_COLUMNS[5:] if c not in ("error", "xid_count")]
         assert measured == [None] * len(measured)
+        assert r[C["xid_count"]] == 0
         assert r[C["gpu_uuid"]] and r[C["gpu_index"]] == 1
     assert gpu1[4][C["error"]] is None and gpu1[4][C["temp_c"]] == 42
     assert all(r[0][C["error"]] is None for r in rows)   # GPU 0 unaffected

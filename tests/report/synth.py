@@ -161,7 +161,8 @@ def write_run(run_dir, gpus: List[GpuSpec], hosts: Optional[List[HostSpec]] = No
 
     ``partial_last_line``: False, True (half a row: wrong cell count) or "last_cell" (the next
     sample cut inside its last cell: right cell count, see ``_write_csv``); never in the truth.
-    ``old_gpu_header``: GPU files with the header written before the per-reason counter columns."""
+    ``old_gpu_header``: GPU files with the header written before the columns appended after
+    ``error`` (the per-reason counters, ``xid_count``)."""
     run_dir = Path(run_dir)
     mon = run_dir / schema.MONITOR_DIR
     mon.mkdir(parents=True, exist_ok=True)
@@ -182,8 +183,7 @@ def write_run(run_dir, gpus: List[GpuSpec], hosts: Optional[List[HostSpec]] = No
         exp["window"][(g.host, g.index)] = (kept[0], kept[-1])
         for t in kept:
             by_host.setdefault(g.host, []).append(gpu_row(g, t, rng))
-    gcols = tuple(c for c in schema.GPU_COLUMNS if c not in schema.THROTTLE_COUNTER_COLUMNS.values()) \
-        if old_gpu_header else schema.GPU_COLUMNS
+    gcols = schema.GPU_COLUMNS[:schema.GPU_COLUMNS.index("error") + 1] if old_gpu_header else schema.GPU_COLUMNS
     for h, rows in by_host.items():
         rows.sort(key=lambda r: float(r["time_unix"]))
         g_next = next(g for g in gpus if g.host == h)
@@ -264,3 +264,21 @@ def write_metrics(run_dir, ranks: int = 4, steps: int = 100, step_time: float = 
                                     "loss": 1.0, "val_loss": 1.1, "val_accuracy": 0.8}) + "\n")
             if partial:
                 f.write('{"kind": "step", "time_unix": 17630')
+
+
+def write_events(run_dir, host: str, records: List[Tuple[float, str, dict]], name: Optional[str] = None,
+                 partial: Optional[Tuple[float, str, dict]] = None) -> Path:
+    """``<host>.events.jsonl`` as the daemon writes it: a header, then ``(seconds after T0, kind,
+    detail)`` records; ``partial``: one more record cut before its newline (a killed writer)."""
+    path = Path(run_dir) / schema.MONITOR_DIR / (name or schema.events_file(host))
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def line(t, kind, detail):
+        return json.dumps({"time_unix": round(T0 + t, 3), "host": host, "kind": kind, "detail": detail},
+                          separators=(",", ":"))
+    text = line(0.0, "header", {"schema": schema.EVENTS_SCHEMA}) + "\n"
+    text += "".join(line(*r) + "\n" for r in records)
+    if partial:
+        text += line(*partial)
+    path.write_text(text)
+    return path

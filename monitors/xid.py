@@ -1,0 +1,181 @@
+"""XID errors through NVML's event API: one event set for the sampled GPUs, drained without blocking.
+
+XIDs are the driver's error reports (13 graphics engine exception, 31 memory page fault, 48
+double-bit ECC, 79 fallen off the bus, ...). At start: ``nvmlEventSetCreate``, then per GPU
+``nvmlDeviceGetSupportedEventTypes`` and, where it offers XIDs,
+``nvmlDeviceRegisterEvents(handle, nvmlEventTypeXidCriticalError, set)``. Each sample:
+``nvmlEventSetWait_v2(set, 0)`` (``nvmlEventSetWait`` where the driver or binding lacks ``_v2``)
+until NVML_ERROR_TIMEOUT: one call per sample when nothing happened, whatever the number of GPUs.
+Each XID becomes an ``xid`` event and counts in its GPU's ``xid_count``. ``close`` frees the set.
+
+Only the XID type is registered: a double-bit ECC error is itself XID 48 (row remapping 63/64),
+so the ECC event types would report it twice, and single-bit ECC events can come in storms that
+the aggregate ECC counters already count.
+
+Never fatal, said once (``source_unavailable``, capability ``xid_events``): a binding or driver
+without the event API, a GPU without XID events (its ``xid_count`` stays empty), and an error of
+the event set mid-run, which stops the collection (set freed; ``xid_count`` empty from then on:
+XIDs may have been missed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Dict, List, Optional
+
+from .nvml import _err_text
+
+XID_EVENT = 0x8          # nvmlEventTypeXidCriticalError (nvml.h); not every binding version names it
+_TIMEOUT = 10            # NVML_ERROR_TIMEOUT: nothing (more) to deliver
+_FUNCTION_NOT_FOUND = 13  # pynvml's answer when the driver's library lacks the C function
+_UNKNOWN = 999           # RegisterEvents: "the event set is in an undefined state and should be freed"
+MAX_PER_POLL = 256       # bounded work per sample in an XID storm; the rest waits in the set
+CAPABILITY = "xid_events"
+
+
+def _device_key(handle):
+    """pynvml hands back a new ctypes pointer in each event's ``device``: compare the address it
+    holds. Handles of other bindings (ints, objects) are compared as they are."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (ctypes.ArgumentError, TypeError):
+        return handle
+
+
+class XidWatcher:
+    """XID events of the GPUs passed to :meth:`start` (objects with index, uuid, ranks, handle)."""
+
+    def __init__(self, nvml, events, error_cls=Exception, source: str = "nvml"):
+        self.nv = nvml
+        self.events = events
+        self._NVMLError = error_cls
+        self.source = source
+        self.set = None
+        self.counts: Dict[int, int] = {}   # GPU index -> XIDs since start, for the GPUs registered
+        self._by_key: Dict[object, object] = {}
+        self._gpus: List[object] = []
+        self._waits: List[str] = []        # wait functions still to try, preferred first
+        self.last_poll: Optional[float] = None
+
+    # -- set-up --------------------------------------------------------------------------
+    def start(self, gpus, now: float) -> List[int]:
+        """Register the GPUs that offer XID events; returns their indices (empty: nothing to poll)."""
+        nv = self.nv
+        self._gpus = list(gpus)
+        if not hasattr(nv, "nvmlEventSetCreate"):
+            self._off("the NVML binding has no event API (nvmlEventSetCreate)")
+            return []
+        try:
+            self.set = nv.nvmlEventSetCreate()
+        except Exception as e:  # NOT_SUPPORTED, FUNCTION_NOT_FOUND (a driver without it), ...
+            self._off(f"nvmlEventSetCreate: {_err_text(e)}")
+            return []
+        for g in self._gpus:
+            try:
+                mask = int(nv.nvmlDeviceGetSupportedEventTypes(g.handle))
+            except Exception as e:
+                self._off(f"nvmlDeviceGetSupportedEventTypes: {_err_text(e)}", g)
+                continue
+            if not mask & XID_EVENT:
+                self._off(f"the driver offers no XID events for this GPU (event types 0x{mask:x})", g)
+                continue
+            try:
+                nv.nvmlDeviceRegisterEvents(g.handle, XID_EVENT, self.set)
+            except Exception as e:
+                if getattr(e, "value", None) == _UNKNOWN:  # the whole set is unusable
+                    self._stop(f"nvmlDeviceRegisterEvents: {_err_text(e)}")
+                    return []
+                self._off(f"nvmlDeviceRegisterEvents: {_err_text(e)}", g)
+                continue
+            self._by_key[_device_key(g.handle)] = g
+            self.counts[g.index] = 0
+        if not self.counts:
+            self._free()
+            return []
+        self._waits = [n for n in ("nvmlEventSetWait_v2", "nvmlEventSetWait") if hasattr(nv, n)]
+        self.last_poll = now
+        return sorted(self.counts)
+
+    def _off(self, reason: str, g=None) -> None:
+        d = {"source": self.source, "capability": CAPABILITY, "reason": reason}
+        if g is not None:
+            d["gpu_index"] = g.index
+        self.events.emit("source_unavailable", d)
+
+    # -- each sample -----------------------------------------------------------------------
+    def count(self, index: int) -> Optional[int]:
+        """The ``xid_count`` cell: None (empty) where XIDs are not collected for this GPU."""
+        return self.counts.get(index)
+
+    def poll(self, now: float) -> int:
+        """Drain the events that arrived since the last poll; returns the number of XIDs."""
+        if self.set is None:
+            return 0
+        since, self.last_poll = self.last_poll, now
+        n = 0
+        for _ in range(MAX_PER_POLL):
+            try:
+                data = self._wait()
+                if int(data.eventType) & XID_EVENT:  # the only type registered; others are not ours
+                    self._record(data, now, since)
+                    n += 1
+            except Exception as e:  # whatever it is, the GPU rows of this sample go on
+                if getattr(e, "value", None) != _TIMEOUT:
+                    self._stop(f"{self._waits[0] if self._waits else 'nvmlEventSetWait'} failed: "
+                               f"{_err_text(e)}; XID collection stopped")
+                break
+        return n
+
+    def _wait(self):
+        """One non-blocking wait; an absent ``_v2`` (old driver or binding) falls back to the
+        legacy name once and for all."""
+        while True:
+            if not self._waits:
+                raise AttributeError("the NVML binding has no nvmlEventSetWait")
+            try:
+                return getattr(self.nv, self._waits[0])(self.set, 0)
+            except self._NVMLError as e:
+                if getattr(e, "value", None) != _FUNCTION_NOT_FOUND or len(self._waits) < 2:
+                    raise
+            self._waits.pop(0)
+
+    def _gpu_of(self, device):
+        g = self._by_key.get(_device_key(device))
+        if g is not None:
+            return g
+        try:  # not the handle registered (another binding's handle type): match by UUID
+            uuid = self.nv.nvmlDeviceGetUUID(device)
+            uuid = uuid.decode("ascii", "replace") if isinstance(uuid, bytes) else uuid
+        except Exception:
+            return None
+        return next((x for x in self._gpus if x.uuid == uuid and x.index in self.counts), None)
+
+    def _record(self, data, now: float, since: Optional[float]) -> None:
+        g = self._gpu_of(data.device)
+        count = None
+        if g is not None:
+            self.counts[g.index] += 1
+            count = self.counts[g.index]
+        # The event carries no time: it happened after the previous poll (since_unix) and at or
+        # before this one (the record's time, the sample's).
+        self.events.emit("xid", {
+            "gpu_index": g.index if g is not None else None, "uuid": g.uuid if g is not None else None,
+            "ranks": g.ranks if g is not None else "", "xid": int(data.eventData), "xid_count": count,
+            "since_unix": round(since, 3) if since is not None else None}, now)
+
+    # -- stopping ----------------------------------------------------------------------------
+    def _stop(self, reason: str) -> None:
+        self._off(reason)
+        self.counts.clear()
+        self._free()
+
+    def _free(self) -> None:
+        if self.set is not None:
+            try:
+                self.nv.nvmlEventSetFree(self.set)
+            except Exception:
+                pass
+            self.set = None
+
+    def close(self) -> None:
+        self._free()
