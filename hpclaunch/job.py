@@ -209,15 +209,16 @@ def looks_secret(name: str) -> bool:
     return any(marker in upper for marker in SECRET_MARKERS)
 
 
-def env_entry_problem(name: str, values: Iterable[Any] = ()) -> Optional[Tuple[str, Any, str]]:
-    """What is wrong with a job file exporting NAME with these values, as (message, value shown,
-    fix), or None. Serves both the env: section and a sweep's env.NAME parameter, so a sweep
-    cannot write into the script what env: refuses."""
+def env_entry_problem(name: str, values: Iterable[Any] = (), whose: str = "a job file's"
+                      ) -> Optional[Tuple[str, Any, str]]:
+    """What is wrong with exporting NAME with these values, as (message, value shown, fix), or
+    None. Serves the job's env: section, a sweep's env.NAME parameter and a profile's env:, so
+    none of them can write into the script what another refuses."""
     found = env_name_problem(name)
     if found:
         return found[0], name, found[1]
     if looks_secret(name):
-        return ("looks like a secret; a job file's values are written into the job script", name,
+        return (f"looks like a secret; {whose} values are written into the job script", name,
                 f"remove it here and `export {name}` in your shell: the job inherits it by name")
     for value in values:
         if isinstance(value, str) and "\x00" in value:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from .errors import HpclaunchError, InvalidInput, Problem
+from .job import env_entry_problem
 from .merge import merge_into
 from .model import model
 from .profile import Profile
@@ -107,6 +108,11 @@ def load_profile(ref: str, base_dir: str | None = None, cwd: str | None = None,
     merged["extends"] = layers[0][1].get("extends")
     loader = Loader(SourceMap(display_path(path), origins))
     profile = loader.load(Profile, merged)
+    for name, value in (profile.env if profile is not None and profile.env else {}).items():
+        # The names are written unquoted after `export`: a bad one would be shell code.
+        found = env_entry_problem(str(name), [value], whose="a profile's")
+        if found:
+            loader.problem(f"env.{name}", *found)
     if loader.problems:
         raise InvalidInput(loader.problems)
     return LoadedProfile(profile, path, list(reversed(chain)), origins, merged)

@@ -52,6 +52,11 @@ def check(sweep, command: list[str], env: dict[str, str], bad) -> None:
         problem = _spec_problem(spec, sweep.method)
         if problem:
             bad_param(name, problem[0], spec, problem[1])
+            continue
+        found = _train_value_problem(name.split(".", 1)[1], spec) if name.startswith("train.") else \
+            _nul_problem(spec) if "." not in name else None
+        if found:
+            bad_param(name, *found)
     if sweep.method == "random" and sweep.samples is None:
         bad("sweep.samples", "random search needs a number of points", None, "add `samples: 20`")
     used = set()
@@ -92,6 +97,52 @@ def _job_key_problem(name: str, spec: Any) -> Optional[tuple[str, Any, str]]:
     if key not in _train_keys():
         return "is not a train key", name, "use one of: " + ", ".join("train." + k for k in _train_keys())
     return None
+
+
+def _nul_problem(spec: Any) -> Optional[tuple[str, Any, str]]:
+    for value in _listed(spec):
+        if isinstance(value, str) and "\x00" in value:
+            return ("contains a NUL character, which no command argument or environment value can carry",
+                    value, "remove it")
+    return None
+
+
+def _train_value_problem(key: str, spec: Any) -> Optional[tuple[str, Any, str]]:
+    """A value of train.KEY that the train: section would refuse, as (message, value, fix): the
+    rank reads the point as train: settings, so it must take what train: takes."""
+    from .job import Train
+    from .model import fields
+    from .typedload import Loader, SourceMap, _hints
+    tp, md = _hints(Train)[key], next(f.metadata for f in fields(Train) if f.name == key)
+
+    def refused(value: Any) -> Optional[tuple[str, str]]:
+        loader = Loader(SourceMap(""))
+        loader.convert(tp, value, key, md)
+        return (loader.problems[0].message, loader.problems[0].fix) if loader.problems else None
+
+    kind = next(iter(spec)) if isinstance(spec, dict) else None
+    if kind in ("uniform", "loguniform"):
+        found = refused(0.5)
+        if found:
+            return f"{kind} draws fractional numbers, and train.{key} refuses them: {found[0]}", spec, \
+                "list the values, or use {range: [start, stop]} for integers"
+    for value in train_samples(spec):
+        found = refused(value)
+        if found:
+            return found[0], value, found[1]
+    return None
+
+
+def train_samples(spec: Any) -> list:
+    """The values of a well-formed spec that bound what it gives: every listed value, a range's
+    ends, a draw's bounds (a draw lies between them)."""
+    kind = next(iter(spec)) if isinstance(spec, dict) else None
+    if kind in ("uniform", "loguniform"):
+        return list(spec[kind])
+    if kind == "range":
+        r = range(*spec["range"])
+        return [r[0], r[-1]]
+    return _listed(spec)
 
 
 def _job_sections() -> list[str]:

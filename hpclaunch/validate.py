@@ -83,11 +83,12 @@ def validate_job(job: Job, profile: Profile, sources: SourceMap) -> list[Problem
 
     _launcher_rules(job, profile, bad)
     _requeue_rules(job, seconds, bad)
-    _train_rules(job, profile, bad)
+    _train_rules(job.train, job.resources, profile, bad)
     _env_rules(job, bad)
     if job.sweep is not None and job.sweep.parameters is not None:
         from .sweep import check, count
         check(job.sweep, job.command or [], job.env or {}, bad)
+        _swept_train_rules(job, profile, bad, {p.path for p in out})
         n = count(job.sweep)
         if n > 100000:
             bad("sweep.parameters", f"the sweep has {n} points", n, "use at most 100000 (or random search)")
@@ -133,8 +134,8 @@ def _requeue_rules(job: Job, seconds: int | None, bad) -> None:
             rq.grace, "use a grace period shorter than resources.time (Slurm's timer has ~30 s resolution)")
 
 
-def _train_rules(job: Job, profile: Profile, bad) -> None:
-    t, lim = job.train, profile.limits
+def _train_rules(t, r, profile: Profile, bad) -> None:
+    lim = profile.limits
     if t.epochs is not None and lim.max_epochs is not None and t.epochs > lim.max_epochs:
         bad("train.epochs", f"profile '{profile.name}' allows at most {lim.max_epochs} epochs", t.epochs,
             f"use at most {lim.max_epochs}")
@@ -144,13 +145,39 @@ def _train_rules(job: Job, profile: Profile, bad) -> None:
     if t.lr is not None and lim.lr_range and not (lim.lr_range[0] <= t.lr <= lim.lr_range[1]):
         bad("train.lr", f"profile '{profile.name}' allows learning rates in [{lim.lr_range[0]:g}, {lim.lr_range[1]:g}]",
             t.lr, "pick a value in that range")
-    r = job.resources
     if t.global_batch is not None and t.batch_per_gpu is not None and r.nodes and r.tasks_per_node:
         world = r.nodes * r.tasks_per_node
         if t.global_batch % (t.batch_per_gpu * world):
             bad("train.global_batch",
                 f"not a multiple of batch_per_gpu x world size = {t.batch_per_gpu} x {world}", t.global_batch,
                 f"use a multiple of {t.batch_per_gpu * world}")
+
+
+def _swept_train_rules(job: Job, profile: Profile, bad, reported: set) -> None:
+    """The profile's training limits on each swept train.KEY value, as if train: held it."""
+    from .job import Train
+    from .model import fields
+    from .sweep import train_samples
+    base: set = set()  # what train: alone breaks is reported at train.*, not again per parameter
+    _train_rules(job.train, job.resources, profile, lambda p, m, v, f: base.add((p, m)))
+    for name, spec in job.sweep.parameters.items():
+        path = f"sweep.parameters.{name}"
+        if not name.startswith("train.") or path in reported:
+            continue
+        key = name.split(".", 1)[1]
+        # global_batch's rule is about batch_per_gpu too; the other rules name their own key
+        paths = {f"train.{key}"} | ({"train.global_batch"} if key == "batch_per_gpu" else set())
+        found: list = []
+
+        def at_param(rule_path: str, message: str, value: object, fix: str) -> None:
+            if rule_path in paths and (rule_path, message) not in base and not found:  # one line per parameter
+                found.append(value)
+                bad(path, message, value, fix)
+
+        for value in train_samples(spec):
+            train = Train(**{f.name: getattr(job.train, f.name) for f in fields(Train)})
+            setattr(train, key, value)
+            _train_rules(train, job.resources, profile, at_param)
 
 
 def _env_rules(job: Job, bad) -> None:

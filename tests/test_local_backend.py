@@ -194,6 +194,34 @@ sweep:
     assert proc.returncode == 2 and "no task 9" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_a_swept_train_key_reaches_each_task_over_the_train_section(hpc_home, tmp_path):
+    """train.KEY in a sweep is read by train_entry in each task, over the job's train: block, which
+    a task (run directory task<N>, job.yaml one level up) reads too."""
+    from hpclaunch.train_entry.digits import write_digits_csv
+
+    data = tmp_path / "digits.csv"
+    write_digits_csv(str(data))
+    job = write_job(tmp_path, f"""
+name: train sweep
+launcher: srun
+command: [{sys.executable}, -m, hpclaunch.train_entry, --data, {data}, --max-steps, "2", --no-tensorboard]
+resources: {{nodes: 1, tasks_per_node: 1, cpus_per_task: 1}}
+monitor: {{interval: 0}}
+train: {{lr: 0.0125, batch_per_gpu: 8, seed: 7}}
+sweep:
+  parameters: {{train.batch_per_gpu: [16, 32], train.async_checkpoint: [false]}}
+""")
+    hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), timeout=240)
+    st = json.loads(hl("status", "train sweep", "--json", cwd="/").stdout)
+    assert st["tasks"] == {"COMPLETED": 2}, st
+    for t, batch in enumerate([16, 32]):
+        with open(os.path.join(st["run_dir"], f"task{t}", "metrics", "rank0.jsonl")) as f:
+            header = json.loads(f.readline())
+        config = header["config"]
+        assert (config["batch_size"], config["async_checkpoint"]) == (batch, False), config
+        assert (config["lr"], config["seed"]) == (0.0125, 7), config
+
+
 def test_local_sweep_cancel_stops_running_and_pending_tasks(hpc_home, tmp_path):
     job = write_job(tmp_path, """
 name: slow sweep

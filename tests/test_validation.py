@@ -307,6 +307,64 @@ def test_a_swept_job_key_gets_the_spec_checks(write, parameter, words):
     assert proc.stderr.splitlines() == [proc.stderr.strip()] and f": sweep.parameters.{name}: {words}" in proc.stderr
 
 
+# --- a swept train.KEY is read by the ranks as a train: setting: it gets train:'s checks ---
+
+@pytest.mark.parametrize("parameter,words", [
+    ("train.epochs: [1, 2.5]", "expected an integer, got a number (2.5) \u2014 write an integer here"),
+    ("train.epochs: {range: [0, 3]}", "must be at least 1 (0)"),
+    ("train.precision: [fp32, fp64]", "is not a valid choice ('fp64') \u2014 did you mean 'fp16'?"),
+    ("train.async_checkpoint: [yes-please]", "expected true or false, got a string"),
+    ("train.epochs: {uniform: [1, 3]}", "uniform draws fractional numbers, and train.epochs refuses them"),
+    ("train.lr: {uniform: [-1, 3]}", "must be at least 0 (-1)"),
+    ("train.epochs: [1, 2000]", "profile 'a100-hpc' allows at most 1000 epochs (2000)"),
+    ("train.lr: {loguniform: [1.0e-9, 0.1]}", "profile 'a100-hpc' allows learning rates in [1e-07, 1] (1e-09)"),
+    ("train.batch_per_gpu: [16, 48]", "not a multiple of batch_per_gpu x world size = 48 x 4 (512)"),
+])
+def test_a_swept_train_value_gets_the_train_section_checks(run_cli, write, parameter, words):
+    method = "random\n  samples: 3" if "uniform" in parameter else "grid"
+    code, lines, file = _problems(run_cli, write, "name: j\ncommand: [python, train.py]\nprofile: a100-hpc\n"
+                                  "resources: {nodes: 1, tasks_per_node: 4, gpus_per_node: 4}\n"
+                                  f"train: {{global_batch: 512}}\nsweep:\n  method: {method}\n"
+                                  f"  parameters: {{{parameter}}}\n")
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"{file}: sweep.parameters.{parameter.split(':')[0]}: {words}"), lines
+
+
+def test_swept_train_values_within_the_limits_pass(run_cli, write):
+    code, lines, _ = _problems(run_cli, write, "name: j\ncommand: [python, train.py]\nprofile: a100-hpc\n"
+                               "resources: {nodes: 1, tasks_per_node: 4, gpus_per_node: 4}\n"
+                               "train: {global_batch: 512}\nsweep:\n  parameters: {train.batch_per_gpu: [16, 32], "
+                               "train.epochs: {range: [1, 1001, 500]}, train.precision: [bf16, fp32]}\n")
+    assert code == 0 and lines == [], lines
+
+
+def test_a_nul_in_a_placeholder_value_is_refused(write):
+    path = write("job.yaml", 'name: j\ncommand: [python, train.py, "{tag}"]\n'
+                             'sweep: {parameters: {tag: [ok, "a\\0b"]}}\n')
+    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "render", path], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert "sweep.parameters.tag: contains a NUL character" in proc.stderr and "('a\\x00b')" in proc.stderr
+
+
+# --- a profile's env: names are written after `export` like the job's ---
+
+def test_a_profile_env_name_gets_the_env_checks_and_cannot_inject(write, tmp_path):
+    write("hpc_profiles/evil.yaml", 'name: evil\nextends: local\nenv:\n  "A=1; touch pwned; B": x\n'
+                                    "  SITE_TOKEN: abc\n  SLURM_JOB_ID: '3'\n  NCCL_DEBUG: WARN\n")
+    path = write("job.yaml", GOOD + "profile: hpc_profiles/evil.yaml\n")
+    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "render", path], capture_output=True, text=True,
+                          cwd=str(tmp_path))
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "hpc_profiles/evil.yaml: env.A=1; touch pwned; B: is not a valid environment variable name "
+        "('A=1; touch pwned; B') \u2014 use letters, digits and _, not starting with a digit",
+        "hpc_profiles/evil.yaml: env.SITE_TOKEN: looks like a secret; a profile's values are written into the job "
+        "script ('SITE_TOKEN') \u2014 remove it here and `export SITE_TOKEN` in your shell: the job inherits it by name",
+        "hpc_profiles/evil.yaml: env.SLURM_JOB_ID: is set by hpclaunch or Slurm and cannot be overridden here "
+        "('SLURM_JOB_ID') \u2014 pick another name"], proc.stderr
+    assert not (tmp_path / "pwned").exists()
+
+
 # --- a value ending in a newline would split its #SBATCH line ---
 
 @pytest.mark.parametrize("text,path", [

@@ -70,11 +70,11 @@ def main(argv=None) -> int:
         or os.environ.get("SLURM_PROCID") or "0"
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
                         format=f"[rank {rank}] %(asctime)s %(levelname)s %(message)s")
-    from .config import ConfigError, DataError, build_config, load_job_yaml
+    from .config import ConfigError, DataError, build_config, load_run_job
 
     run_dir = args.get("run_dir") or os.environ.get("HPCLAUNCH_RUN_DIR")
     try:
-        job = load_job_yaml(os.path.join(run_dir, "job.yaml")) if run_dir else {}
+        job = load_run_job(run_dir, os.environ)
         cfg = build_config(args, job)
         # fail fast, before importing torch: limits and accumulation need only the world size
         from .config import derive

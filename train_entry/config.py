@@ -102,6 +102,34 @@ def load_job_yaml(path: str) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def load_run_job(run_dir: Optional[str], environ: Mapping[str, str]) -> dict:
+    """The job.yaml a rank runs under, with its sweep point's ``train.KEY`` values over ``train:``.
+
+    A sweep task's run directory is ``task<N>`` inside the sweep's folder, which holds job.yaml.
+    """
+    if not run_dir:
+        return {}
+    path = os.path.join(run_dir, "job.yaml")
+    if not os.path.exists(path) and environ.get("HPCLAUNCH_SWEEP_INDEX") is not None:
+        path = os.path.join(os.path.dirname(os.path.normpath(run_dir)), "job.yaml")
+    job = load_job_yaml(path)
+    point_text = environ.get("HPCLAUNCH_SWEEP_POINT")
+    if not point_text:
+        return job
+    import json
+
+    try:
+        point = json.loads(point_text)
+    except ValueError as exc:
+        raise ConfigError(f"HPCLAUNCH_SWEEP_POINT is not JSON ({exc}); it is set by the job script") from exc
+    swept = {k.split(".", 1)[1]: v for k, v in point.items() if k.startswith("train.")} \
+        if isinstance(point, dict) else {}
+    if not swept:
+        return job
+    train = job.get("train") if isinstance(job.get("train"), Mapping) else {}
+    return {**job, "train": {**train, **swept}}
+
+
 def job_overrides(job: Mapping) -> tuple[dict, Limits]:
     """(settings from profile.training then train:, limits) taken from a parsed job.yaml."""
     settings: dict = {}
@@ -133,12 +161,19 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, str):
             return value.strip().lower() in ("1", "true", "yes", "on")
         return bool(value)
-    if isinstance(default, int) or name in ("max_steps", "global_batch", "stop_after_step"):
-        if isinstance(value, float) and not value.is_integer():
-            raise ConfigError(f"{name} must be an integer, got {value}")
-        return int(value)
-    if isinstance(default, float):
-        return float(value)
+    try:
+        if isinstance(default, int) or name in ("max_steps", "global_batch", "stop_after_step"):
+            if isinstance(value, str):  # a sweep point's text: "2", or "2.0" for a float written 2.0
+                value = float(value) if any(c in value for c in ".eE") else int(value)
+            if isinstance(value, float) and not value.is_integer():
+                raise ConfigError(f"{name} must be an integer, got {value}")
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{name} must be a number, got {value!r}") from None
     if name == "hidden" and isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     return value

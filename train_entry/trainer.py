@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from . import checkpoint as ckpt
-from .config import ConfigError, TrainConfig, build_config, derive, load_job_yaml
+from .config import ConfigError, TrainConfig, build_config, derive, load_run_job
 from .data import TrainLoader, load_csv, make_tensors, split, val_shard
 from .dist_init import Dist, init_distributed, set_deterministic
 from .metrics import MetricsWriter
@@ -94,7 +94,7 @@ class ModelTrainer:
         cfg = self.config
         if cfg is None:
             run_dir_hint = overrides.get("run_dir") or self.overrides.get("run_dir") or os.environ.get("HPCLAUNCH_RUN_DIR")
-            job = load_job_yaml(os.path.join(run_dir_hint, "job.yaml")) if run_dir_hint else {}
+            job = load_run_job(run_dir_hint, os.environ)
             cfg = build_config({**self.overrides, **overrides, "data": data, "epochs": epochs,
                                 "backend": None if self.backend == "auto" else self.backend}, job)
         else:

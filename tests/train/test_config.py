@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from hpclaunch.train_entry.config import ConfigError, build_config, derive, load_job_yaml
+from hpclaunch.train_entry.config import ConfigError, build_config, derive, load_job_yaml, load_run_job
 
 JOB = """
 name: digits
@@ -33,6 +33,27 @@ def test_missing_file_and_keys_are_tolerated(tmp_path):
     assert load_job_yaml(str(tmp_path / "nope.yaml")) == {}
     cfg = build_config({}, {"profile": None, "train": {"unknown_key": 1}})
     assert cfg.epochs == 10 and cfg.limits.max_epochs is None
+
+
+def test_a_sweep_task_reads_the_sweeps_job_yaml_and_its_point_over_train(tmp_path):
+    (tmp_path / "job.yaml").write_text(JOB)
+    task = tmp_path / "task3"
+    task.mkdir()
+    env = {"HPCLAUNCH_SWEEP_INDEX": "3",
+           "HPCLAUNCH_SWEEP_POINT": '{"lr": "0.1", "train.epochs": "2.0", "train.lr": "0.005", '
+                                    '"train.async_checkpoint": "false", "train.precision": "fp16"}'}
+    cfg = build_config({"seed": 9}, load_run_job(str(task), env))
+    assert (cfg.epochs, cfg.lr, cfg.async_checkpoint, cfg.precision) == (2, 0.005, False, "fp16")  # the point
+    assert cfg.checkpoint_every == 50 and cfg.batch_size == 32 and cfg.seed == 9  # train:, profile, CLI
+    # not a sweep task: the run directory's own job.yaml or nothing, and no point
+    assert load_run_job(str(task), {}) == {}
+    assert load_run_job(None, env) == {}
+    with pytest.raises(ConfigError, match="HPCLAUNCH_SWEEP_POINT is not JSON"):
+        load_run_job(str(task), {**env, "HPCLAUNCH_SWEEP_POINT": "{"})
+    with pytest.raises(ConfigError, match="epochs must be an integer, got 2.5"):
+        build_config({}, load_run_job(str(task), {**env, "HPCLAUNCH_SWEEP_POINT": '{"train.epochs": "2.5"}'}))
+    with pytest.raises(ConfigError, match="lr must be a number, got 'fast'"):
+        build_config({}, load_run_job(str(task), {**env, "HPCLAUNCH_SWEEP_POINT": '{"train.lr": "fast"}'}))
 
 
 def test_limits_are_enforced():
