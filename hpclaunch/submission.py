@@ -98,8 +98,22 @@ def make_run_dir(run_dir: str, resolved: Resolved, script: str, tasks: int = 0) 
                              "check the space and permissions where runs_root points") from None
 
 
+def _make_private_dirs(path: str) -> None:
+    """os.makedirs, but each folder it creates is 0700 (makedirs' mode covers the last one only).
+    Folders that exist are left as their owner made them."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:  # another submitter made it first
+            pass
+
+
 def _make_run_dir(run_dir: str, resolved: Resolved, script: str, tasks: int = 0) -> None:
-    os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+    _make_private_dirs(os.path.dirname(run_dir))
     if os.path.exists(run_dir):
         # Job ids restart when a cluster's state is reset: keep the older run, never overwrite it.
         n = 1

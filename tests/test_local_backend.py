@@ -270,8 +270,13 @@ def _private_tree(run_dir):
 
 
 def test_file_modes_logs_by_rank_and_list_since(hpc_home, tmp_path, monkeypatch, loose_umask):
+    # a site profile whose setup line writes a file, and a runs_root hpclaunch has to create
+    (tmp_path / "hpc_profiles").mkdir()
+    (tmp_path / "hpc_profiles" / "site.yaml").write_text(
+        'name: site\nextends: local\nruns_root: out/runs\nsetup: [\'echo site > "$SLURM_SUBMIT_DIR/site.out"\']\n')
     job = write_job(tmp_path, """
 name: modes
+profile: site
 launcher: srun
 command: [bash, -c, 'echo "hello from $SLURM_PROCID"']
 resources: {nodes: 1, tasks_per_node: 2}
@@ -279,6 +284,9 @@ monitor: {interval: 0}
 """)
     sub = json.loads(hl("submit", job, "--backend", "local", "--json", "--wait", cwd=str(tmp_path)).stdout)
     run_dir = sub["run_dir"]
+    assert run_dir.startswith(str(tmp_path / "out" / "runs") + "/")
+    assert _mode(tmp_path / "out") == _mode(tmp_path / "out" / "runs") == "0o700"
+    assert (tmp_path / "site.out").read_text() == "site\n" and _mode(tmp_path / "site.out") == "0o600"
     # private: the script and resolved job hold the job's settings, the logs its output (the runner
     # opens slurm.out and runner.log itself, before the script's umask applies), the registry everyone's jobs
     folders, files = _private_tree(run_dir)
