@@ -42,6 +42,25 @@ def _acc(d: Dict[str, dict], key, e_total, e_gpu, e_cpu, gpu_h, complete):
         a["incomplete_jobs"] += 1
 
 
+def _add_reasons(into: Dict[str, float], throttle_s: Dict[str, Any]) -> None:
+    from .report_model import SLOWDOWN_REASONS
+    for reason in SLOWDOWN_REASONS:
+        v = throttle_s.get(reason)
+        if v:
+            into[reason] = into.get(reason, 0.0) + v
+
+
+def _in_order(reasons: Dict[str, float]) -> Dict[str, float]:
+    """Reasons in NVML bit order, rounded; a slot's hw_slowdown is the line an admin looks for."""
+    from .report_model import SLOWDOWN_REASONS
+    return {r: round(reasons[r], 2) for r in SLOWDOWN_REASONS if r in reasons}
+
+
+def reasons_text(reasons: Dict[str, float]) -> str:
+    """'sw_power_cap 180 s, hw_slowdown 3 s' for the text and HTML tables; '' for none."""
+    return ", ".join(f"{r} {v:.0f} s" for r, v in reasons.items())
+
+
 def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetReport:
     from .report_model import build
 
@@ -51,6 +70,7 @@ def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetRe
     by_part: Dict[str, dict] = {}
     slots: Dict[tuple, dict] = {}
     nodes: Dict[str, dict] = {}
+    fleet_throttle: Dict[str, float] = {}
     for row in rows:
         jid = row.get("id")
         rd = row.get("run_dir")
@@ -69,6 +89,9 @@ def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetRe
         _acc(by_user, row.get("user") or "?", e["total"], e["gpu"], e["cpu"], gpu_h, complete)
         _acc(by_part, row.get("partition") or "?", e["total"], e["gpu"], e["cpu"], gpu_h, complete)
         temps = [g["max_temp_c"] for g in rep["gpus"] if g["max_temp_c"] is not None]
+        job_throttle: Dict[str, float] = {}
+        _add_reasons(job_throttle, rep["throttle_total_s"])
+        _add_reasons(fleet_throttle, job_throttle)
         jobs.append({
             "id": jid, "name": row.get("name"), "user": row.get("user"), "partition": row.get("partition"),
             "submit_time": row.get("submit_time"), "run_dir": str(rd), "duration_s": rep["duration_s"],
@@ -77,12 +100,14 @@ def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetRe
             "idle_energy_j": rep["idle"]["energy_j"], "max_temp_c": max(temps) if temps else None,
             "throttle_power_s": rep["throttle_total_s"].get("power"),
             "throttle_thermal_s": rep["throttle_total_s"].get("thermal"),
+            "throttle_s": _in_order(job_throttle),
             "warnings": len(rep["warnings"]),
         })
         for g in rep["gpus"]:
             s = slots.setdefault((g["host"], g["index"]), {"avg": [], "max": None, "near_s": 0.0, "jobs": 0,
-                                                          "uuid": set()})
+                                                          "uuid": set(), "throttle": {}})
             s["jobs"] += 1
+            _add_reasons(s["throttle"], g["throttle_s"])
             if g["uuid"]:
                 s["uuid"].add(g["uuid"])
             if g["avg_temp_c"] is not None:
@@ -103,7 +128,8 @@ def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetRe
     for (h, i), s in slots.items():
         slot_rows.append({"host": h, "index": i, "jobs": s["jobs"], "uuids": sorted(s["uuid"]),
                           "mean_avg_temp_c": round(float(np.mean(s["avg"])), 2) if s["avg"] else None,
-                          "max_temp_c": s["max"], "time_near_slowdown_s": round(s["near_s"], 2)})
+                          "max_temp_c": s["max"], "time_near_slowdown_s": round(s["near_s"], 2),
+                          "throttle_s": _in_order(s["throttle"])})
     vals = np.array([r["mean_avg_temp_c"] for r in slot_rows if r["mean_avg_temp_c"] is not None])
     med = float(np.median(vals)) if vals.size else None
     sigma = float(1.4826 * np.median(np.abs(vals - med))) if vals.size else None
@@ -124,12 +150,16 @@ def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetRe
     total = sum(j["energy_j"] or 0.0 for j in jobs)
     data = {
         "schema": FLEET_SCHEMA, "jobs_count": len(jobs), "energy_j": round(total, 3),
-        "energy_kwh": round(total / 3.6e6, 6),
+        "energy_kwh": round(total / 3.6e6, 6), "throttle_s": _in_order(fleet_throttle),
         "by_user": dict(sorted(by_user.items(), key=lambda kv: -kv[1]["energy_j"])),
         "by_partition": dict(sorted(by_part.items(), key=lambda kv: -kv[1]["energy_j"])),
         "jobs": jobs, "hottest_nodes": node_rows[:20],
         "gpu_slots": {"fleet_median_avg_temp_c": med, "robust_sigma_c": sigma, "outlier_threshold_c": thr,
-                      "outliers": [r for r in slot_rows if r["outlier"]], "hottest": slot_rows[:20]},
+                      "outliers": [r for r in slot_rows if r["outlier"]], "hottest": slot_rows[:20],
+                      # a slot that slows down at a normal temperature (power brake, hw_slowdown) is not
+                      # among the hottest: list the throttled ones on their own
+                      "most_throttled": sorted((r for r in slot_rows if r["throttle_s"]),
+                                               key=lambda r: -sum(r["throttle_s"].values()))[:20]},
         "warnings": warnings,
     }
     return FleetReport(data=data)
@@ -166,6 +196,7 @@ def _fleet_text(fleet: FleetReport, width: int, color: bool) -> str:
     con = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
                   highlight=False)
     con.print(f"[bold]Fleet energy[/bold]: {d['jobs_count']} jobs, {d['energy_kwh']:.3f} kWh")
+    con.print("GPU throttle over all jobs: " + (reasons_text(d["throttle_s"]) or "none"))
     for title, grp in (("By user", d["by_user"]), ("By partition", d["by_partition"])):
         t = Table(title=title, title_justify="left")
         for c in ("", "jobs", "kWh", "GPU kWh", "CPU kWh", "GPU h", "incomplete"):
@@ -175,13 +206,13 @@ def _fleet_text(fleet: FleetReport, width: int, color: bool) -> str:
                       f"{v['cpu_energy_j'] / 3.6e6:.3f}", f"{v['gpu_hours']:.1f}", str(v["incomplete_jobs"]))
         con.print(t)
     t = Table(title="Jobs by energy", title_justify="left")
-    for c in ("job", "name", "user", "partition", "kWh", "GPUs", "max °C", "idle kWh", "complete"):
+    for c in ("job", "name", "user", "partition", "kWh", "GPUs", "max °C", "idle kWh", "complete", "throttle"):
         t.add_column(c)
     for j in d["jobs"][:20]:
         t.add_row(str(j["id"]), str(j["name"]), str(j["user"]), str(j["partition"]),
                   _fmt(j["energy_j"] / 3.6e6 if j["energy_j"] is not None else None, 3), str(j["gpus"]),
                   _fmt(j["max_temp_c"]), _fmt(j["idle_energy_j"] / 3.6e6 if j["idle_energy_j"] is not None else None, 3),
-                  "yes" if j["complete"] else "NO")
+                  "yes" if j["complete"] else "NO", reasons_text(j["throttle_s"]))
     con.print(t)
     t = Table(title="Hottest nodes", title_justify="left")
     for c in ("host", "max GPU °C", "max CPU °C", "jobs"):
@@ -193,12 +224,20 @@ def _fleet_text(fleet: FleetReport, width: int, color: bool) -> str:
     con.print(f"GPU slots: fleet median of average temperature {_fmt(s['fleet_median_avg_temp_c'])} °C, "
               f"outlier threshold +{_fmt(s['outlier_threshold_c'])} °C")
     t = Table(title="Hottest GPU slots", title_justify="left")
-    for c in ("slot", "avg °C", "Δ median", "max °C", "near slowdown s", "jobs", "outlier"):
+    for c in ("slot", "avg °C", "Δ median", "max °C", "near slowdown s", "jobs", "outlier", "throttle"):
         t.add_column(c)
     for r in s["hottest"][:10]:
         t.add_row(f"{r['host']}/{r['index']}", _fmt(r["mean_avg_temp_c"]), _fmt(r["delta_vs_fleet_median_c"]),
-                  _fmt(r["max_temp_c"]), _fmt(r["time_near_slowdown_s"]), str(r["jobs"]), "YES" if r["outlier"] else "")
+                  _fmt(r["max_temp_c"]), _fmt(r["time_near_slowdown_s"]), str(r["jobs"]), "YES" if r["outlier"] else "",
+                  reasons_text(r["throttle_s"]))
     con.print(t)
+    if s["most_throttled"]:
+        t = Table(title="Most throttled GPU slots", title_justify="left")
+        for c in ("slot", "jobs", "avg °C", "throttle"):
+            t.add_column(c)
+        for r in s["most_throttled"][:10]:
+            t.add_row(f"{r['host']}/{r['index']}", str(r["jobs"]), _fmt(r["mean_avg_temp_c"]), reasons_text(r["throttle_s"]))
+        con.print(t)
     for w in d["warnings"]:
         con.print(f"warning: {w}", markup=False)
     return buf.getvalue()

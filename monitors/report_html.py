@@ -381,10 +381,12 @@ def render_html(report) -> str:
 
 
 def render_fleet_html(fleet) -> str:
+    from .report_fleet import reasons_text
     d = fleet.data
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hpclaunch fleet report</title>"
              f"<style>{CSS}</style></head><body><h1>Fleet energy: {d['jobs_count']} jobs, "
-             f"{d['energy_kwh']:.3f} kWh</h1>"]
+             f"{d['energy_kwh']:.3f} kWh</h1>",
+             f"<p class=\"note\">GPU throttle over all jobs: {_e(reasons_text(d['throttle_s']) or 'none')}</p>"]
     for title, grp in (("By user", d["by_user"]), ("By partition", d["by_partition"])):
         parts.append(f"<h2>{title}</h2>")
         parts.append(_table(("", "jobs", "kWh", "GPU kWh", "CPU kWh", "GPU h", "incomplete"),
@@ -392,16 +394,22 @@ def render_fleet_html(fleet) -> str:
                               f"{v['cpu_energy_j'] / 3.6e6:.3f}", f"{v['gpu_hours']:.1f}", v["incomplete_jobs"])
                              for k, v in grp.items()]))
     parts.append("<h2>Jobs</h2>")
-    parts.append(_table(("job", "name", "user", "partition", "kWh", "GPUs", "max °C", "complete"),
+    parts.append(_table(("job", "name", "user", "partition", "kWh", "GPUs", "max °C", "complete", "throttle"),
                         [(j["id"], j["name"], j["user"], j["partition"],
                           _n(j["energy_j"] / 3.6e6 if j["energy_j"] is not None else None, 3), j["gpus"],
-                          _n(j["max_temp_c"]), "yes" if j["complete"] else "no") for j in d["jobs"]], left=4))
+                          _n(j["max_temp_c"]), "yes" if j["complete"] else "no", reasons_text(j["throttle_s"]))
+                         for j in d["jobs"]], left=4))
     s = d["gpu_slots"]
     parts.append(f"<h2>GPU slots</h2><p class=\"note\">fleet median of average temperature "
                  f"{_n(s['fleet_median_avg_temp_c'])} °C; outlier threshold +{_n(s['outlier_threshold_c'])} °C</p>")
     parts.append(_table(("slot", "avg °C", "Δ median", "max °C", "near slowdown s", "jobs", "outlier"),
                         [(f"{r['host']}/{r['index']}", _n(r["mean_avg_temp_c"]), _n(r["delta_vs_fleet_median_c"]),
-                          _n(r["max_temp_c"]), _n(r["time_near_slowdown_s"]), r["jobs"], "YES" if r["outlier"] else "")
-                         for r in s["hottest"]]))
+                          _n(r["max_temp_c"]), _n(r["time_near_slowdown_s"]), r["jobs"], "YES" if r["outlier"] else "",
+                          reasons_text(r["throttle_s"])) for r in s["hottest"]]))
+    if s["most_throttled"]:
+        parts.append("<h2>Most throttled GPU slots</h2>")
+        parts.append(_table(("slot", "jobs", "avg °C", "throttle"),
+                            [(f"{r['host']}/{r['index']}", r["jobs"], _n(r["mean_avg_temp_c"]),
+                              reasons_text(r["throttle_s"])) for r in s["most_throttled"]]))
     parts.append("<script>document.documentElement.setAttribute('data-rendered','1');</script></body></html>\n")
     return "".join(parts)

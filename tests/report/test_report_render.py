@@ -173,10 +173,22 @@ def test_fleet_report(tmp_path):
     assert [(o["host"], o["index"]) for o in out] == [("n2", 3)]
     assert d["hottest_nodes"][0]["host"] == "n2"
     assert any("999" in w for w in d["warnings"])
-    txt = render_fleet(fl, "text")
+    # throttle per reason: GPU 1 of each host is power-capped 200-260 s in every job (synth)
+    for j in d["jobs"][:3]:
+        assert j["throttle_s"] == {"sw_power_cap": pytest.approx(3 * 60, abs=3)}, j["throttle_s"]
+    assert d["throttle_s"] == {"sw_power_cap": pytest.approx(9 * 60, abs=9)}
+    throttled = d["gpu_slots"]["most_throttled"]
+    assert sorted((r["host"], r["index"]) for r in throttled) == [("n1", 1), ("n2", 1), ("n3", 1)]
+    assert all(r["throttle_s"] == {"sw_power_cap": pytest.approx(3 * 60, abs=3)} for r in throttled)
+    assert all(r["throttle_s"] == {} for r in d["gpu_slots"]["hottest"] if r["index"] != 1)
+    txt = render_fleet(fl, "text", width=200)
     assert "alice" in txt and "n2/3" in txt
-    json.loads(render_fleet(fl, "json"))
-    assert "data-rendered" in render_fleet(fl, "html")
+    assert re.search(r"GPU throttle over all jobs: sw_power_cap 5[3-4]\d s\n", txt) and "Most throttled GPU slots" in txt
+    assert re.search(r"n1/1 .* sw_power_cap 1[78]\d s", txt), txt
+    assert json.loads(render_fleet(fl, "json"))["jobs"][0]["throttle_s"]
+    page = render_fleet(fl, "html")
+    assert "data-rendered" in page and "Most throttled GPU slots" in page
+    assert re.search(r"<td class=\"\">sw_power_cap 1[78]\d s</td>", page)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
