@@ -5,7 +5,8 @@ all comes from the same files: each daemon start lists the GPUs it registered in
 ``source_available`` (source ``nvml``, ``xid_events``); ``source_unavailable`` with capability
 ``xid_events`` says where and why not, or that collection stopped mid-run. A GPU never listed has
 ``xids`` null (not collected: a monitor older than XID collection, or a driver without XID
-events), never ``[]``, which means collected and none seen.
+events), never ``[]``, which means collected and none seen. A ``source_available`` with
+``resumed_after_s`` marks a new event set after a mid-run stop: the gap is a warning.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class XidLog:
     collected: Set[Tuple[str, int]] = field(default_factory=set)
     unavailable: Dict[Tuple[str, Optional[int], str], None] = field(default_factory=dict)  # ordered set
     unmatched: List[Tuple[str, float, int]] = field(default_factory=list)
+    resumed: List[Tuple[str, float, float]] = field(default_factory=list)  # host, stopped, resumed (unix)
     skipped_lines: int = 0     # with XID data, unterminated (a killed writer) or unparsable
     unreadable: List[str] = field(default_factory=list)
 
@@ -72,6 +74,9 @@ def read(paths) -> XidLog:
                             log.by_gpu.setdefault((host, int(idx)), []).append((t, code))
                     elif kind == "source_available" and d.get("source") == "nvml":
                         log.collected.update((host, int(i)) for i in d.get("xid_events") or ())
+                        if d.get("resumed_after_s") is not None:
+                            t = float(r["time_unix"])
+                            log.resumed.append((host, t - float(d["resumed_after_s"]), t))
                     elif kind == "source_unavailable" and d.get("capability") == "xid_events":
                         log.unavailable[(host, d.get("gpu_index"), str(d.get("reason")))] = None
                 except (ValueError, TypeError, KeyError, AttributeError):
@@ -104,6 +109,9 @@ def apply(gpus: List[dict], log: XidLog, warnings: List[str]) -> None:
                 f"{x['xid']} (x{x['count']})" for x in g["xids"]) + " (see gpus[].xids)")
     for (host, idx, reason) in log.unavailable:
         warnings.append(f"{host}" + (f"/gpu{idx}" if idx is not None else "") + f": XID events: {reason}")
+    for host, stopped, resumed in log.resumed:
+        warnings.append(f"{host}: XID events collected again from {_when(resumed)} UTC; none were collected "
+                        f"for {resumed - stopped:.0f} s before (from {_when(stopped)} UTC)")
     if missing:
         warnings.append(f"XID errors not collected for {len(missing)} GPU(s) ({', '.join(missing[:5])}"
                         f"{', ...' if len(missing) > 5 else ''}): no XID collection in their monitor logs")

@@ -14,8 +14,10 @@ the aggregate ECC counters already count.
 
 Never fatal, said once (``source_unavailable``, capability ``xid_events``): a binding or driver
 without the event API, a GPU without XID events (its ``xid_count`` stays empty), and an error of
-the event set mid-run, which stops the collection (set freed; ``xid_count`` empty from then on:
-XIDs may have been missed).
+the event set mid-run. That one frees the set and leaves ``xid_count`` empty (XIDs may be missed)
+until a new set is registered: tried RETRY_FIRST_S later, then at doubling intervals up to
+RETRY_MAX_S, without a record per failed try. A new set is said in ``source_available`` (source
+``nvml``, ``xid_events``, ``resumed_after_s``) and the counts go on from where they stopped.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ _TIMEOUT = 10            # NVML_ERROR_TIMEOUT: nothing (more) to deliver
 _FUNCTION_NOT_FOUND = 13  # pynvml's answer when the driver's library lacks the C function
 _UNKNOWN = 999           # RegisterEvents: "the event set is in an undefined state and should be freed"
 MAX_PER_POLL = 256       # bounded work per sample in an XID storm; the rest waits in the set
+RETRY_FIRST_S = 30.0     # a mid-run event-set error: first try of a new set after this long
+RETRY_MAX_S = 600.0      # ... then doubling, to at most this
 CAPABILITY = "xid_events"
 
 
@@ -56,39 +60,51 @@ class XidWatcher:
         self._gpus: List[object] = []
         self._waits: List[str] = []        # wait functions still to try, preferred first
         self.last_poll: Optional[float] = None
+        self._kept: Dict[int, int] = {}    # counts when collection stopped, continued on a new set
+        self._stopped_at: Optional[float] = None
+        self._retry_at: Optional[float] = None
+        self._retry_s = RETRY_FIRST_S
 
     # -- set-up --------------------------------------------------------------------------
     def start(self, gpus, now: float) -> List[int]:
         """Register the GPUs that offer XID events; returns their indices (empty: nothing to poll)."""
-        nv = self.nv
         self._gpus = list(gpus)
-        if not hasattr(nv, "nvmlEventSetCreate"):
+        if not hasattr(self.nv, "nvmlEventSetCreate"):
             self._off("the NVML binding has no event API (nvmlEventSetCreate)")
             return []
+        return self._open(now, self._off)
+
+    def _open(self, now: float, say) -> List[int]:
+        """A new event set with every GPU that takes XID registration; ``say`` gets each reason one
+        is refused (a retry passes a no-op: the first stop was said)."""
+        nv = self.nv
         try:
             self.set = nv.nvmlEventSetCreate()
         except Exception as e:  # NOT_SUPPORTED, FUNCTION_NOT_FOUND (a driver without it), ...
-            self._off(f"nvmlEventSetCreate: {_err_text(e)}")
+            say(f"nvmlEventSetCreate: {_err_text(e)}")
             return []
+        self._by_key.clear()
         for g in self._gpus:
             try:
                 mask = int(nv.nvmlDeviceGetSupportedEventTypes(g.handle))
             except Exception as e:
-                self._off(f"nvmlDeviceGetSupportedEventTypes: {_err_text(e)}", g)
+                say(f"nvmlDeviceGetSupportedEventTypes: {_err_text(e)}", g)
                 continue
             if not mask & XID_EVENT:
-                self._off(f"the driver offers no XID events for this GPU (event types 0x{mask:x})", g)
+                say(f"the driver offers no XID events for this GPU (event types 0x{mask:x})", g)
                 continue
             try:
                 nv.nvmlDeviceRegisterEvents(g.handle, XID_EVENT, self.set)
             except Exception as e:
                 if getattr(e, "value", None) == _UNKNOWN:  # the whole set is unusable
-                    self._stop(f"nvmlDeviceRegisterEvents: {_err_text(e)}")
+                    self.counts.clear()
+                    self._free()
+                    say(f"nvmlDeviceRegisterEvents: {_err_text(e)}")
                     return []
-                self._off(f"nvmlDeviceRegisterEvents: {_err_text(e)}", g)
+                say(f"nvmlDeviceRegisterEvents: {_err_text(e)}", g)
                 continue
             self._by_key[_device_key(g.handle)] = g
-            self.counts[g.index] = 0
+            self.counts[g.index] = self._kept.get(g.index, 0)
         if not self.counts:
             self._free()
             return []
@@ -110,7 +126,8 @@ class XidWatcher:
     def poll(self, now: float) -> int:
         """Drain the events that arrived since the last poll; returns the number of XIDs."""
         if self.set is None:
-            return 0
+            if self._retry_at is None or now < self._retry_at or not self._reopen(now):
+                return 0
         since, self.last_poll = self.last_poll, now
         n = 0
         for _ in range(MAX_PER_POLL):
@@ -122,9 +139,22 @@ class XidWatcher:
             except Exception as e:  # whatever it is, the GPU rows of this sample go on
                 if getattr(e, "value", None) != _TIMEOUT:
                     self._stop(f"{self._waits[0] if self._waits else 'nvmlEventSetWait'} failed: "
-                               f"{_err_text(e)}; XID collection stopped")
+                               f"{_err_text(e)}; XID collection stopped", now, retry=bool(self._waits))
                 break
         return n
+
+    def _reopen(self, now: float) -> bool:
+        """One try at a new event set after a mid-run stop; True when XIDs are collected again."""
+        registered = self._open(now, lambda *a: None)
+        if not registered:
+            self._retry_s = min(self._retry_s * 2, RETRY_MAX_S)
+            self._retry_at = now + self._retry_s
+            return False
+        self.events.emit("source_available", {
+            "source": self.source, "capability": CAPABILITY, "xid_events": registered,
+            "resumed_after_s": round(now - self._stopped_at, 3), "stopped_unix": round(self._stopped_at, 3)}, now)
+        self._retry_at, self._retry_s, self._kept = None, RETRY_FIRST_S, {}
+        return True
 
     def _wait(self):
         """One non-blocking wait; an absent ``_v2`` (old driver or binding) falls back to the
@@ -164,8 +194,13 @@ class XidWatcher:
             "since_unix": round(since, 3) if since is not None else None}, now)
 
     # -- stopping ----------------------------------------------------------------------------
-    def _stop(self, reason: str) -> None:
+    def _stop(self, reason: str, now: float, retry: bool) -> None:
+        """Stop collecting (cells empty from now on); ``retry``: try a new set later, keeping the
+        counts to go on from (not where the binding has no wait function at all)."""
         self._off(reason)
+        if retry:
+            self._kept, self._stopped_at = dict(self.counts), now
+            self._retry_at, self._retry_s = now + RETRY_FIRST_S, RETRY_FIRST_S
         self.counts.clear()
         self._free()
 

@@ -18,16 +18,18 @@ this was written on, so nothing here was recorded from a live driver.
 
 Events (``nvmlEventSetCreate`` ... ``nvmlEventSetFree``) replay XIDs at recorded times. A
 device's ``xids`` is a list of ``{"after_s": s, "xid": code}``, in time order: raised ``s`` seconds of wall
-time (``time.time``, so a test may patch it) after the device was registered for
-``nvmlEventTypeXidCriticalError``, delivered once each, in time order across devices, by
+time (``time.time``, so a test may patch it) after the first ``nvmlInit`` since :func:`configure`
+(the driver's event clock). As in NVML, an XID reaches only the sets the device was registered in
+for ``nvmlEventTypeXidCriticalError`` when it was raised: one raised while no set was registered
+is lost. Each set delivers its XIDs once each, in time order across devices, through
 ``nvmlEventSetWait_v2`` / ``nvmlEventSetWait`` (NVML_ERROR_TIMEOUT when nothing is due; the
 fake never sleeps). A device's ``event_types`` is the mask ``nvmlDeviceGetSupportedEventTypes``
 answers (default: what Hopper boards list, XIDs included); ``unsupported`` may name
 ``event_types`` or ``register_events`` (NOT_SUPPORTED). Scenario-wide: ``missing_functions``
 names C functions the driver lacks (their binding raises FUNCTION_NOT_FOUND, as pynvml does;
 ``nvmlEventSetWait`` is the legacy wait, as in bindings before ``_v2``), and
-``event_wait_errors`` lists ``{"after_s": s, "error": code}``: the first wait at least ``s``
-seconds after the set was created raises that error (once each).
+``event_wait_errors`` lists ``{"after_s": s, "error": code}``: the first wait, on any set, at least
+``s`` seconds after the event clock's start raises that error (once each, driver-wide).
 
 ``HPCLAUNCH_FAKE_NVML_SCENARIO`` may name a JSON file with a scenario (used by the
 daemon subprocess tests); :func:`configure` sets one in-process. ``CALLS`` counts calls
@@ -220,12 +222,16 @@ _counters: Counter = Counter()
 CALLS: Counter = Counter()
 FIELDS_ASKED: list = []  # (device index, field ids) of each nvmlDeviceGetFieldValues call
 _initialised = False
+_event_t0 = None          # the event clock's start: the first nvmlInit since configure
+_event_errors_raised: set = set()
 
 
 def configure(scenario=None):
     """Install ``scenario`` (None: the default) and reset all counters."""
-    global _scenario
+    global _scenario, _event_t0
     _scenario = scenario if scenario is not None else default_scenario()
+    _event_t0 = None
+    _event_errors_raised.clear()
     _counters.clear()
     CALLS.clear()
     FIELDS_ASKED.clear()
@@ -269,11 +275,13 @@ def _count(name):
 
 # ---- the API -----------------------------------------------------------------------
 def nvmlInit():
-    global _initialised
+    global _initialised, _event_t0
     CALLS["nvmlInit"] += 1
     if _load().get("library_missing"):
         raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND)
     _initialised = True
+    if _event_t0 is None:
+        _event_t0 = time.time()
 
 
 def nvmlInitWithFlags(flags):
@@ -439,8 +447,7 @@ def nvmlDeviceGetSamples(device, sampling_type, timeStamp):
 class _EventSet:
     def __init__(self):
         self.created = time.time()
-        self.registered = []   # [handle, types, time registered, XIDs delivered]
-        self.errors = [dict(e) for e in _load().get("event_wait_errors", ())]
+        self.registered = []   # [handle, types, time registered, XIDs delivered or lost before it]
         self.freed = False
 
 
@@ -469,23 +476,26 @@ def nvmlDeviceRegisterEvents(handle, eventTypes, eventSet):
     d = _dev(handle)
     if "register_events" in d.get("unsupported", ()) or eventTypes & ~d.get("event_types", _DEFAULT_EVENT_TYPES):
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # none of the types is registered then
-    eventSet.registered.append([handle, eventTypes, time.time(), 0])
+    now = time.time()
+    xids = d.get("xids", []) if eventTypes & nvmlEventTypeXidCriticalError else []
+    lost = sum(1 for x in xids if _event_t0 + x["after_s"] < now)  # raised before: not this set's
+    eventSet.registered.append([handle, eventTypes, now, lost])
 
 
 def _wait(eventSet):
     if eventSet.freed:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     now = time.time()
-    for e in eventSet.errors:
-        if eventSet.created + e["after_s"] <= now:
-            eventSet.errors.remove(e)
+    for i, e in enumerate(_load().get("event_wait_errors", ())):
+        if i not in _event_errors_raised and _event_t0 + e["after_s"] <= now:
+            _event_errors_raised.add(i)
             raise NVMLError(e["error"])
     due = []
     for reg in eventSet.registered:
         handle, types, t_reg, done = reg
         xids = _dev(handle).get("xids", []) if types & nvmlEventTypeXidCriticalError else []
-        if done < len(xids) and t_reg + xids[done]["after_s"] <= now:
-            due.append((t_reg + xids[done]["after_s"], handle.index, reg, xids[done]["xid"]))
+        if done < len(xids) and _event_t0 + xids[done]["after_s"] <= now:
+            due.append((_event_t0 + xids[done]["after_s"], handle.index, reg, xids[done]["xid"]))
     if not due:
         raise NVMLError(NVML_ERROR_TIMEOUT)
     _, _, reg, xid = min(due, key=lambda x: x[:2])

@@ -194,12 +194,54 @@ def test_event_set_error_mid_run_stops_collection_once_and_sampling_goes_on(fake
     assert fake.CALLS["nvmlEventSetFree"] == 1
     waits = fake.CALLS["nvmlEventSetWait_v2"]
     _at(s, clock, 7, 8)
-    assert fake.CALLS["nvmlEventSetWait_v2"] == waits    # not asked again
+    assert fake.CALLS["nvmlEventSetWait_v2"] == waits    # not asked again before a new set is tried
     # counted up to the error; empty from then on (XIDs may have been missed)
     assert [rs[0][C["xid_count"]] for rs in rows] == [0, 1, 1, None, None, None, None]
     assert all(r[C["power_w"]] is not None and r[C["error"]] is None for rs in rows for r in rs)
     s.close()
     assert fake.CALLS["nvmlEventSetFree"] == 1           # freed once only
+
+
+def test_a_new_set_resumes_collection_and_the_counts_go_on(fake, events, clock):
+    from hpclaunch.monitors.xid import RETRY_FIRST_S
+    sc = fake.default_scenario()
+    # 79 before the error at 2.5 s, 48 in the gap (lost, as NVML loses it), 31 after the new set
+    sc["devices"][0]["xids"] = [{"after_s": 0.5, "xid": 79}, {"after_s": 4.5, "xid": 48},
+                                {"after_s": RETRY_FIRST_S + 10.5, "xid": 31}]
+    sc["event_wait_errors"] = [{"after_s": 2.5, "error": 999}]
+    fake.configure(sc)
+    s = _sampler(fake, events, clock)
+    times = (0, 1, 3, RETRY_FIRST_S + 2, RETRY_FIRST_S + 3, RETRY_FIRST_S + 11)
+    rows = _at(s, clock, *times)
+    assert [d["xid"] for d in events.of("xid")] == [79, 31]
+    assert [d["xid_count"] for d in events.of("xid")] == [1, 2]
+    assert [[r[C["xid_count"]] for r in rs] for rs in rows] == [[0, 0], [1, 0], [None, None], [None, None],
+                                                                [1, 0], [2, 0]]
+    resumed = [d for d in events.of("source_available") if d.get("capability") == "xid_events"]
+    assert resumed == [{"source": "nvml", "capability": "xid_events", "xid_events": [0, 1],
+                        "resumed_after_s": RETRY_FIRST_S, "stopped_unix": T0 + 3}]
+    assert len(_xid_unavailable(events)) == 1 and fake.CALLS["nvmlEventSetCreate"] == 2
+    s.close()
+    assert fake.CALLS["nvmlEventSetFree"] == 2
+
+
+def test_a_failing_new_set_is_retried_at_doubling_intervals_and_said_once(fake, events, clock, monkeypatch):
+    from hpclaunch.monitors.xid import RETRY_FIRST_S, RETRY_MAX_S
+    sc = fake.default_scenario()
+    sc["event_wait_errors"] = [{"after_s": 0.5, "error": 15}]   # GPU_IS_LOST
+    fake.configure(sc)
+    s = _sampler(fake, events, clock)
+    _at(s, clock, 0, 1)                                          # stops at 1
+    monkeypatch.setattr(fake, "nvmlEventSetCreate", lambda: (_ for _ in ()).throw(fake.NVMLError(15)))
+    tries = []
+    real = s.xid._open
+    monkeypatch.setattr(s.xid, "_open", lambda now, say: (tries.append(now - T0), real(now, say))[1])
+    _at(s, clock, *range(2, 2000, 1))
+    # 30, 60, 120, 240, 480 s apart, then RETRY_MAX_S (600 s)
+    assert RETRY_FIRST_S * 32 > RETRY_MAX_S > RETRY_FIRST_S * 16
+    assert tries == [1 + RETRY_FIRST_S * k for k in (1, 3, 7, 15, 31)] + [1 + RETRY_FIRST_S * 31 + RETRY_MAX_S]
+    assert len(_xid_unavailable(events)) == 1                    # the stop; no record per failed try
+    assert not [d for d in events.of("source_available") if d.get("capability") == "xid_events"]
 
 
 def test_register_unknown_error_frees_the_undefined_set(fake, events, clock, monkeypatch):

@@ -83,6 +83,25 @@ def test_collection_unavailable_or_stopped_is_a_warning(tmp_path):
     assert "XID errors: none on 1 GPU(s) with XID collection; not collected on 1 GPU(s)" in render(rep, "text")
 
 
+def test_collection_resumed_after_a_stop_names_the_gap(tmp_path):
+    write_run(tmp_path, [GpuSpec("n1", 0, ranks="0")], duration=300)
+    write_events(tmp_path, "n1", [
+        (0.5, "source_available", {"source": "nvml", "xid_events": [0]}),
+        (120, "source_unavailable", {"source": "nvml", "capability": "xid_events",
+                                     "reason": "nvmlEventSetWait_v2 failed: NVMLError_Unknown: Unknown Error; "
+                                               "XID collection stopped"}),
+        (150, "source_available", {"source": "nvml", "capability": "xid_events", "xid_events": [0],
+                                   "resumed_after_s": 30.0, "stopped_unix": T0 + 120}),
+        _xid(200, 0, 31, 2, "0")])
+    rep = build_report(tmp_path)
+    assert _gpus(rep)[("n1", 0)]["xids"] == [{"xid": 31, "count": 1, "first_unix": T0 + 200, "last_unix": T0 + 200}]
+    def when(t):
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+    gap = [x for x in rep.data["warnings"] if "collected again" in x]
+    assert gap == [f"n1: XID events collected again from {when(T0 + 150)} UTC; none were collected for 30 s "
+                   f"before (from {when(T0 + 120)} UTC)"], rep.data["warnings"]
+
+
 def test_runs_from_before_xid_collection_still_read(tmp_path):
     """Old GPU files (no xid_count column) and no XID records: xids null, said once, nothing else."""
     write_run(tmp_path, [GpuSpec("n1", 0, ranks="0")], duration=300, old_gpu_header=True)
