@@ -29,7 +29,8 @@ XID_NAMES = {
 
 @dataclass
 class XidLog:
-    by_gpu: Dict[Tuple[str, int], List[Tuple[float, int]]] = field(default_factory=dict)
+    # (time, code, MIG "gpu_instance/compute_instance" or None for the whole GPU)
+    by_gpu: Dict[Tuple[str, int], List[Tuple[float, int, Optional[str]]]] = field(default_factory=dict)
     collected: Set[Tuple[str, int]] = field(default_factory=set)
     unavailable: Dict[Tuple[str, Optional[int], str], None] = field(default_factory=dict)  # ordered set
     unmatched: List[Tuple[str, float, int]] = field(default_factory=list)
@@ -71,7 +72,9 @@ def read(paths) -> XidLog:
                         if idx is None:
                             log.unmatched.append((host, t, code))
                         else:
-                            log.by_gpu.setdefault((host, int(idx)), []).append((t, code))
+                            gi, ci = d.get("gpu_instance_id"), d.get("compute_instance_id")
+                            mig = f"{gi}/{ci}" if gi is not None else None
+                            log.by_gpu.setdefault((host, int(idx)), []).append((t, code, mig))
                     elif kind == "source_available" and d.get("source") == "nvml":
                         log.collected.update((host, int(i)) for i in d.get("xid_events") or ())
                         if d.get("resumed_after_s") is not None:
@@ -84,13 +87,22 @@ def read(paths) -> XidLog:
     return log
 
 
-def summarize(records: List[Tuple[float, int]]) -> List[dict]:
-    """Per code: count, first and last time, by code."""
+def summarize(records: List[Tuple[float, int, Optional[str]]]) -> List[dict]:
+    """Per code: count, first and last time, by code; ``mig_instances`` ("GI/CI") where the
+    driver named MIG instances."""
     by: Dict[int, List[float]] = defaultdict(list)
-    for t, code in records:
+    migs: Dict[int, Set[str]] = defaultdict(set)
+    for t, code, mig in records:
         by[code].append(t)
-    return [{"xid": c, "count": len(ts), "first_unix": min(ts), "last_unix": max(ts)}
-            for c, ts in sorted(by.items())]
+        if mig is not None:
+            migs[code].add(mig)
+    out = []
+    for c, ts in sorted(by.items()):
+        x = {"xid": c, "count": len(ts), "first_unix": min(ts), "last_unix": max(ts)}
+        if migs[c]:
+            x["mig_instances"] = sorted(migs[c])
+        out.append(x)
+    return out
 
 
 def apply(gpus: List[dict], log: XidLog, warnings: List[str]) -> None:
@@ -138,7 +150,8 @@ def table(data: dict) -> Tuple[Tuple[str, ...], List[tuple]]:
     rows = []
     for g in data["gpus"]:
         for x in g.get("xids") or ():
-            rows.append((f"{g['host']}/{g['index']}", ",".join(map(str, g["ranks"])) or "-", x["xid"],
+            mig = f" (MIG {', '.join(x['mig_instances'])})" if x.get("mig_instances") else ""
+            rows.append((f"{g['host']}/{g['index']}{mig}", ",".join(map(str, g["ranks"])) or "-", x["xid"],
                          XID_NAMES.get(x["xid"], ""), x["count"], _when(x["first_unix"]), _when(x["last_unix"])))
     return ("GPU", "ranks", "XID", "meaning", "count", "first (UTC)", "last (UTC)"), rows
 

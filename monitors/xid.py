@@ -31,6 +31,7 @@ XID_EVENT = 0x8          # nvmlEventTypeXidCriticalError (nvml.h); not every bin
 _TIMEOUT = 10            # NVML_ERROR_TIMEOUT: nothing (more) to deliver
 _FUNCTION_NOT_FOUND = 13  # pynvml's answer when the driver's library lacks the C function
 _UNKNOWN = 999           # RegisterEvents: "the event set is in an undefined state and should be freed"
+_INSTANCE_ANY = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of an event that is not a MIG instance's
 MAX_PER_POLL = 256       # bounded work per sample in an XID storm; the rest waits in the set
 RETRY_FIRST_S = 30.0     # a mid-run event-set error: first try of a new set after this long
 RETRY_MAX_S = 600.0      # ... then doubling, to at most this
@@ -188,10 +189,17 @@ class XidWatcher:
             count = self.counts[g.index]
         # The event carries no time: it happened after the previous poll (since_unix) and at or
         # before this one (the record's time, the sample's).
-        self.events.emit("xid", {
+        detail = {
             "gpu_index": g.index if g is not None else None, "uuid": g.uuid if g is not None else None,
             "ranks": g.ranks if g is not None else "", "xid": int(data.eventData), "xid_count": count,
-            "since_unix": round(since, 3) if since is not None else None}, now)
+            "since_unix": round(since, 3) if since is not None else None}
+        # On a MIG GPU the driver names the instance the error hit (0xFFFFFFFF: the whole GPU);
+        # only a MIG instance's jobs are affected, so an admin needs it.
+        for key, attr in (("gpu_instance_id", "gpuInstanceId"), ("compute_instance_id", "computeInstanceId")):
+            value = getattr(data, attr, None)
+            if isinstance(value, int) and value != _INSTANCE_ANY:
+                detail[key] = value
+        self.events.emit("xid", detail, now)
 
     # -- stopping ----------------------------------------------------------------------------
     def _stop(self, reason: str, now: float, retry: bool) -> None:

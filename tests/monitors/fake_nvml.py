@@ -17,7 +17,8 @@ hand-made from public ``nvidia-smi -q`` dumps of H100 80GB HBM3 boards (idle ~72
 this was written on, so nothing here was recorded from a live driver.
 
 Events (``nvmlEventSetCreate`` ... ``nvmlEventSetFree``) replay XIDs at recorded times. A
-device's ``xids`` is a list of ``{"after_s": s, "xid": code}``, in time order: raised ``s`` seconds of wall
+device's ``xids`` is a list of ``{"after_s": s, "xid": code}`` (on a MIG GPU with
+``gpu_instance_id`` and ``compute_instance_id``; else the event names the whole GPU), in time order: raised ``s`` seconds of wall
 time (``time.time``, so a test may patch it) after the first ``nvmlInit`` since :func:`configure`
 (the driver's event clock). As in NVML, an XID reaches only the sets the device was registered in
 for ``nvmlEventTypeXidCriticalError`` when it was raised: one raised while no set was registered
@@ -495,13 +496,14 @@ def _wait(eventSet):
         handle, types, t_reg, done = reg
         xids = _dev(handle).get("xids", []) if types & nvmlEventTypeXidCriticalError else []
         if done < len(xids) and _event_t0 + xids[done]["after_s"] <= now:
-            due.append((_event_t0 + xids[done]["after_s"], handle.index, reg, xids[done]["xid"]))
+            due.append((_event_t0 + xids[done]["after_s"], handle.index, reg, xids[done]))
     if not due:
         raise NVMLError(NVML_ERROR_TIMEOUT)
     _, _, reg, xid = min(due, key=lambda x: x[:2])
     reg[3] += 1
-    return _Struct(device=_Handle(reg[0].index), eventType=nvmlEventTypeXidCriticalError, eventData=xid,
-                   gpuInstanceId=_INSTANCE_ANY, computeInstanceId=_INSTANCE_ANY)
+    return _Struct(device=_Handle(reg[0].index), eventType=nvmlEventTypeXidCriticalError, eventData=xid["xid"],
+                   gpuInstanceId=xid.get("gpu_instance_id", _INSTANCE_ANY),
+                   computeInstanceId=xid.get("compute_instance_id", _INSTANCE_ANY))
 
 
 def nvmlEventSetWait_v2(eventSet, timeoutms):

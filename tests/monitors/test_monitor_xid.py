@@ -74,6 +74,18 @@ def test_each_xid_is_one_event_with_its_gpu_and_ranks_and_counts_in_the_rows(fak
         [0, 0], [0, 1], [2, 1], [2, 1], [3, 1], [3, 1], [3, 1]]
 
 
+def test_a_mig_instance_xid_names_its_instance(fake, events, clock):
+    sc = fake.default_scenario()
+    sc["devices"][0]["xids"] = [{"after_s": 0.5, "xid": 43, "gpu_instance_id": 2, "compute_instance_id": 0},
+                                {"after_s": 0.6, "xid": 79}]
+    fake.configure(sc)
+    s = _sampler(fake, events, clock)
+    _at(s, clock, 0, 1)
+    first, second = events.of("xid")
+    assert (first["xid"], first["gpu_instance_id"], first["compute_instance_id"]) == (43, 2, 0)
+    assert second["xid"] == 79 and "gpu_instance_id" not in second and "compute_instance_id" not in second
+
+
 def test_one_non_blocking_wait_per_sample_not_per_gpu(fake, events, clock):
     sc = fake.default_scenario()
     sc["devices"] = [fake._h100(f"GPU-{i:08d}-0000-4000-8000-000000000000", i) for i in range(8)]

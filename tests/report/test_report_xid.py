@@ -92,9 +92,15 @@ def test_collection_resumed_after_a_stop_names_the_gap(tmp_path):
                                                "XID collection stopped"}),
         (150, "source_available", {"source": "nvml", "capability": "xid_events", "xid_events": [0],
                                    "resumed_after_s": 30.0, "stopped_unix": T0 + 120}),
-        _xid(200, 0, 31, 2, "0")])
+        _xid(200, 0, 31, 2, "0"),
+        (210, "xid", {**_xid(210, 0, 43, 3, "0")[2], "gpu_instance_id": 2, "compute_instance_id": 0}),
+        (220, "xid", {**_xid(220, 0, 43, 4, "0")[2], "gpu_instance_id": 1, "compute_instance_id": 0})])
     rep = build_report(tmp_path)
-    assert _gpus(rep)[("n1", 0)]["xids"] == [{"xid": 31, "count": 1, "first_unix": T0 + 200, "last_unix": T0 + 200}]
+    assert _gpus(rep)[("n1", 0)]["xids"] == [
+        {"xid": 31, "count": 1, "first_unix": T0 + 200, "last_unix": T0 + 200},
+        {"xid": 43, "count": 2, "first_unix": T0 + 210, "last_unix": T0 + 220, "mig_instances": ["1/0", "2/0"]}]
+    assert any("n1/0 (MIG 1/0, 2/0)" in ln and "GPU stopped processing" in ln
+               for ln in render(rep, "text", width=200).splitlines())
     def when(t):
         return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
     gap = [x for x in rep.data["warnings"] if "collected again" in x]
