@@ -16,6 +16,8 @@ from typing import Any, Dict, Iterable, List
 
 import numpy as np
 
+from .report_model import SLOWDOWN_REASONS, build
+
 FLEET_SCHEMA = "hpclaunch.fleet_report/1"
 OUTLIER_MIN_C = 3.0
 OUTLIER_K = 3.0
@@ -43,7 +45,6 @@ def _acc(d: Dict[str, dict], key, e_total, e_gpu, e_cpu, gpu_h, complete):
 
 
 def _add_reasons(into: Dict[str, float], throttle_s: Dict[str, Any]) -> None:
-    from .report_model import SLOWDOWN_REASONS
     for reason in SLOWDOWN_REASONS:
         v = throttle_s.get(reason)
         if v:
@@ -52,7 +53,6 @@ def _add_reasons(into: Dict[str, float], throttle_s: Dict[str, Any]) -> None:
 
 def _in_order(reasons: Dict[str, float]) -> Dict[str, float]:
     """Reasons in NVML bit order, rounded; a slot's hw_slowdown is the line an admin looks for."""
-    from .report_model import SLOWDOWN_REASONS
     return {r: round(reasons[r], 2) for r in SLOWDOWN_REASONS if r in reasons}
 
 
@@ -62,7 +62,6 @@ def reasons_text(reasons: Dict[str, float]) -> str:
 
 
 def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetReport:
-    from .report_model import build
 
     warnings: List[str] = []
     jobs: List[dict] = []

@@ -16,7 +16,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import report_xid
-from .report_model import SLOWDOWN_REASONS, throttle_by_reason
+from .report_model import SLOWDOWN_REASONS, throttle_by_reason_cell
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
@@ -244,10 +244,10 @@ def _gpu_lines(report, key: str, pick_by: str):
 
 def _by_reason(g) -> str:
     """The GPU's slowdown reasons with time, as in the JSON; "none", or "n/a" when nothing was logged."""
-    rs = throttle_by_reason(g)
-    if not rs:
+    cell = throttle_by_reason_cell(g)
+    if not cell:
         return "n/a" if all(g["throttle_s"].get(r) is None for r in SLOWDOWN_REASONS) else "none"
-    return "; ".join(f"{r}={_n(v, 1)}{'*' if c else ''}" for r, v, c in rs)
+    return cell
 
 
 def _xids(d) -> str:

@@ -60,6 +60,13 @@ def throttle_by_reason(gpu: Dict[str, Any]) -> List[Tuple[str, float, bool]]:
     return [(r, ts[r], src.get(r, "").startswith("violation_counter")) for r in SLOWDOWN_REASONS if ts.get(r)]
 
 
+def throttle_by_reason_cell(gpu: Dict[str, Any]) -> str:
+    """``reason=seconds`` per slowdown reason with time, ``*`` for an NVML counter figure, for the
+    text and HTML tables; no space inside an item, so a wrapped cell breaks between reasons."""
+    return "; ".join(f"{r}={v:,.1f}{'*' if c else ''}" if isinstance(v, float) else f"{r}={v}{'*' if c else ''}"
+                     for r, v, c in throttle_by_reason(gpu))
+
+
 def _f(x) -> Optional[float]:
     """float or None (NaN/inf -> None)."""
     if x is None:

@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import report_xid
-from .report_model import throttle_by_reason
+from .report_model import throttle_by_reason_cell
 
 SPARK = "▁▂▃▄▅▆▇█"
 MAX_GPU_ROWS = 24
@@ -93,14 +93,14 @@ def _throttle_by_reason(con, gpus) -> None:
     from rich import box
     from rich.table import Table
 
-    rows = [(g, rs) for g in gpus if (rs := throttle_by_reason(g))]
+    rows = [(g, cell) for g in gpus if (cell := throttle_by_reason_cell(g))]
     if not rows:
         return
     t = Table(title="Throttle time by reason (s)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     t.add_column("gpu", no_wrap=True)
     t.add_column("reasons with time (* = NVML counter, else sampled bitmask)")
-    for g, rs in rows[:MAX_GPU_ROWS]:
-        t.add_row(f"{g['host']}/{g['index']}", "; ".join(f"{r}={_n(v, 1)}{'*' if c else ''}" for r, v, c in rs))
+    for g, cell in rows[:MAX_GPU_ROWS]:
+        t.add_row(f"{g['host']}/{g['index']}", cell)
     con.print(t)
     if len(rows) > MAX_GPU_ROWS:
         con.print(f"... {len(rows) - MAX_GPU_ROWS} more throttled GPUs (see --format json/html)")
