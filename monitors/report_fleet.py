@@ -62,7 +62,6 @@ def reasons_text(reasons: Dict[str, float]) -> str:
 
 
 def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetReport:
-
     warnings: List[str] = []
     jobs: List[dict] = []
     by_user: Dict[str, dict] = {}
