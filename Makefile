@@ -3,13 +3,15 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_STAMP := .apt-installed
 SLURM_STATE ?= /tmp/hpclaunch-slurm
-# Debian packages: Open MPI for the mpi launcher, Chromium to check the HTML report renders.
+# Debian packages, checked one by one on every run (never a stamp: a stamp in a clone or a used machine
+# says nothing about this one). Open MPI and its headers (mpi.h for `make horovod`); libpmix-dev for
+# Slurm's mpi/pmix plugin, which dlopens the unversioned libpmix.so that only the -dev package ships;
+# cmake and g++ for the Horovod build; Chromium to check the HTML report renders.
 # The Slurm packages are installed by tests/cluster/slurm-up.sh itself.
-APT_PACKAGES := openmpi-bin libopenmpi-dev chromium
+APT_PACKAGES := openmpi-bin libopenmpi-dev libpmix-dev cmake g++ chromium
 
-.PHONY: all venv deps test test-fast demo golden cluster-up cluster-down bench clean horovod
+.PHONY: all venv deps check-deps test test-fast demo golden cluster-up cluster-down bench clean horovod
 
 all: venv
 
@@ -23,14 +25,19 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install -q -e '.[train,mpi,report,test]'
 	touch $@
 
-deps: $(APT_STAMP)
-
-$(APT_STAMP):
-	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+# Installs whichever of APT_PACKAGES dpkg does not report as installed, then checks them all again.
+deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
+	  echo "deps: installing" $$missing; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
-	touch $@
+	@$(MAKE) --no-print-directory check-deps
+
+# Fails, naming them, when any of APT_PACKAGES is missing (tests/test_deps.py runs it).
+check-deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then echo "missing Debian packages:" $$missing >&2; exit 1; fi
 
 # Starts the throwaway Slurm cluster (root); prints the line to point Slurm commands at it.
 cluster-up:
