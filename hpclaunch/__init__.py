@@ -7,12 +7,12 @@ __all__ = ["submit", "Job", "submit_function", "map_function", "executor", "__ve
 
 def __getattr__(name):  # lazy: `import hpclaunch` stays cheap for the CLI and for ranks
     if name == "submit":
-        from .submission import submit
+        from hpclaunch.runs.submission import submit
         return submit
     if name == "Job":
-        from .jobs import Job
+        from hpclaunch.runs.jobs import Job
         return Job
     if name in ("submit_function", "map_function", "executor"):
-        from .launchers import submitit_backend
+        from hpclaunch.launchers import submitit_backend
         return getattr(submitit_backend, name)
     raise AttributeError(name)

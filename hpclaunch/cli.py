@@ -11,7 +11,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="hpclaunch",
         description="Run distributed training on Slurm (or locally) and account for its energy and heat.",
     )
-    from . import __version__
+    from hpclaunch import __version__
     p.add_argument("--version", action="version", version=f"hpclaunch {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.cmd:
         _parser().print_help()
         return 2
-    from .errors import HpclaunchError
+    from hpclaunch.common.errors import HpclaunchError
     try:
         return _COMMANDS[args.cmd](args)
     except HpclaunchError as e:
@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .loading import resolve_job
-    from .yamlio import display_path
+    from hpclaunch.spec.loading import resolve_job
+    from hpclaunch.spec.yamlio import display_path
     r = resolve_job(args.job, args.override)
     j = r.job.resources
     print(f"{display_path(args.job)}: valid \u2014 job '{r.job.name}', profile '{r.profile.profile.name}', "
@@ -113,18 +113,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from .launchers.render import render_job
-    from .loading import resolve_job
+    from hpclaunch.launchers.render import render_job
+    from hpclaunch.spec.loading import resolve_job
     sys.stdout.write(render_job(resolve_job(args.job, args.override)))
     return 0
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    from .profiles import available_profiles, find_profile, load_profile
-    from .yamlio import display_path, dump_yaml
+    from hpclaunch.spec.profiles import available_profiles, find_profile, load_profile
+    from hpclaunch.spec.yamlio import display_path, dump_yaml
     if args.action == "show" or args.name:
         if not args.name:
-            from .errors import HpclaunchError
+            from hpclaunch.common.errors import HpclaunchError
             raise HpclaunchError("profiles show: which profile? \u2014 e.g. hpclaunch profiles show local")
         lp = load_profile(args.name)
         print(f"# {display_path(lp.path)}" + (f" (extends {' <- '.join(display_path(c) for c in lp.chain[:-1])})"
@@ -144,8 +144,8 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     import os
-    from .errors import HpclaunchError
-    from .starter import starter_job
+    from hpclaunch.common.errors import HpclaunchError
+    from hpclaunch.spec.starter import starter_job
     if os.path.exists(args.file) and not args.force:
         raise HpclaunchError(f"{args.file}: already exists \u2014 pick another name or add --force")
     name = args.name or os.path.splitext(os.path.basename(args.file))[0] or "job"
@@ -156,19 +156,19 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     import json
-    from .typedload import json_schema
+    from hpclaunch.spec.typedload import json_schema
     if args.profile:
-        from .profile import Profile
+        from hpclaunch.spec.profile import Profile
         schema = json_schema(Profile, "hpclaunch cluster profile")
     else:
-        from .job import Job
+        from hpclaunch.spec.job import Job
         schema = json_schema(Job, "hpclaunch job file")
     print(json.dumps(schema, indent=2, default=str))
     return 0
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from .submission import submit, test_only
+    from hpclaunch.runs.submission import submit, test_only
     if args.test_only:
         verdict = test_only(args.job, args.override, after=args.after)
         if args.json:
@@ -215,8 +215,8 @@ def _counts(tasks: dict) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .jobs import Job, find_job
-    from .registry import Registry
+    from hpclaunch.runs.jobs import Job, find_job
+    from hpclaunch.runs.registry import Registry
     if args.job:
         jobs = [find_job(args.job)]
     else:
@@ -246,14 +246,14 @@ def _parse_age(text: str) -> float:
     import re
     m = re.match(r"^(\d+(?:\.\d+)?)([smhdw])$", text.strip())
     if not m:
-        from .errors import HpclaunchError
+        from hpclaunch.common.errors import HpclaunchError
         raise HpclaunchError(f"--since {text}: expected an age like 30m, 12h or 7d — e.g. --since 7d")
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     import time as _time
-    from .registry import Registry
+    from hpclaunch.runs.registry import Registry
     reg = Registry()
     since = _time.time() - _parse_age(args.since) if args.since else None
     recs = reg.list(since=since, active_only=not (args.all or args.since))
@@ -269,7 +269,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from .jobs import find_job, ordered_logs
+    from hpclaunch.runs.jobs import find_job, ordered_logs
     job = find_job(args.job)
     task = args.task
     tasks = job.tasks() if task is None else []
@@ -282,7 +282,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
                   f"{' (' + ', '.join(map(str, failed[:10])) + (', ...' if len(failed) > 10 else '') + ')' if failed else ''}"
                   f"; showing task {task} \u2014 another with --task N", file=sys.stderr)
     elif task is not None and not os.path.isdir(os.path.join(job.run_dir, f"task{task}")):
-        from .errors import HpclaunchError
+        from hpclaunch.common.errors import HpclaunchError
         raise HpclaunchError(f"--task {task}: job {job.id} has no task {task} in {job.run_dir} \u2014 "
                              "give a task index of its sweep")
     logs = ordered_logs(job.rank_logs(args.attempt, task))
@@ -327,7 +327,7 @@ def _follow_logs(job, rank, task=None) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from .jobs import find_job
+    from hpclaunch.runs.jobs import find_job
     job = find_job(args.job)
     job.cancel()
     if args.json:
@@ -338,15 +338,15 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .errors import HpclaunchError
+    from hpclaunch.common.errors import HpclaunchError
     fmt = args.format
     if fmt is None:
         suffix = os.path.splitext(args.output or "")[1].lower()
         fmt = {".json": "json", ".html": "html", ".htm": "html"}.get(suffix, "text")
     if args.since:
         import time as _time
-        from .monitors.report import build_fleet_report, render_fleet
-        from .registry import Registry
+        from hpclaunch.monitors.report import build_fleet_report, render_fleet
+        from hpclaunch.runs.registry import Registry
         since = _time.time() - _parse_age(args.since)
         rows = [{"id": r.job_id, "name": r.name, "user": r.user, "partition": r.partition or "",
                  "run_dir": r.run_dir, "submit_time": r.submit_time} for r in Registry().list(since=since)]
@@ -356,11 +356,11 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise HpclaunchError("report: which job? — give a job id, name or run directory, or --since 7d")
         run_dir = args.job if os.path.isdir(args.job) else None
         if run_dir is None:
-            from .jobs import find_job
+            from hpclaunch.runs.jobs import find_job
             run_dir = find_job(args.job).run_dir
         if not os.path.isdir(os.path.join(run_dir, "monitor")) and not os.path.isdir(os.path.join(run_dir, "metrics")):
             raise HpclaunchError(f"{run_dir}: no monitor/ or metrics/ folder — is this a run directory?")
-        from .monitors.report import build_report, render
+        from hpclaunch.monitors.report import build_report, render
         color = args.output is None and sys.stdout.isatty()
         out = render(build_report(run_dir), fmt, color=color)
     if args.output:
@@ -373,8 +373,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _write_user_file(path: str, data, what: str) -> None:
     """Write a file the user named (atomically); a path that cannot be written is their one-line error."""
-    from .atomic import file_in_the_way, write_atomic
-    from .errors import HpclaunchError
+    from hpclaunch.common.atomic import file_in_the_way, write_atomic
+    from hpclaunch.common.errors import HpclaunchError
     try:
         write_atomic(path, data, mode=0o644)
     except OSError as e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from .request import BatchRequest
+from hpclaunch.launchers.request import BatchRequest
 
 _ENV = None
 
@@ -58,5 +58,5 @@ def render_script(request: BatchRequest) -> str:
 
 
 def render_job(resolved) -> str:
-    from .request import build_request
+    from hpclaunch.launchers.request import build_request
     return render_script(build_request(resolved))

@@ -7,11 +7,11 @@ or calls sbatch.
 from __future__ import annotations
 
 import re
-from hpclaunch.model import field, model
+from hpclaunch.common.model import field, model
 from typing import Optional, Tuple
 
-from hpclaunch.loading import Resolved
-from hpclaunch.units import format_time, parse_time_seconds
+from hpclaunch.spec.loading import Resolved
+from hpclaunch.spec.units import format_time, parse_time_seconds
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: "save done, run me again"
 
@@ -169,7 +169,7 @@ def _sweep_tasks(job):
     if job.sweep is None:
         return (), set()
     import json
-    from hpclaunch.sweep import fill, points
+    from hpclaunch.spec.sweep import fill, points
     varying = {k for k, v in job.env.items() if _has_placeholder(v)}
     tasks = []
     swept_env = [name.split(".", 1)[1] for name in job.sweep.parameters if name.startswith("env.")]

@@ -306,7 +306,7 @@ monitor: {interval: 0}
     assert [(r["rank"], r["text"]) for r in rows] == [(0, "hello from 0\n")]
 
     # list --since: a job submitted now is listed, one recorded two hours ago is not
-    import hpclaunch.registry as registry
+    import hpclaunch.runs.registry as registry
     with monkeypatch.context() as m:
         two_hours_ago = time.time() - 7200
         m.setattr(registry, "time", type("Clock", (), {"time": staticmethod(lambda: two_hours_ago)}))

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hpclaunch.launchers.render import render_job
-from hpclaunch.loading import resolve_job
+from hpclaunch.spec.loading import resolve_job
 
 FAKES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fakes")
 # Characters no argv/env entry can carry (NUL) or UTF-8 cannot encode (surrogates).

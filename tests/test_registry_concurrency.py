@@ -15,7 +15,7 @@ PER_PROC = 100
 def _writer(home: str, worker: int, start, errors) -> None:
     os.environ["HPCLAUNCH_HOME"] = home
     try:
-        from hpclaunch.registry import Registry
+        from hpclaunch.runs.registry import Registry
         start.wait(30)  # every process opens the (possibly new) database at the same moment
         reg = Registry()
         for i in range(PER_PROC):
@@ -70,7 +70,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
 def test_a_reused_slurm_job_id_retires_the_older_row(tmp_path, monkeypatch):
     """A fresh cluster starts job ids at 1 again: the registry must take the new job, not fail."""
     monkeypatch.setenv("HPCLAUNCH_HOME", str(tmp_path / "home"))
-    from hpclaunch.registry import Registry
+    from hpclaunch.runs.registry import Registry
     reg = Registry()
     old = reg.add(backend="slurm", cluster="c", job_id="5", name="first", run_dir="/runs/first-5")
     new = reg.add(backend="slurm", cluster="c", job_id="5", name="second", run_dir="/runs/second-5")

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from hpclaunch.launchers.render import render_job
-from hpclaunch.loading import resolve_job
+from hpclaunch.spec.loading import resolve_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "golden")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hpclaunch.launchers import slurmcli
+from hpclaunch.launchers.backends import slurmcli
 
 
 def test_clean_env_drops_an_enclosing_jobs_settings():

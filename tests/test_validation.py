@@ -89,7 +89,7 @@ def test_override_errors_name_the_command_line(run_cli, write):
 
 
 def test_override_keeps_strings_exact(write):
-    from hpclaunch.loading import resolve_job
+    from hpclaunch.spec.loading import resolve_job
     path = write("job.yaml", GOOD)
     r = resolve_job(path, ["name=007", "env.X=yes", "resources.nodes=1"])
     assert r.job.name == "007" and r.job.env["X"] == "yes" and r.job.resources.nodes == 1
@@ -123,7 +123,7 @@ def test_profile_extends_cycle_and_bad_profile(run_cli, write):
 
 
 def test_user_profile_dir_comes_first(write, tmp_path, monkeypatch):
-    from hpclaunch.loading import resolve_job
+    from hpclaunch.spec.loading import resolve_job
     write("hpc_profiles/local.yaml", "name: mine\nnode: {cpus: 64}\n")
     monkeypatch.chdir(tmp_path)
     r = resolve_job(write("job.yaml", GOOD + "resources: {tasks_per_node: 32}\n"))
@@ -151,8 +151,8 @@ def test_list_item_names_the_file_it_came_from(run_cli, write):
 def _wrong_type_cases():
     """Every top-level key of a job file, each given a value of the wrong YAML type."""
     import typing
-    from hpclaunch.job import Job
-    from hpclaunch.model import fields, is_model
+    from hpclaunch.spec.job import Job
+    from hpclaunch.common.model import fields, is_model
     hints = typing.get_type_hints(Job)
     cases = []
     for f in fields(Job):
@@ -174,8 +174,8 @@ WRONG_TYPES = _wrong_type_cases()
 
 
 def test_wrong_type_cases_cover_every_top_level_key():
-    from hpclaunch.job import Job
-    from hpclaunch.model import fields
+    from hpclaunch.spec.job import Job
+    from hpclaunch.common.model import fields
     assert {key for key, _, _ in WRONG_TYPES} == {f.name for f in fields(Job)}
     # the derivation from the schema sorts the sections right (a slip would test them as words)
     mappings = {key for key, _, words in WRONG_TYPES if words.startswith("expected a mapping")}

@@ -38,7 +38,7 @@ _STEP_RE = re.compile(r"^step-(\d+)$")
 Payload = Union[bytes, Callable[[str], None]]   # bytes, or a function that writes the file at a path
 
 
-from hpclaunch.atomic import fsync_dir as _fsync_dir  # noqa: E402 - one implementation for the project
+from hpclaunch.common.atomic import fsync_dir as _fsync_dir  # noqa: E402 - one implementation for the project
 
 
 class CheckpointError(RuntimeError):

@@ -113,7 +113,7 @@ def requeue_exit_code(env=None) -> int:
 
 
 def atomic_write_text(path: str, text: str) -> None:
-    from hpclaunch.atomic import write_atomic
+    from hpclaunch.common.atomic import write_atomic
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     write_atomic(path, text, mode=0o644)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from .profiles import load_profile
+from hpclaunch.spec.profiles import load_profile
 
 
 def _y(value: object) -> str:

@@ -244,8 +244,8 @@ class Registry:
 
 def _unusable(folder: str, db: str, default: bool, error: Exception) -> Exception:
     """Why the registry cannot be opened, as the user's one-line error naming the path and the fix."""
-    from .atomic import file_in_the_way
-    from .errors import HpclaunchError
+    from hpclaunch.common.atomic import file_in_the_way
+    from hpclaunch.common.errors import HpclaunchError
     why = getattr(error, "strerror", None) or str(error)
     setting = "$HPCLAUNCH_HOME" if default and os.environ.get("HPCLAUNCH_HOME") else None
     blocker = file_in_the_way(folder)

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from hpclaunch.atomic import write_atomic
+from hpclaunch.common.atomic import write_atomic
 
 KILL_WAIT = 10.0
 
@@ -207,7 +207,7 @@ def _supervise(proc: subprocess.Popen, spec: dict, cancelled: threading.Event) -
 
 def _update_registry(spec: dict, state: str, rc: int | None, attempts: int) -> None:
     try:
-        from hpclaunch.registry import Registry
+        from hpclaunch.runs.registry import Registry
         reg = Registry(spec.get("registry"))
         reg.update_state(int(spec["registry_key"]), state, exit_code=rc, attempts=attempts)
         reg.close()

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple
 
-from .model import model
-from .typedload import Scalar, field
-from .units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
+from hpclaunch.common.model import model
+from hpclaunch.spec.typedload import Scalar, field
+from hpclaunch.spec.units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
 
 LAUNCHERS = ("torchrun", "horovod", "mpi", "srun")
 Launcher = Literal["torchrun", "horovod", "mpi", "srun"]

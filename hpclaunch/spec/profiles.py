@@ -3,17 +3,17 @@ from __future__ import annotations
 
 import os
 
-from .errors import HpclaunchError, InvalidInput, Problem
-from .job import env_entry_problem
-from .merge import merge_into
-from .model import model
-from .profile import Profile
-from .typedload import Loader, SourceMap
-from .yamlio import display_path, load_yaml_file
+from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
+from hpclaunch.spec.job import env_entry_problem
+from hpclaunch.spec.merge import merge_into
+from hpclaunch.common.model import model
+from hpclaunch.spec.profile import Profile
+from hpclaunch.spec.typedload import Loader, SourceMap
+from hpclaunch.spec.yamlio import display_path, load_yaml_file
 
 
 def shipped_dir() -> str:
-    from . import hpc_profiles  # package data, importable in editable and wheel installs
+    from hpclaunch import hpc_profiles  # package data, importable in editable and wheel installs
     return os.path.dirname(os.path.abspath(hpc_profiles.__file__))
 
 

@@ -5,11 +5,11 @@ run reports every problem.
 """
 from __future__ import annotations
 
-from .errors import Problem
-from .job import _EXTRA, Job, env_entry_problem
-from .profile import Profile
-from .typedload import SourceMap
-from .units import format_time, parse_mem_mib, parse_time_seconds
+from hpclaunch.common.errors import Problem
+from hpclaunch.spec.job import _EXTRA, Job, env_entry_problem
+from hpclaunch.spec.profile import Profile
+from hpclaunch.spec.typedload import SourceMap
+from hpclaunch.spec.units import format_time, parse_mem_mib, parse_time_seconds
 
 # sbatch options hpclaunch sets itself: passing them through `slurm.extra` would contradict the job.
 _OWNED = {
@@ -86,7 +86,7 @@ def validate_job(job: Job, profile: Profile, sources: SourceMap) -> list[Problem
     _train_rules(job.train, job.resources, profile, bad)
     _env_rules(job, bad)
     if job.sweep is not None and job.sweep.parameters is not None:
-        from .sweep import check, count
+        from hpclaunch.spec.sweep import check, count
         check(job.sweep, job.command or [], job.env or {}, bad)
         _swept_train_rules(job, profile, bad, {p.path for p in out})
         n = count(job.sweep)
@@ -155,9 +155,9 @@ def _train_rules(t, r, profile: Profile, bad) -> None:
 
 def _swept_train_rules(job: Job, profile: Profile, bad, reported: set) -> None:
     """The profile's training limits on each swept train.KEY value, as if train: held it."""
-    from .job import Train
-    from .model import fields
-    from .sweep import train_samples
+    from hpclaunch.spec.job import Train
+    from hpclaunch.common.model import fields
+    from hpclaunch.spec.sweep import train_samples
     base: set = set()  # what train: alone breaks is reported at train.*, not again per parameter
     _train_rules(job.train, job.resources, profile, lambda p, m, v, f: base.add((p, m)))
     for name, spec in job.sweep.parameters.items():

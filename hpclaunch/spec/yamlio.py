@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from .errors import HpclaunchError, InvalidInput, Problem
+from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

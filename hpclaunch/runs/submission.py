@@ -11,12 +11,12 @@ import os
 import shutil
 from typing import Optional, Sequence
 
-from .atomic import write_atomic
-from .errors import HpclaunchError
-from .jobs import Job
-from .loading import Resolved, resolve_job
-from .registry import Registry
-from .yamlio import display_path, dump_yaml
+from hpclaunch.common.atomic import write_atomic
+from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.runs.jobs import Job
+from hpclaunch.spec.loading import Resolved, resolve_job
+from hpclaunch.runs.registry import Registry
+from hpclaunch.spec.yamlio import display_path, dump_yaml
 
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
 
@@ -31,11 +31,11 @@ def default_backend_name() -> str:
 def get_backend(name: Optional[str]):
     name = name or default_backend_name()
     if name == "local":
-        from .launchers.local import LocalBackend
+        from hpclaunch.launchers.backends.local import LocalBackend
         return LocalBackend()
     if name == "slurm":
-        from .launchers import slurmcli
-        from .launchers.slurm import SlurmBackend
+        from hpclaunch.launchers import slurmcli
+        from hpclaunch.launchers.backends.slurm import SlurmBackend
         if not slurmcli.available():
             raise HpclaunchError("--backend slurm: sbatch is not on PATH \u2014 run on a login node, "
                                  "or use --backend local")
@@ -61,7 +61,7 @@ def parse_after(spec: str, registry: Registry) -> str:
 def _runs_root_problem(root: str) -> Optional[str]:
     """Why run directories cannot be made under ``root``, or None. Creates nothing: a submission
     that Slurm then refuses must leave no folder behind."""
-    from .atomic import file_in_the_way
+    from hpclaunch.common.atomic import file_in_the_way
     blocker = file_in_the_way(root)
     if blocker:
         return f"{blocker} is a file, not a folder"
@@ -76,7 +76,7 @@ def _runs_root_problem(root: str) -> Optional[str]:
 def ensure_runs_root(root: str, resolved: Resolved) -> None:
     """Check, before anything is queued or numbered, that the folder run directories go in can be
     made: if not, the user's one-line error, naming where the setting came from."""
-    from .errors import InvalidInput, Problem
+    from hpclaunch.common.errors import InvalidInput, Problem
     why = _runs_root_problem(root)
     if why is None:
         return
@@ -144,8 +144,8 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
     be = get_backend(backend)
     if be.name == "slurm":
         be.prefetch(preflight)  # the cluster answers while the job loads and renders
-    from .launchers.render import render_script
-    from .launchers.request import build_request
+    from hpclaunch.launchers.render import render_script
+    from hpclaunch.launchers.request import build_request
     resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
     cwd = os.path.abspath(cwd or os.getcwd())
     reg = registry or Registry()
@@ -206,8 +206,8 @@ def test_only(job: str | Resolved, overrides: Sequence[str] = (), *, after: Sequ
     Queues and records nothing."""
     be = get_backend("slurm")
     be.prefetch(True)
-    from .launchers.render import render_script
-    from .launchers.request import _array_spec, build_request
+    from hpclaunch.launchers.render import render_script
+    from hpclaunch.launchers.request import _array_spec, build_request
     resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
     request = build_request(resolved)
     args = [f"--dependency={','.join(parse_after(a, Registry()) for a in after)}"] if after else []
@@ -220,7 +220,7 @@ def _submit_array(be, reg: Registry, resolved: Resolved, request, script: str, a
                   cwd: str, meta: dict, preflight: bool) -> Job:
     """A sweep: one job array, split into several when it is larger than the cluster's MaxArraySize.
     Every chunk is held until all are queued and recorded, so a sweep is queued whole or not at all."""
-    from .launchers.request import _array_spec
+    from hpclaunch.launchers.request import _array_spec
     if preflight:
         be.config()
     size = max(1, be.max_array_size())

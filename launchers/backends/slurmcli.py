@@ -9,7 +9,7 @@ import subprocess
 import time
 from typing import Iterable, Optional
 
-from hpclaunch.errors import HpclaunchError
+from hpclaunch.common.errors import HpclaunchError
 
 TRANSIENT = (
     "socket timed out", "unable to contact slurm controller", "connection refused",
@@ -151,7 +151,7 @@ def parse_time_limit(text: str) -> Optional[int]:
     """Seconds in a partition/job time limit as scontrol prints it; None for UNLIMITED."""
     if not text or text.upper() in ("UNLIMITED", "INFINITE", "NONE"):
         return None
-    from hpclaunch.units import parse_time_seconds
+    from hpclaunch.spec.units import parse_time_seconds
     try:
         return parse_time_seconds(text)
     except ValueError:

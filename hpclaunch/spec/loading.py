@@ -4,14 +4,14 @@ from __future__ import annotations
 import copy
 import os
 
-from .errors import InvalidInput, Problem
-from .job import Job
-from .merge import merge_into, set_path
-from .model import model
-from .overrides import parse_override
-from .profiles import LoadedProfile, load_profile
-from .typedload import Loader, SourceMap, _yaml_kind, to_plain
-from .yamlio import display_path, load_yaml_file, load_yaml_text
+from hpclaunch.common.errors import InvalidInput, Problem
+from hpclaunch.spec.job import Job
+from hpclaunch.spec.merge import merge_into, set_path
+from hpclaunch.common.model import model
+from hpclaunch.spec.overrides import parse_override
+from hpclaunch.spec.profiles import LoadedProfile, load_profile
+from hpclaunch.spec.typedload import Loader, SourceMap, _yaml_kind, to_plain
+from hpclaunch.spec.yamlio import display_path, load_yaml_file, load_yaml_text
 
 OVERRIDE_LABEL = "command line"
 
@@ -69,7 +69,7 @@ def resolve_job(job_path: str, overrides: list[str] | tuple[str, ...] = (), cwd:
         origins[key] = f"{OVERRIDE_LABEL} (-o {key})"
     loader = Loader(SourceMap(shown, origins))
     job = loader.load(Job, merged)
-    from .validate import job_problems
+    from hpclaunch.spec.validate import job_problems
     problems = job_problems(job, loader.problems, profile.profile, SourceMap(shown, origins))
     if problems:
         raise InvalidInput(problems)

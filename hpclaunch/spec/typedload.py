@@ -11,9 +11,9 @@ from __future__ import annotations
 import typing
 from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Union
 
-from .errors import Problem
-from .model import MISSING, fields, is_model
-from .model import field as _field
+from hpclaunch.common.errors import Problem
+from hpclaunch.common.model import MISSING, fields, is_model
+from hpclaunch.common.model import field as _field
 
 Check = Callable[[Any], Optional[Tuple[str, str]]]  # value -> (message, fix) or None
 

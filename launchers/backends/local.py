@@ -14,12 +14,12 @@ import subprocess
 import sys
 import time
 
-from hpclaunch.atomic import write_atomic
-from hpclaunch.errors import HpclaunchError
-from hpclaunch.units import parse_time_seconds
+from hpclaunch.common.atomic import write_atomic
+from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.spec.units import parse_time_seconds
 
-from .local_runner import open_private_log, read_state
-from .slurm import JobStatus, submit_env
+from hpclaunch.launchers.backends.local_runner import open_private_log, read_state
+from hpclaunch.launchers.backends.slurm import JobStatus, submit_env
 
 
 class LocalBackend:
@@ -67,7 +67,7 @@ class LocalBackend:
         write_atomic(os.path.join(run_dir, ".hpclaunch", "local-job.json"), json.dumps(spec, indent=1))
         runner_env = submit_env()
         with open_private_log(os.path.join(run_dir, "logs", "runner.log")) as log:
-            proc = subprocess.Popen([sys.executable, "-m", "hpclaunch.launchers.local_runner", run_dir],
+            proc = subprocess.Popen([sys.executable, "-m", "hpclaunch.launchers.backends.local_runner", run_dir],
                                     cwd=cwd, env=runner_env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         return proc.pid

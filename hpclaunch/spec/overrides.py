@@ -4,10 +4,10 @@ from __future__ import annotations
 import typing
 from typing import Any
 
-from .errors import HpclaunchError
-from .job import Job
-from .model import fields, is_model
-from .typedload import Scalar, _hints
+from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.spec.job import Job
+from hpclaunch.common.model import fields, is_model
+from hpclaunch.spec.typedload import Scalar, _hints
 
 _STRINGY = (str, Scalar)
 
@@ -22,7 +22,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise HpclaunchError(f"command line: -o {key}: unknown key \u2014 {_suggest(key)}")
     if _is_stringy(target):
         return key, raw  # names and env values stay exactly as typed (no YAML guessing: 007, yes, 1e3)
-    from .yamlio import load_yaml_text
+    from hpclaunch.spec.yamlio import load_yaml_text
     try:
         value = load_yaml_text(raw, f"-o {key}") if raw.strip() else None
     except HpclaunchError:

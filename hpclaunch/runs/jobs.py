@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .errors import HpclaunchError
-from .registry import FINAL_STATES, JobRecord, Registry
+from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.runs.registry import FINAL_STATES, JobRecord, Registry
 
 
 @dataclass
@@ -42,7 +42,7 @@ class Job:
         return self.record.run_dir
 
     def _backend(self):
-        from .submission import get_backend
+        from hpclaunch.runs.submission import get_backend
         return get_backend(self.record.backend)
 
     def status(self):
@@ -79,7 +79,7 @@ class Job:
             part = be.status(rec.job_id, array=True)
             for state, n in part.tasks.items():
                 counts[state] = counts.get(state, 0) + n
-        from .launchers.slurm import JobStatus
+        from hpclaunch.launchers.backends.slurm import JobStatus
         total = sum(self.registry.get(r.key).array_size or 0 for r in self.chunks())
         active = [s for s in counts if s not in FINAL_STATES]
         if sum(counts.values()) < total:  # finished tasks reach sacct a moment after squeue forgets them
@@ -133,7 +133,7 @@ class Job:
             return None
         if st.state == "PENDING":
             be.cancel(self.record.job_id)
-        from .submission import resubmit
+        from hpclaunch.runs.submission import resubmit
         return resubmit(self.record, self.registry, exclude=down, attempts_so_far=attempts,
                         reason=f"node failure: {','.join(down)} ({st.state})")
 
@@ -183,7 +183,7 @@ class Job:
 
 
 def _job_nodes(job_id: str) -> str:
-    from .launchers import slurmcli
+    from hpclaunch.launchers import slurmcli
     recs = slurmcli.show("job", job_id)
     return recs[0].get("NodeList", "") if recs else ""
 

@@ -5,7 +5,7 @@ only turns a profile + keyword overrides into submitit's parameters, validated b
 loader (same one-line errors as a job file), and records every submission in hpclaunch's registry
 so `hpclaunch status` / `hpclaunch list` see it next to batch jobs.
 
-    from hpclaunch.launchers.submitit_backend import executor, submit_function
+    from hpclaunch.launchers.backends.submitit import executor, submit_function
     job = submit_function(train, cfg, profile="a100-hpc", nodes=2, time="02:00:00")
     job.result()
 
@@ -30,13 +30,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from hpclaunch.errors import HpclaunchError, InvalidInput, Problem
-from hpclaunch.job import Job as JobSpec
-from hpclaunch.merge import merge_into, set_path
-from hpclaunch.profiles import LoadedProfile, load_profile
-from hpclaunch.typedload import Loader, SourceMap, to_plain
-from hpclaunch.units import parse_time_seconds
-from hpclaunch.yamlio import display_path
+from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
+from hpclaunch.spec.job import Job as JobSpec
+from hpclaunch.spec.merge import merge_into, set_path
+from hpclaunch.spec.profiles import LoadedProfile, load_profile
+from hpclaunch.spec.typedload import Loader, SourceMap, to_plain
+from hpclaunch.spec.units import parse_time_seconds
+from hpclaunch.spec.yamlio import display_path
 
 DEFAULT_PROFILE = "testcluster"
 
@@ -91,8 +91,8 @@ def resolve(profile: str = DEFAULT_PROFILE, overrides: Optional[Mapping[str, Any
             strings: Sequence[str] = (), *, caller: str = "executor", cwd: Optional[str] = None,
             cluster: Optional[str] = None) -> Settings:
     """Profile defaults < keyword overrides < `strings` ("key=value", as `-o`); validated."""
-    from hpclaunch.overrides import parse_override
-    from hpclaunch.validate import job_problems
+    from hpclaunch.spec.overrides import parse_override
+    from hpclaunch.spec.validate import job_problems
 
     cwd = os.path.abspath(cwd or os.getcwd())
     overrides = dict(overrides or {})
@@ -146,13 +146,13 @@ def resolve(profile: str = DEFAULT_PROFILE, overrides: Optional[Mapping[str, Any
 
 
 def _check_key(key: str, caller: str, kw: str) -> None:
-    from hpclaunch.overrides import _UNKNOWN, _field_type, _suggest
+    from hpclaunch.spec.overrides import _UNKNOWN, _field_type, _suggest
     if _field_type(key) is _UNKNOWN:
         raise HpclaunchError(f"{caller}({kw}=...): {key}: unknown key \u2014 {_suggest(key)}")
 
 
 def _default_cluster() -> str:
-    from hpclaunch.submission import default_backend_name
+    from hpclaunch.runs.submission import default_backend_name
     return "slurm" if default_backend_name() == "slurm" else "local"
 
 
@@ -288,8 +288,8 @@ def map_function(fn: Callable, *iterables: Iterable, profile: str = DEFAULT_PROF
 def _record(job, cfg: Settings, registry, run_dir: str, array_size: Optional[int], job_id: Optional[str] = None):
     if cfg.cluster != "slurm":
         return None  # hpclaunch's local backend tracks its own runs only: nothing to record
-    from hpclaunch.jobs import Job
-    from hpclaunch.registry import Registry
+    from hpclaunch.runs.jobs import Job
+    from hpclaunch.runs.registry import Registry
     reg = registry or Registry()
     rec = reg.add(backend="slurm", cluster=_cluster_name(), job_id=job_id or str(job.job_id),
                   name=cfg.spec.name, run_dir=run_dir, profile=cfg.profile.profile.name,
@@ -300,7 +300,7 @@ def _record(job, cfg: Settings, registry, run_dir: str, array_size: Optional[int
 
 
 def _cluster_name() -> str:
-    from .slurm import SlurmBackend
+    from hpclaunch.launchers.backends.slurm import SlurmBackend
     try:
         return SlurmBackend().cluster_name()
     except HpclaunchError:
@@ -311,7 +311,7 @@ def _cluster_name() -> str:
 def _clean_submit_env():
     """sbatch inherits this process's environment: drop an enclosing job's SLURM_*/SBATCH_* settings
     (submitit#1782), as hpclaunch's own submissions do, for the duration of the submission."""
-    from .slurmcli import clean_env
+    from hpclaunch.launchers.backends.slurmcli import clean_env
     saved = dict(os.environ)
     cleaned = clean_env()
     removed = [k for k in saved if k not in cleaned]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Literal, Optional
 
-from .job import _mem_check, _slurm_word, _time_check, runs_root_problem
-from .model import model
-from .typedload import Scalar, field
+from hpclaunch.spec.job import _mem_check, _slurm_word, _time_check, runs_root_problem
+from hpclaunch.common.model import model
+from hpclaunch.spec.typedload import Scalar, field
 
 _HOST_PART = re.compile(r"[A-Za-z0-9.-]*")  # fullmatch: `$` would pass a final newline
 

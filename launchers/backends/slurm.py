@@ -11,11 +11,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
-from hpclaunch.errors import HpclaunchError, InvalidInput, Problem
-from hpclaunch.units import parse_mem_mib, parse_time_seconds
+from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
+from hpclaunch.spec.units import parse_mem_mib, parse_time_seconds
 
-from . import slurmcli
-from .request import BatchRequest
+from hpclaunch.launchers.backends import slurmcli
+from hpclaunch.launchers.request import BatchRequest
 
 
 @dataclass
@@ -31,7 +31,7 @@ class JobStatus:
 
     @property
     def final(self) -> bool:
-        from hpclaunch.registry import FINAL_STATES
+        from hpclaunch.runs.registry import FINAL_STATES
         if self.tasks:
             return all(s in FINAL_STATES for s in self.tasks)
         return self.state in FINAL_STATES
@@ -102,7 +102,7 @@ class SlurmBackend:
         made held, and Slurm's checks of a held sbatch are those of --test-only, so a refused
         request is queued no more than with --test-only, one controller round trip sooner.
         Returns --test-only's verdict (Slurm's estimate of when and where the job would start)."""
-        from hpclaunch.yamlio import display_path
+        from hpclaunch.spec.yamlio import display_path
         source = display_path(resolved.job_path)
         problems: list[Problem] = []
 
@@ -136,7 +136,7 @@ class SlurmBackend:
         limit = slurmcli.parse_time_limit(part.get("MaxTime", ""))
         seconds = parse_time_seconds(job.resources.time)
         if limit is not None and seconds > limit:
-            from hpclaunch.units import format_time
+            from hpclaunch.spec.units import format_time
             bad("resources.time", f"over partition '{pname}''s MaxTime of {format_time(limit)}",
                 job.resources.time, f"use at most \"{format_time(limit)}\" or another partition")
         self._check_nodes(part, request, job, bad)
@@ -200,7 +200,7 @@ class SlurmBackend:
                     job.resources.nodes, f"use at most {len(fit)} nodes or ask for less per node")
 
     def _check_association(self, job, bad) -> None:
-        from hpclaunch.registry import _user
+        from hpclaunch.runs.registry import _user
         proc = slurmcli.run(["sacctmgr", "-nP", "show", "assoc", f"user={_user()}", "format=account,qos"],
                             check=False)
         if proc.returncode != 0:

@@ -1,7 +1,7 @@
 """Errors that reach the user as clear one-line messages, never as tracebacks."""
 from __future__ import annotations
 
-from .model import model
+from hpclaunch.common.model import model
 
 
 @model(frozen=True)

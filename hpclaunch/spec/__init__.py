@@ -1,0 +1,3 @@
+"""The job/profile spec layer: models, loading, validation, sweeps, overrides, units.
+
+Imports nothing above it (launchers, backends, runs, CLI); see docs/architecture.md."""
