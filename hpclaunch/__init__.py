@@ -1,18 +1,25 @@
-"""hpclaunch: run distributed training on Slurm clusters, and account for its energy and heat."""
+"""hpclaunch: run distributed training on Slurm clusters, and account for its energy and heat.
+
+The package's API: `submit`, `Job`, `submit_function`, `map_function`, `executor`. They load on
+first use, so `import hpclaunch` stays cheap for the CLI and for ranks (the top layer: see
+docs/architecture.md).
+"""
 
 __version__ = "0.1.0"
 
 __all__ = ["submit", "Job", "submit_function", "map_function", "executor", "__version__"]
 
+_API = {"submit": "hpclaunch.runs.submission", "Job": "hpclaunch.runs.jobs",
+        "submit_function": "hpclaunch.runs.functions", "map_function": "hpclaunch.runs.functions",
+        "executor": "hpclaunch.runs.functions"}
 
-def __getattr__(name):  # lazy: `import hpclaunch` stays cheap for the CLI and for ranks
-    if name == "submit":
-        from hpclaunch.runs.submission import submit
-        return submit
-    if name == "Job":
-        from hpclaunch.runs.jobs import Job
-        return Job
-    if name in ("submit_function", "map_function", "executor"):
-        from hpclaunch.launchers import submitit_backend
-        return getattr(submitit_backend, name)
-    raise AttributeError(name)
+
+def __getattr__(name):
+    if name in _API:
+        import importlib
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'hpclaunch' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

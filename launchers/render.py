@@ -4,13 +4,13 @@ from __future__ import annotations
 import os
 import shlex
 
-from hpclaunch.launchers.request import BatchRequest
+from hpclaunch import __version__, templates  # templates: package data, found in editable and wheel installs
+from hpclaunch.launchers.request import BatchRequest, build_request
 
 _ENV = None
 
 
 def _template_dir() -> str:
-    from hpclaunch import templates  # package data: found the same way in editable and wheel installs
     return os.path.dirname(os.path.abspath(templates.__file__))
 
 
@@ -52,11 +52,9 @@ def _quote(value: object) -> str:
 
 
 def render_script(request: BatchRequest) -> str:
-    from hpclaunch import __version__
     text = _environment().get_template("job.sbatch.j2").render(r=request, version=__version__)
     return text
 
 
 def render_job(resolved) -> str:
-    from hpclaunch.launchers.request import build_request
     return render_script(build_request(resolved))

@@ -6,11 +6,13 @@ or calls sbatch.
 """
 from __future__ import annotations
 
+import json
 import re
-from hpclaunch.common.model import field, model
 from typing import Optional, Tuple
 
+from hpclaunch.common.model import field, model
 from hpclaunch.spec.loading import Resolved
+from hpclaunch.spec.sweep import fill, points
 from hpclaunch.spec.units import format_time, parse_time_seconds
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: "save done, run me again"
@@ -37,6 +39,15 @@ class BatchRequest:
     cpus_per_task: int
     gpus_per_node: int
     command: Tuple[str, ...]
+    # What backends check and schedule with: the request is all they see of the job.
+    time_s: int
+    mem: Optional[str]
+    partition: Optional[str]
+    account: Optional[str]
+    qos: Optional[str]
+    requeue_grace: int
+    node_cpus: int                     # the profile's node shape
+    node_gpus: int
     env: Tuple[Tuple[str, str], ...]   # site env first, then the job's (the job wins)
     setup: Tuple[str, ...]
     runs_root: str
@@ -133,6 +144,14 @@ def build_request(resolved: Resolved) -> BatchRequest:
         cpus_per_task=r.cpus_per_task,
         gpus_per_node=r.gpus_per_node,
         command=tuple(job.command),
+        time_s=seconds,
+        mem=r.mem,
+        partition=s.partition,
+        account=s.account,
+        qos=s.qos,
+        requeue_grace=job.requeue.grace,
+        node_cpus=profile.node.cpus,
+        node_gpus=profile.node.gpus,
         env=tuple(env),
         setup=tuple(profile.setup),
         runs_root=runs_root,
@@ -153,14 +172,14 @@ def build_request(resolved: Resolved) -> BatchRequest:
         horovod_args=tuple(profile.horovod.extra_args),
         horovod_starter=profile.horovod.starter,
         gpu_directive=gpu_directive,
-        array=_array_spec(len(sweep_tasks), job.sweep.parallelism) if sweep_tasks else None,
+        array=array_spec(len(sweep_tasks), job.sweep.parallelism) if sweep_tasks else None,
         array_size=len(sweep_tasks),
         parallelism=job.sweep.parallelism if job.sweep else None,
         sweep_tasks=sweep_tasks,
     )
 
 
-def _array_spec(n: int, parallelism: Optional[int], offset: int = 0) -> str:
+def array_spec(n: int, parallelism: Optional[int], offset: int = 0) -> str:
     spec = f"{offset}-{offset + n - 1}" if n > 1 else str(offset)
     return spec + (f"%{parallelism}" if parallelism else "")
 
@@ -168,8 +187,6 @@ def _array_spec(n: int, parallelism: Optional[int], offset: int = 0) -> str:
 def _sweep_tasks(job):
     if job.sweep is None:
         return (), set()
-    import json
-    from hpclaunch.spec.sweep import fill, points
     varying = {k for k, v in job.env.items() if _has_placeholder(v)}
     tasks = []
     swept_env = [name.split(".", 1)[1] for name in job.sweep.parameters if name.startswith("env.")]
@@ -183,7 +200,6 @@ def _sweep_tasks(job):
 
 
 def _has_placeholder(text: str) -> bool:
-    import re
     return re.search(r"\{[A-Za-z_][A-Za-z0-9_]*\}", text) is not None
 
 

@@ -44,7 +44,7 @@ def wait_final(job_id, timeout=60):
 
 
 def test_function_result_through_the_cluster_and_registry(slurm, hpc_home, tmp_path, monkeypatch):
-    from hpclaunch.launchers.backends.submitit import submit_function
+    from hpclaunch.runs.functions import submit_function
     monkeypatch.chdir(tmp_path)
     job = submit_function(add, 2, 3, profile="testcluster", nodes=1, tasks_per_node=1, time="00:05:00")
     assert job.result() == 5
@@ -76,7 +76,7 @@ def test_function_result_through_the_cluster_and_registry(slurm, hpc_home, tmp_p
 
 
 def test_two_node_function_sees_ranks_on_both_nodes(slurm, hpc_home, tmp_path):
-    from hpclaunch.launchers.backends.submitit import submit_function
+    from hpclaunch.runs.functions import submit_function
     job = submit_function(where_am_i, profile="testcluster", nodes=2, tasks_per_node=1, time="00:05:00",
                           cwd=str(tmp_path))
     results = job.results()
@@ -88,7 +88,7 @@ def test_two_node_function_sees_ranks_on_both_nodes(slurm, hpc_home, tmp_path):
 
 
 def test_map_function_is_one_array_in_the_registry(slurm, hpc_home, tmp_path):
-    from hpclaunch.launchers.backends.submitit import map_function
+    from hpclaunch.runs.functions import map_function
     jobs = map_function(add, [1, 2, 3], [10, 20, 30], profile="testcluster", nodes=1, tasks_per_node=1,
                         cwd=str(tmp_path))
     assert [j.result() for j in jobs] == [11, 22, 33]
@@ -102,7 +102,7 @@ def test_map_function_is_one_array_in_the_registry(slurm, hpc_home, tmp_path):
 
 def test_bad_settings_are_one_line_errors_and_queue_nothing(slurm, hpc_home, tmp_path):
     from hpclaunch.common.errors import HpclaunchError
-    from hpclaunch.launchers.backends.submitit import executor, submit_function
+    from hpclaunch.runs.functions import executor, submit_function
     cases = [
         (dict(nodes=17), "executor(nodes=...): resources.nodes: profile 'testcluster' allows at most 16 nodes (17)"),
         (dict(nodes="two"), "executor(nodes=...): resources.nodes: expected an integer"),
@@ -125,7 +125,7 @@ def test_bad_settings_are_one_line_errors_and_queue_nothing(slurm, hpc_home, tmp
 
 def test_site_dialect_and_requeue_signal(slurm, tmp_path):
     """GPUs in the site's form, setup lines, and the profile's requeue signal reach submitit's sbatch script."""
-    from hpclaunch.launchers.backends.submitit import executor
+    from hpclaunch.runs.functions import executor
     prof = tmp_path / "hpc_profiles"
     prof.mkdir()
     (prof / "gressite.yaml").write_text(

@@ -10,7 +10,10 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.runs.registry import FINAL_STATES, JobRecord, Registry
+from hpclaunch.launchers.backends import get_backend
+from hpclaunch.launchers.backends.base import FINAL_STATES, JobRef, JobStatus, State
+from hpclaunch.runs.registry import JobRecord, Registry
+from hpclaunch.runs.resubmit import resubmit
 
 
 @dataclass
@@ -42,17 +45,21 @@ class Job:
         return self.record.run_dir
 
     def _backend(self):
-        from hpclaunch.runs.submission import get_backend
         return get_backend(self.record.backend)
+
+    def ref(self, record: Optional[JobRecord] = None) -> JobRef:
+        rec = record or self.record
+        return JobRef(rec.job_id, rec.run_dir, rec.array_size or 0)
 
     def status(self):
         be = self._backend()
-        if self.record.backend == "local":
-            st = be.status(self.record.run_dir)
-        elif self.record.array_size:
-            st = self._array_status(be)
+        chunks = self.chunks() if self.record.array_size else [self.record]
+        if len(chunks) > 1:
+            st = self._array_status(be, chunks)
         else:
-            st = be.status(self.record.job_id)
+            st = be.status(self.ref())
+            if st.tasks and st.state == State.UNKNOWN:  # Slurm counts an array's tasks; one state from them
+                st = _array_summary(st.tasks, self.record.array_size or 0)
         if st.state == "UNKNOWN":
             # Slurm has forgotten the job (no accounting, MinJobAge passed, or a reset cluster):
             # the registry still holds the last state hpclaunch saw.
@@ -61,7 +68,7 @@ class Job:
                 st.state, st.exit_code, st.source = rec.state, rec.exit_code, "registry"
         outcome = script_outcome(self.record.run_dir)
         if outcome and outcome.get("outcome") == "gave_up" and st.final:
-            st.state = "GAVE_UP"
+            st.state = State.GAVE_UP
         attempts = max(st.attempts, int(outcome.get("attempt", -1)) + 1 if outcome else 1)
         st.attempts = attempts
         if st.state not in ("UNKNOWN", ""):
@@ -73,20 +80,12 @@ class Job:
         root = self.record.parent_key or self.record.key
         return [r for r in self.registry.list() if r.key == root or r.parent_key == root]
 
-    def _array_status(self, be):
-        counts: dict[str, int] = {}
-        for rec in sorted(self.chunks(), key=lambda r: r.key):
-            part = be.status(rec.job_id, array=True)
+    def _array_status(self, be, chunks: list[JobRecord]):
+        counts: dict[State, int] = {}
+        for part in be.statuses([self.ref(r) for r in sorted(chunks, key=lambda r: r.key)]):
             for state, n in part.tasks.items():
                 counts[state] = counts.get(state, 0) + n
-        from hpclaunch.launchers.backends.slurm import JobStatus
-        total = sum(self.registry.get(r.key).array_size or 0 for r in self.chunks())
-        active = [s for s in counts if s not in FINAL_STATES]
-        if sum(counts.values()) < total:  # finished tasks reach sacct a moment after squeue forgets them
-            active.append("RUNNING")
-        state = ("PENDING" if set(active) <= {"PENDING"} else "RUNNING") if active else \
-            ("COMPLETED" if set(counts) == {"COMPLETED"} else "FAILED" if counts else "UNKNOWN")
-        return JobStatus(state, None, "", "", f"{sum(counts.values())}/{total} tasks seen", 1, "squeue+sacct", counts)
+        return _array_summary(counts, sum(r.array_size or 0 for r in chunks))
 
     def wait(self, poll: float = 2.0, timeout: Optional[float] = None,
              on_change: Optional[Callable[[object], None]] = None, resubmit_on_node_failure: bool = True):
@@ -98,7 +97,7 @@ class Job:
         last = None
         while True:
             st = self.status()
-            if resubmit_on_node_failure and self.record.backend == "slurm" and not self.record.array_size:
+            if resubmit_on_node_failure and not self.record.array_size and hasattr(self._backend(), "down_nodes"):
                 replacement = self._resubmit_if_node_failed(st)
                 if replacement is not None:
                     if on_change:
@@ -122,7 +121,7 @@ class Job:
             st.state == "PENDING" and any(w in st.reason for w in ("NodeDown", "ReqNodeNotAvail", "NodeFail")))
         if not failing:
             return None
-        nodes = st.nodes or _job_nodes(self.record.job_id)
+        nodes = st.nodes or be.job_nodes(self.record.job_id)
         down = be.down_nodes(nodes)
         if not down:
             return None
@@ -133,16 +132,11 @@ class Job:
             return None
         if st.state == "PENDING":
             be.cancel(self.record.job_id)
-        from hpclaunch.runs.submission import resubmit
         return resubmit(self.record, self.registry, exclude=down, attempts_so_far=attempts,
                         reason=f"node failure: {','.join(down)} ({st.state})")
 
     def cancel(self) -> None:
-        be = self._backend()
-        if self.record.backend == "local":
-            be.cancel(self.record.run_dir)
-        else:
-            be.cancel(self.record.job_id)
+        self._backend().cancel(self.ref())
         self.registry.event(self.record.key, "cancel_requested")
 
     def tasks(self) -> list[int]:
@@ -182,10 +176,16 @@ class Job:
         return "".join(parts)
 
 
-def _job_nodes(job_id: str) -> str:
-    from hpclaunch.launchers import slurmcli
-    recs = slurmcli.show("job", job_id)
-    return recs[0].get("NodeList", "") if recs else ""
+def _array_summary(counts: dict, total: int) -> JobStatus:
+    """One state for a sweep from its tasks' states."""
+    active = [s for s in counts if s not in FINAL_STATES]
+    if sum(counts.values()) < total:  # finished tasks reach sacct a moment after squeue forgets them
+        active.append(State.RUNNING)
+    if active:
+        state = State.PENDING if set(active) <= {State.PENDING} else State.RUNNING
+    else:
+        state = State.COMPLETED if set(counts) == {State.COMPLETED} else State.FAILED if counts else State.UNKNOWN
+    return JobStatus(state, None, "", "", f"{sum(counts.values())}/{total} tasks seen", 1, "squeue+sacct", counts)
 
 
 def attempts_of(run_dir: str) -> list[int]:

@@ -6,7 +6,6 @@ transactions in WAL mode, so concurrent submitters on one machine never lose a r
 """
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import sqlite3
@@ -14,9 +13,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
+from hpclaunch.common.atomic import file_in_the_way
+from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.common.identity import current_user
+from hpclaunch.launchers.backends.base import FINAL_STATES as _FINAL
+
 SCHEMA_VERSION = 1
-FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
-                "PREEMPTED", "BOOT_FAIL", "DEADLINE", "GAVE_UP"}
+FINAL_STATES = frozenset(s.value for s in _FINAL)  # state words as stored in the registry
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -153,7 +156,7 @@ class Registry:
             array_size: int | None = None, resolved: Any = None, state: str = "PENDING",
             parent_key: int | None = None) -> JobRecord:
         now = time.time()
-        user, host = _user(), os.uname().nodename  # gethostname(), without importing socket
+        user, host = current_user(), os.uname().nodename  # gethostname(), without importing socket
         with self._tx():
             self._retire_reused_id(backend, cluster, job_id, now, user)
             cur = self._db.execute(
@@ -199,14 +202,14 @@ class Registry:
                 (state, exit_code, attempts, end_time if end_time is not None else
                  (time.time() if state in FINAL_STATES else None), key))
             self._db.execute("INSERT INTO events (job_key, time, user, kind, detail) VALUES (?,?,?,?,?)",
-                             (key, time.time(), _user(), f"state:{state}",
+                             (key, time.time(), current_user(), f"state:{state}",
                               json.dumps(detail if detail is not None else
                                          {"exit_code": exit_code, "attempts": attempts})))
 
     def event(self, key: int, kind: str, detail: Any = None) -> None:
         with self._tx():
             self._db.execute("INSERT INTO events (job_key, time, user, kind, detail) VALUES (?,?,?,?,?)",
-                             (key, time.time(), _user(), kind, json.dumps(detail, default=str)))
+                             (key, time.time(), current_user(), kind, json.dumps(detail, default=str)))
 
     # --- reads ----------------------------------------------------------------------------------
 
@@ -244,8 +247,6 @@ class Registry:
 
 def _unusable(folder: str, db: str, default: bool, error: Exception) -> Exception:
     """Why the registry cannot be opened, as the user's one-line error naming the path and the fix."""
-    from hpclaunch.common.atomic import file_in_the_way
-    from hpclaunch.common.errors import HpclaunchError
     why = getattr(error, "strerror", None) or str(error)
     setting = "$HPCLAUNCH_HOME" if default and os.environ.get("HPCLAUNCH_HOME") else None
     blocker = file_in_the_way(folder)
@@ -262,8 +263,3 @@ def _unusable(folder: str, db: str, default: bool, error: Exception) -> Exceptio
     return HpclaunchError(f"{where}: cannot use the job registry: {what} \u2014 {fix}")
 
 
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no passwd entry in some containers
-        return str(os.getuid())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 
 from hpclaunch.common.errors import InvalidInput, Problem
@@ -11,6 +12,7 @@ from hpclaunch.common.model import model
 from hpclaunch.spec.overrides import parse_override
 from hpclaunch.spec.profiles import LoadedProfile, load_profile
 from hpclaunch.spec.typedload import Loader, SourceMap, _yaml_kind, to_plain
+from hpclaunch.spec.validate import job_problems
 from hpclaunch.spec.yamlio import display_path, load_yaml_file, load_yaml_text
 
 OVERRIDE_LABEL = "command line"
@@ -28,7 +30,6 @@ class Resolved:
 
     @property
     def source_hash(self) -> str:
-        import hashlib
         return hashlib.sha256(self.source_bytes).hexdigest()
 
     def to_document(self) -> dict:
@@ -53,27 +54,35 @@ def resolve_job(job_path: str, overrides: list[str] | tuple[str, ...] = (), cwd:
     data = copy.deepcopy(data)
     for key, value in parsed:
         set_path(data, key, value)
+    origins = {key: f"{OVERRIDE_LABEL} (-o {key})" for key, _ in parsed}
+    return resolve_data(data, shown, os.path.dirname(os.path.abspath(job_path)), cwd, origins,
+                        job_path=job_path, source_bytes=with_bytes or b"")
+
+
+def resolve_data(data: dict, shown: str, base_dir: str, cwd: str | None = None,
+                 origins_of: dict[str, str] | None = None, *, job_path: str | None = None,
+                 source_bytes: bytes = b"") -> Resolved:
+    """A job from plain data (a job file's, or keyword settings'): its profile's defaults under it,
+    loaded and validated. `origins_of` names the source of keys set elsewhere than `shown`."""
+    origins_of = origins_of or {}
     profile_ref = data.get("profile", "local")
-    profile_source = f"{OVERRIDE_LABEL} (-o profile)" if "profile" in [k for k, _ in parsed] else shown
+    profile_source = origins_of.get("profile", shown)
     if not isinstance(profile_ref, str):
         raise InvalidInput([Problem(profile_source, "profile",
                                     f"expected a profile name or path, got {_yaml_kind(profile_ref)}", profile_ref,
                                     "e.g. profile: local (see `hpclaunch profiles`)", has_value=profile_ref is not None)])
-    profile = load_profile(profile_ref, os.path.dirname(os.path.abspath(job_path)), cwd,
-                           where=(profile_source, "profile"))
+    profile = load_profile(profile_ref, base_dir, cwd, where=(profile_source, "profile"))
     merged: dict = {}
     origins: dict[str, str] = {}
     merge_into(merged, profile.profile.defaults, origins, display_path(profile.path))
     merge_into(merged, data, origins, shown)
-    for key, _ in parsed:
-        origins[key] = f"{OVERRIDE_LABEL} (-o {key})"
+    origins.update(origins_of)
     loader = Loader(SourceMap(shown, origins))
     job = loader.load(Job, merged)
-    from hpclaunch.spec.validate import job_problems
     problems = job_problems(job, loader.problems, profile.profile, SourceMap(shown, origins))
     if problems:
         raise InvalidInput(problems)
-    return Resolved(job, profile, job_path, origins, with_bytes or b"")
+    return Resolved(job, profile, job_path or os.path.join(base_dir, shown), origins, source_bytes)
 
 
 def _read_bytes(path: str) -> bytes | None:

@@ -8,6 +8,7 @@ from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.spec.job import Job
 from hpclaunch.common.model import fields, is_model
 from hpclaunch.spec.typedload import Scalar, _hints
+from hpclaunch.spec.yamlio import load_yaml_text
 
 _STRINGY = (str, Scalar)
 
@@ -17,12 +18,11 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not sep or not key:
         raise HpclaunchError(f"command line: -o {text!r}: expected KEY=VALUE \u2014 e.g. -o resources.nodes=4")
-    target = _field_type(key)
-    if target is _UNKNOWN:
-        raise HpclaunchError(f"command line: -o {key}: unknown key \u2014 {_suggest(key)}")
+    target = field_type(key)
+    if target is UNKNOWN:
+        raise HpclaunchError(f"command line: -o {key}: unknown key \u2014 {suggest(key)}")
     if _is_stringy(target):
         return key, raw  # names and env values stay exactly as typed (no YAML guessing: 007, yes, 1e3)
-    from hpclaunch.spec.yamlio import load_yaml_text
     try:
         value = load_yaml_text(raw, f"-o {key}") if raw.strip() else None
     except HpclaunchError:
@@ -30,10 +30,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-_UNKNOWN = object()
+UNKNOWN = object()
 
 
-def _field_type(dotted: str) -> Any:
+def field_type(dotted: str) -> Any:
     tp: Any = Job
     for part in dotted.split("."):
         origin = typing.get_origin(tp)
@@ -44,12 +44,12 @@ def _field_type(dotted: str) -> Any:
         if is_model(tp):
             hints = _hints(tp)
             if part not in hints:
-                return _UNKNOWN
+                return UNKNOWN
             tp = hints[part]
         elif origin is dict:
             tp = typing.get_args(tp)[1]
         else:
-            return _UNKNOWN
+            return UNKNOWN
     return tp
 
 
@@ -62,9 +62,9 @@ def _is_stringy(tp: Any) -> bool:
     return False
 
 
-def _suggest(dotted: str) -> str:
+def suggest(dotted: str) -> str:
     prefix, _, last = dotted.rpartition(".")
-    tp = _field_type(prefix) if prefix else Job
+    tp = field_type(prefix) if prefix else Job
     if is_model(tp):
         names = [f.name for f in fields(tp)]
         import difflib

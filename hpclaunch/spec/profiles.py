@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 
+from hpclaunch import hpc_profiles  # package data, importable in editable and wheel installs
+
 from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
 from hpclaunch.spec.job import env_entry_problem
 from hpclaunch.spec.merge import merge_into
@@ -13,7 +15,6 @@ from hpclaunch.spec.yamlio import display_path, load_yaml_file
 
 
 def shipped_dir() -> str:
-    from hpclaunch import hpc_profiles  # package data, importable in editable and wheel installs
     return os.path.dirname(os.path.abspath(hpc_profiles.__file__))
 
 

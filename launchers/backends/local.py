@@ -14,29 +14,43 @@ import subprocess
 import sys
 import time
 
+from typing import Callable, List, Optional, Sequence
+
 from hpclaunch.common.atomic import write_atomic
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.spec.units import parse_time_seconds
-
+from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
 from hpclaunch.launchers.backends.local_runner import open_private_log, read_state
-from hpclaunch.launchers.backends.slurm import JobStatus, submit_env
+from hpclaunch.launchers.backends.slurm import submit_env
+from hpclaunch.launchers.request import BatchRequest
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     name = "local"
 
     def cluster_name(self) -> str:
         return "local:" + socket.gethostname()
 
-    def check(self, resolved) -> None:
-        if resolved.job.resources.nodes != 1:
-            raise HpclaunchError(f"{resolved.job_path}: resources.nodes: the local backend runs one node "
-                                 f"({resolved.job.resources.nodes}) \u2014 use -o resources.nodes=1, "
+    def check(self, request: BatchRequest, args: Sequence[str], sources) -> None:
+        if any(a.startswith("--dependency=") for a in args):
+            raise HpclaunchError("--after: dependencies need Slurm \u2014 submit with --backend slurm")
+        if request.nodes != 1:
+            raise HpclaunchError(f"{sources.of('resources.nodes')}: resources.nodes: the local backend runs one node "
+                                 f"({request.nodes}) \u2014 use -o resources.nodes=1, "
                                  "or submit to Slurm with --backend slurm")
 
-    def start(self, resolved, request, run_dir: str, job_id: str, registry_key: int, registry_path: str,
-              cwd: str) -> int:
-        job = resolved.job
+    def preflight(self, request: BatchRequest, script: str, args: Sequence[str], sources,
+                  test_only: bool = False) -> Optional[str]:
+        return "it would start on this machine at once" if test_only else None
+
+    def queue(self, request: BatchRequest, script: str, args: Sequence[str], *, cwd: str,
+              new_id: Callable[[], str]) -> List[tuple]:
+        """Nothing to hold: the job starts at release(). Its id comes from the registry's counter."""
+        return [(new_id(), request.array_size)]
+
+    def release(self, ref: JobRef, request: BatchRequest, *, cwd: str) -> None:
+        self.start(request, ref.run_dir, ref.job_id, cwd)
+
+    def start(self, request: BatchRequest, run_dir: str, job_id: str, cwd: str) -> int:
         env = {
             "HPCLAUNCH_LOCAL": "1",
             "SLURM_JOB_ID": job_id,
@@ -56,14 +70,12 @@ class LocalBackend:
         spec = {
             "env": env,
             "cwd": cwd,
-            "time_limit_s": parse_time_seconds(job.resources.time),
-            "grace_s": job.requeue.grace,
-            "requeue_signal": job.requeue.signal if job.requeue.max_attempts > 1 else None,
-            "registry": registry_path,
-            "registry_key": registry_key,
+            "time_limit_s": request.time_s,
+            "grace_s": request.requeue_grace,
+            "requeue_signal": request.requeue_signal if request.max_attempts > 1 else None,
         }
         if request.array_size:
-            spec["array"] = {"size": request.array_size, "parallelism": self.array_parallelism(resolved, request)}
+            spec["array"] = {"size": request.array_size, "parallelism": self.array_parallelism(request)}
         write_atomic(os.path.join(run_dir, ".hpclaunch", "local-job.json"), json.dumps(spec, indent=1))
         runner_env = submit_env()
         with open_private_log(os.path.join(run_dir, "logs", "runner.log")) as log:
@@ -73,19 +85,19 @@ class LocalBackend:
         return proc.pid
 
     @staticmethod
-    def array_parallelism(resolved, request) -> int:
+    def array_parallelism(request: BatchRequest) -> int:
         """How many sweep tasks run at once here: the sweep's parallelism, capped by what fits on
         this one node side by side (CPUs, and GPUs where tasks ask for them), as Slurm would."""
-        node, r = resolved.profile.profile.node, resolved.job.resources
-        fit = max(1, node.cpus // max(1, request.tasks_per_node * request.cpus_per_task))
-        if r.gpus_per_node:
-            fit = min(fit, max(1, node.gpus // r.gpus_per_node))
+        fit = max(1, request.node_cpus // max(1, request.tasks_per_node * request.cpus_per_task))
+        if request.gpus_per_node:
+            fit = min(fit, max(1, request.node_gpus // request.gpus_per_node))
         return max(1, min(request.parallelism or request.array_size, fit, request.array_size))
 
-    def status(self, run_dir: str) -> JobStatus:
+    def status(self, ref: JobRef) -> JobStatus:
+        run_dir = ref.run_dir
         st = read_state(run_dir)
         if not st:
-            return JobStatus("PENDING", source="local")
+            return JobStatus(State.PENDING, source="local")
         state = st.get("state", "PENDING")
         if state == "RUNNING" and not _alive(st.get("runner_pid")):
             state = "FAILED"  # the runner died without a word: say so rather than "running" forever
@@ -105,8 +117,8 @@ class LocalBackend:
         return JobStatus(state, st.get("exit_code"), elapsed, "localhost", "", int(st.get("attempts", 1) or 1),
                          "local", tasks)
 
-    def cancel(self, run_dir: str) -> None:
-        st = read_state(run_dir)
+    def cancel(self, ref: JobRef) -> None:
+        st = read_state(ref.run_dir)
         pid = st.get("runner_pid")
         if not pid or not _alive(pid):
             return

@@ -74,7 +74,6 @@ def main(argv: list[str] | None = None) -> int:
                                             on_attempt=lambda n, pid: _write(run_dir, attempts=n, script_pid=pid))
     _write(run_dir, state=final, exit_code=rc if rc is not None and rc >= 0 else 128 - (rc or 0),
            end_time=time.time(), attempts=attempts)
-    _update_registry(spec, final, rc, attempts)
     return 0
 
 
@@ -203,16 +202,6 @@ def _supervise(proc: subprocess.Popen, spec: dict, cancelled: threading.Event) -
             term_at = time.monotonic()
         if term_at is not None and time.monotonic() - term_at > KILL_WAIT:
             _signal_group(proc, signal.SIGKILL)
-
-
-def _update_registry(spec: dict, state: str, rc: int | None, attempts: int) -> None:
-    try:
-        from hpclaunch.runs.registry import Registry
-        reg = Registry(spec.get("registry"))
-        reg.update_state(int(spec["registry_key"]), state, exit_code=rc, attempts=attempts)
-        reg.close()
-    except Exception as e:  # the run directory still holds the truth
-        print(f"hpclaunch local runner: could not update the registry: {e}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import time
 from typing import Iterable, Optional
 
 from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.spec.units import parse_time_seconds
 
 TRANSIENT = (
     "socket timed out", "unable to contact slurm controller", "connection refused",
@@ -43,7 +44,7 @@ def available() -> bool:
 
 
 def run(cmd: list[str], *, input: str | None = None, env: dict | None = None, retries: int | None = None,
-        check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        check: bool = True, timeout: float = 60, cwd: str | None = None) -> subprocess.CompletedProcess:
     """Run a Slurm command; retry transient controller errors with bounded exponential backoff."""
     if retries is None:
         retries = int(os.environ.get("HPCLAUNCH_SLURM_RETRIES", "4"))
@@ -52,7 +53,8 @@ def run(cmd: list[str], *, input: str | None = None, env: dict | None = None, re
     attempt = 0
     while True:
         try:
-            proc = subprocess.run(cmd, input=input, env=env, capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(cmd, input=input, env=env, capture_output=True, text=True, timeout=timeout,
+                                  cwd=cwd or None)
         except FileNotFoundError:
             raise SlurmError(f"{cmd[0]}: command not found \u2014 run on a Slurm login node, "
                              "or use --backend local") from None
@@ -131,6 +133,16 @@ def parse_records(text: str) -> list[dict[str, str]]:
     return out
 
 
+def parse_config(text: str) -> dict[str, str]:
+    """`scontrol show config`: `Key = Value` lines."""
+    conf = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            conf[key.strip()] = value.strip()
+    return conf
+
+
 def show(kind: str, name: str | None = None, pending: Optional[Pending] = None) -> list[dict[str, str]]:
     """`scontrol -o show KIND [NAME]` as records ([] when Slurm knows no such thing)."""
     proc = (pending or Pending(show_cmd(kind, name))).result(check=False)
@@ -151,7 +163,6 @@ def parse_time_limit(text: str) -> Optional[int]:
     """Seconds in a partition/job time limit as scontrol prints it; None for UNLIMITED."""
     if not text or text.upper() in ("UNLIMITED", "INFINITE", "NONE"):
         return None
-    from hpclaunch.spec.units import parse_time_seconds
     try:
         return parse_time_seconds(text)
     except ValueError:

@@ -1,324 +1,68 @@
-"""Python callables on the cluster through submitit, with an hpclaunch profile's settings.
+"""submitit's parameters from a BatchRequest: the same translation of a job into Slurm terms as
+the sbatch renderer uses (one request object, two consumers), so a callable submitted through
+submitit asks for exactly what the same job file would.
 
-submitit does the work (pickling the call, sbatch, srun, results, checkpoint/requeue); this module
-only turns a profile + keyword overrides into submitit's parameters, validated by hpclaunch's own
-loader (same one-line errors as a job file), and records every submission in hpclaunch's registry
-so `hpclaunch status` / `hpclaunch list` see it next to batch jobs.
-
-    from hpclaunch.launchers.backends.submitit import executor, submit_function
-    job = submit_function(train, cfg, profile="a100-hpc", nodes=2, time="02:00:00")
-    job.result()
-
-Overrides are job-file keys: short names (`nodes`, `tasks_per_node`, `gpus_per_node`,
-`cpus_per_task`, `mem`, `time`, `partition`, `account`, `qos`, `constraint`, `exclusive`,
-`max_attempts`, `requeue_signal`, `requeue_grace`, `env`, `name`), nested sections
-(`resources={"nodes": 2}`, `slurm={...}`, `requeue={...}`) or CLI-style strings
-(`overrides=["resources.nodes=2"]`). Keywords with submitit's own `slurm_` / `local_` prefix go to
-`AutoExecutor.update_parameters` unchanged (submitit checks them).
-
-Each executor gets a fresh folder by default, `<runs_root>/submitit-<timestamp>-<pid>-<n>/%j`:
-job ids restart with a fresh cluster, and a reused `%j` folder hands back an older job's result.
+The runs layer (hpclaunch.runs.functions) builds the request from a profile and keyword settings
+and owns the executor, the submission and the registry row.
 """
 from __future__ import annotations
 
-import contextlib
-import itertools
 import math
-import os
 import shlex
-import time
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any
 
-from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
-from hpclaunch.spec.job import Job as JobSpec
-from hpclaunch.spec.merge import merge_into, set_path
-from hpclaunch.spec.profiles import LoadedProfile, load_profile
-from hpclaunch.spec.typedload import Loader, SourceMap, to_plain
-from hpclaunch.spec.units import parse_time_seconds
-from hpclaunch.spec.yamlio import display_path
+from hpclaunch.common.errors import InvalidInput, Problem
+from hpclaunch.launchers.request import BatchRequest
 
-DEFAULT_PROFILE = "testcluster"
-
-#: keyword -> job-file key
-SHORT_KEYS = {
-    "nodes": "resources.nodes",
-    "tasks_per_node": "resources.tasks_per_node",
-    "gpus_per_node": "resources.gpus_per_node",
-    "cpus_per_task": "resources.cpus_per_task",
-    "mem": "resources.mem",
-    "time": "resources.time",
-    "partition": "slurm.partition",
-    "account": "slurm.account",
-    "qos": "slurm.qos",
-    "constraint": "slurm.constraint",
-    "exclusive": "slurm.exclusive",
-    "extra": "slurm.extra",
-    "max_attempts": "requeue.max_attempts",
-    "requeue_signal": "requeue.signal",
-    "requeue_grace": "requeue.grace",
-    "env": "env",
-    "name": "name",
-    "workdir": "workdir",
-}
-#: whole sections given as mappings
-SECTIONS = ("resources", "slurm", "requeue")
-_PASS_THROUGH = ("slurm_", "local_")
-_COUNTER = itertools.count()
+# sbatch directives of the request that have a submitit parameter of their own.
+_DIRECT = {"partition": "slurm_partition", "account": "slurm_account", "qos": "slurm_qos",
+           "constraint": "slurm_constraint", "mem": "slurm_mem", "gpus-per-node": "slurm_gpus_per_node",
+           "gres": "slurm_gres"}
 
 
-@dataclass
-class Settings:
-    """A profile + overrides, validated: the typed job spec and what submitit gets from it."""
-
-    spec: JobSpec
-    profile: LoadedProfile
-    origins: dict
-    cluster: str                       # "slurm" or "local"
-    parameters: dict                   # for AutoExecutor.update_parameters
-    init: dict                         # for AutoExecutor(...) (slurm_max_num_timeout)
-
-    def document(self) -> dict:
-        doc = to_plain(self.spec)
-        doc.pop("command", None)
-        doc["launcher"] = "submitit"
-        doc["profile"] = {"ref": self.profile.profile.name, "path": self.profile.path}
-        doc["submitit"] = {"cluster": self.cluster, **{k: v for k, v in self.parameters.items()}}
-        return doc
+def exports(request: BatchRequest) -> list[str]:
+    """The request's environment as the shell lines a batch script would run."""
+    return [f"export {name}={shlex.quote(str(value))}" for name, value in request.env]
 
 
-def resolve(profile: str = DEFAULT_PROFILE, overrides: Optional[Mapping[str, Any]] = None,
-            strings: Sequence[str] = (), *, caller: str = "executor", cwd: Optional[str] = None,
-            cluster: Optional[str] = None) -> Settings:
-    """Profile defaults < keyword overrides < `strings` ("key=value", as `-o`); validated."""
-    from hpclaunch.spec.overrides import parse_override
-    from hpclaunch.spec.validate import job_problems
-
-    cwd = os.path.abspath(cwd or os.getcwd())
-    overrides = dict(overrides or {})
-    passthrough = {k: overrides.pop(k) for k in list(overrides) if k.startswith(_PASS_THROUGH)}
-    layer: dict = {"name": "submitit", "command": ["python"], "launcher": "srun"}
-    origins_of: dict[str, str] = {}
-    for kw, value in overrides.items():
-        if kw in SECTIONS:
-            if not isinstance(value, Mapping):
-                raise HpclaunchError(f"{caller}({kw}=...): expected a mapping of {kw} keys, got {value!r} "
-                                     f"\u2014 e.g. {kw}={{...}} or the short keywords ({', '.join(SHORT_KEYS)})")
-            for sub, v in value.items():
-                key = f"{kw}.{sub}"
-                _check_key(key, caller, kw)
-                set_path(layer, key, v)
-                origins_of[key] = f"{caller}({kw}=...)"
-            continue
-        key = SHORT_KEYS.get(kw)
-        if key is None:
-            import difflib
-            close = difflib.get_close_matches(kw, list(SHORT_KEYS) + list(SECTIONS), n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
-            raise HpclaunchError(f"{caller}({kw}=...): unknown setting \u2014 {hint}use one of "
-                                 f"{', '.join(list(SHORT_KEYS) + list(SECTIONS))}, or a submitit "
-                                 "parameter prefixed slurm_")
-        set_path(layer, key, value)
-        origins_of[key] = f"{caller}({kw}=...)"
-    for text in strings:
-        key, value = parse_override(text)  # unknown keys: the CLI's one-line error
-        set_path(layer, key, value)
-        origins_of[key] = f"{caller}(overrides: {key})"
-
-    loaded = load_profile(profile, cwd, cwd, where=(f"{caller}(profile=...)", "profile"))
-    merged: dict = {}
-    origins: dict[str, str] = {}
-    merge_into(merged, loaded.profile.defaults, origins, display_path(loaded.path))
-    merge_into(merged, layer, origins, f"{caller}()")
-    origins.update(origins_of)
-    sources = SourceMap(f"{caller}()", origins)
-    loader = Loader(sources)
-    spec = loader.load(JobSpec, merged)
-    problems: list[Problem] = job_problems(spec, loader.problems, loaded.profile, sources)
-    if problems:
-        raise InvalidInput(problems)
-    which = cluster or _default_cluster()
-    requeue = merged.get("requeue")
-    signal_chosen = isinstance(requeue, dict) and "signal" in requeue  # by the profile or the caller
-    params, init = _parameters(spec, loaded, origins, which, signal_chosen)
-    params.update(passthrough)
-    return Settings(spec, loaded, origins, which, params, init)
-
-
-def _check_key(key: str, caller: str, kw: str) -> None:
-    from hpclaunch.spec.overrides import _UNKNOWN, _field_type, _suggest
-    if _field_type(key) is _UNKNOWN:
-        raise HpclaunchError(f"{caller}({kw}=...): {key}: unknown key \u2014 {_suggest(key)}")
-
-
-def _default_cluster() -> str:
-    from hpclaunch.runs.submission import default_backend_name
-    return "slurm" if default_backend_name() == "slurm" else "local"
-
-
-def _exports(spec: JobSpec, profile) -> list[str]:
-    """The environment a batch job of this spec would export (site env, OMP_NUM_THREADS, NIC, job env)."""
-    env = [(k, v) for k, v in profile.env.items() if k not in spec.env]
-    if "OMP_NUM_THREADS" not in spec.env and "OMP_NUM_THREADS" not in profile.env:
-        env.append(("OMP_NUM_THREADS", str(spec.resources.cpus_per_task)))
-    if profile.network.interface:
-        for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
-            if name not in spec.env and name not in profile.env:
-                env.append((name, profile.network.interface))
-    env.extend(spec.env.items())
-    return [f"export {k}={shlex.quote(str(v))}" for k, v in env]
-
-
-def _parameters(spec: JobSpec, loaded: LoadedProfile, origins: dict, cluster: str,
-                signal_chosen: bool) -> tuple[dict, dict]:
-    prof, r, s, rq = loaded.profile, spec.resources, spec.slurm, spec.requeue
-    minutes = max(1, math.ceil(parse_time_seconds(r.time) / 60))
-    setup = list(prof.setup) + _exports(spec, prof)
+def parameters(request: BatchRequest, cluster: str, sources, signal_chosen: bool) -> tuple[dict, dict]:
+    """(AutoExecutor.update_parameters kwargs, AutoExecutor(...) kwargs) for `cluster` slurm|local."""
+    minutes = max(1, math.ceil(request.time_s / 60))
+    setup = list(request.setup) + exports(request)
     if cluster != "slurm":
         # LocalExecutor: one node; it knows the time limit, task count and setup lines only.
-        if r.nodes != 1:
-            raise InvalidInput([Problem(SourceMap("executor()", origins).of("resources.nodes"), "resources.nodes",
-                                        "without Slurm, submitit runs on this machine only", r.nodes,
+        if request.nodes != 1:
+            raise InvalidInput([Problem(sources.of("resources.nodes"), "resources.nodes",
+                                        "without Slurm, submitit runs on this machine only", request.nodes,
                                         "use nodes=1, or run where sbatch and SLURM_CONF are set")])
-        return ({"timeout_min": minutes, "tasks_per_node": r.tasks_per_node, "cpus_per_task": r.cpus_per_task,
-                 "gpus_per_node": r.gpus_per_node, "name": _slug(spec.name), "local_setup": setup}, {})
+        return ({"timeout_min": minutes, "tasks_per_node": request.tasks_per_node,
+                 "cpus_per_task": request.cpus_per_task, "gpus_per_node": request.gpus_per_node,
+                 "name": request.slug, "local_setup": setup}, {})
     p: dict[str, Any] = {
-        "name": _slug(spec.name),
+        "name": request.slug,
         "timeout_min": minutes,
-        "nodes": r.nodes,
-        "tasks_per_node": r.tasks_per_node,
-        "cpus_per_task": r.cpus_per_task,
-        "slurm_signal_delay_s": rq.grace,
+        "nodes": request.nodes,
+        "tasks_per_node": request.tasks_per_node,
+        "cpus_per_task": request.cpus_per_task,
+        "slurm_signal_delay_s": request.requeue_grace,
     }
+    for opt, value in request.directives:
+        if opt in _DIRECT:
+            key = _DIRECT[opt]
+            p[key] = int(value) if key == "slurm_gpus_per_node" else value
+        elif opt == "exclusive":
+            p["slurm_exclusive"] = True
     extra: dict[str, Any] = {}
-    if r.gpus_per_node and prof.gpu_request == "gpus-per-node":
-        p["slurm_gpus_per_node"] = r.gpus_per_node
-    elif r.gpus_per_node and prof.gpu_request == "gres":
-        p["slurm_gres"] = f"{prof.gres_name}:{r.gpus_per_node}"
-    if r.mem is not None and prof.memory_request == "per-node":
-        p["slurm_mem"] = r.mem
-    for opt in ("partition", "account", "qos", "constraint"):
-        value = getattr(s, opt)
-        if value is not None:
-            p[f"slurm_{opt}"] = value
-    if s.exclusive:
-        p["slurm_exclusive"] = True
-    for opt in s.extra:
+    for opt in request.extra_directives:
         name, eq, value = opt[2:].partition("=")
         extra[name] = value if eq else True
     if signal_chosen:
         # The profile or the caller chose the signal: submitit must send and catch that one.
         # Otherwise submitit's USR2 stays (NCCL swallows USR1: NVIDIA/nccl#704).
-        extra["signal"] = f"{rq.signal}@{rq.grace}"
-        setup.append(f"export SUBMITIT_PREEMPT_SIGNAL={rq.signal}")
+        extra["signal"] = f"{request.requeue_signal}@{request.requeue_grace}"
+        setup.append(f"export SUBMITIT_PREEMPT_SIGNAL={request.requeue_signal}")
     if extra:
         p["slurm_additional_parameters"] = extra
     if setup:
         p["slurm_setup"] = setup
-    return p, {"slurm_max_num_timeout": max(0, rq.max_attempts - 1)}
-
-
-def _slug(name: str) -> str:
-    import re
-    return (re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "submitit")[:64]
-
-
-def fresh_folder(runs_root: str = "runs", cwd: Optional[str] = None) -> str:
-    """`<runs_root>/submitit-<UTC timestamp>-<pid>-<n>/%j`, absolute: never shared between calls."""
-    root = runs_root if os.path.isabs(runs_root) else os.path.join(os.path.abspath(cwd or os.getcwd()), runs_root)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:]
-    return os.path.join(root, f"submitit-{stamp}-{os.getpid()}-{next(_COUNTER)}", "%j")
-
-
-def executor(profile: str = DEFAULT_PROFILE, folder: Optional[str] = None, *, overrides: Sequence[str] = (),
-             cluster: Optional[str] = None, cwd: Optional[str] = None, **settings: Any):
-    """A submitit.AutoExecutor set up from `profile` (defaults, limits, site dialect) and the overrides.
-
-    `cluster` is "slurm" or "local" (default: Slurm when sbatch and a slurm.conf are here).
-    Raises HpclaunchError / InvalidInput (one line per problem) before anything is queued.
-    """
-    ex, _ = _executor(profile, folder, overrides, cluster, cwd, settings, "executor")
-    return ex
-
-
-def _executor(profile, folder, overrides, cluster, cwd, settings, caller):
-    import submitit
-    cfg = resolve(profile, settings, overrides, caller=caller, cwd=cwd, cluster=cluster)
-    runs_root = cfg.spec.runs_root or cfg.profile.profile.runs_root
-    folder = folder or fresh_folder(runs_root, cwd)
-    ex = submitit.AutoExecutor(folder=folder, cluster=cfg.cluster, **cfg.init)
-    ex.update_parameters(**cfg.parameters)
-    ex.hpclaunch_settings = cfg  # what it was made from, for the registry and for callers
-    return ex, cfg
-
-
-def submit_function(fn: Callable, *args: Any, profile: str = DEFAULT_PROFILE, folder: Optional[str] = None,
-                    overrides: Sequence[str] = (), cluster: Optional[str] = None, registry=None,
-                    cwd: Optional[str] = None, **settings: Any):
-    """Run fn(*args) through submitit with the profile's settings; returns the submitit Job.
-
-    Keyword arguments are settings (see the module docstring), not arguments of fn: bind those
-    with functools.partial. The job is recorded in hpclaunch's registry (backend "slurm", the
-    job's submitit folder as its run directory); `job.hpclaunch` is the hpclaunch handle.
-    """
-    settings.setdefault("name", getattr(fn, "__name__", "submitit"))
-    ex, cfg = _executor(profile, folder, overrides, cluster, cwd, settings, "submit_function")
-    with _clean_submit_env():
-        job = ex.submit(fn, *args)
-    _record(job, cfg, registry, str(job.paths.folder), array_size=None)
-    return job
-
-
-def map_function(fn: Callable, *iterables: Iterable, profile: str = DEFAULT_PROFILE, folder: Optional[str] = None,
-                 overrides: Sequence[str] = (), cluster: Optional[str] = None, registry=None,
-                 cwd: Optional[str] = None, parallelism: Optional[int] = None, **settings: Any):
-    """fn over the iterables as one Slurm job array (submitit's map_array), recorded as one registry row."""
-    settings.setdefault("name", getattr(fn, "__name__", "submitit"))
-    if parallelism is not None:
-        settings["slurm_array_parallelism"] = parallelism
-    ex, cfg = _executor(profile, folder, overrides, cluster, cwd, settings, "map_function")
-    with _clean_submit_env():
-        jobs = ex.map_array(fn, *iterables)
-    if jobs:
-        base = str(jobs[0].job_id).split("_")[0]
-        _record(jobs[0], cfg, registry, str(jobs[0].paths.folder.parent), array_size=len(jobs), job_id=base)
-    return jobs
-
-
-def _record(job, cfg: Settings, registry, run_dir: str, array_size: Optional[int], job_id: Optional[str] = None):
-    if cfg.cluster != "slurm":
-        return None  # hpclaunch's local backend tracks its own runs only: nothing to record
-    from hpclaunch.runs.jobs import Job
-    from hpclaunch.runs.registry import Registry
-    reg = registry or Registry()
-    rec = reg.add(backend="slurm", cluster=_cluster_name(), job_id=job_id or str(job.job_id),
-                  name=cfg.spec.name, run_dir=run_dir, profile=cfg.profile.profile.name,
-                  partition=cfg.spec.slurm.partition, launcher="submitit", nodes=cfg.spec.resources.nodes,
-                  array_size=array_size, resolved=cfg.document())
-    job.hpclaunch = Job(rec, reg)
-    return rec
-
-
-def _cluster_name() -> str:
-    from hpclaunch.launchers.backends.slurm import SlurmBackend
-    try:
-        return SlurmBackend().cluster_name()
-    except HpclaunchError:
-        return "slurm"
-
-
-@contextlib.contextmanager
-def _clean_submit_env():
-    """sbatch inherits this process's environment: drop an enclosing job's SLURM_*/SBATCH_* settings
-    (submitit#1782), as hpclaunch's own submissions do, for the duration of the submission."""
-    from hpclaunch.launchers.backends.slurmcli import clean_env
-    saved = dict(os.environ)
-    cleaned = clean_env()
-    removed = [k for k in saved if k not in cleaned]
-    try:
-        for k in removed:
-            del os.environ[k]
-        yield
-    finally:
-        for k in removed:
-            os.environ[k] = saved[k]
+    return p, {"slurm_max_num_timeout": max(0, request.max_attempts - 1)}

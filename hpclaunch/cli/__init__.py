@@ -1,0 +1,118 @@
+"""The `hpclaunch` command: the parser and the dispatch to each command's module.
+
+The command modules load on first use (a name table, not imports at the top): `--help` and
+`--version` then load nothing but argparse, and `render` loads nothing it does not use. This is
+the one place the core loads its own modules lazily (docs/architecture.md).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from hpclaunch import __version__
+from hpclaunch.common.errors import HpclaunchError
+
+_COMMANDS = {
+    "validate": "spec_commands", "render": "spec_commands", "profiles": "spec_commands",
+    "init": "spec_commands", "schema": "spec_commands",
+    "submit": "run_commands", "status": "run_commands", "list": "run_commands", "logs": "run_commands",
+    "cancel": "run_commands", "report": "report_commands",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="hpclaunch",
+        description="Run distributed training on Slurm (or locally) and account for its energy and heat.",
+    )
+    p.add_argument("--version", action="version", version=f"hpclaunch {__version__}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    def job_command(name: str, help: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help, description=help)
+        c.add_argument("job", metavar="JOB.yaml", help="the job file")
+        c.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a job key, e.g. -o resources.nodes=4 (repeatable)")
+        return c
+
+    job_command("validate", "check a job file against the schema and its profile's limits")
+    job_command("render", "print the sbatch script the job would submit, and nothing else")
+
+    c = sub.add_parser("profiles", help="list cluster profiles, or show one",
+                       description="List cluster profiles (yours first: ./hpc_profiles, ~/.config/hpclaunch/profiles, then shipped), or show one resolved.")
+    c.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    c.add_argument("name", nargs="?", help="profile to show")
+
+    c = sub.add_parser("init", help="write a commented starter job file for a profile")
+    c.add_argument("file", nargs="?", default="job.yaml", help="where to write it (default: job.yaml)")
+    c.add_argument("--profile", default="local", help="cluster profile (default: local)")
+    c.add_argument("--name", default=None, help="job name (default: from the file name)")
+    c.add_argument("--force", action="store_true", help="replace an existing file")
+
+    c = job_command("submit", "validate, render and queue a job (Slurm, or this machine with --backend local)")
+    c.add_argument("--backend", choices=["slurm", "local"], default=None,
+                   help="where to run (default: slurm if a cluster is configured here, else local)")
+    c.add_argument("--after", action="append", default=[], metavar="JOB[:KIND]",
+                   help="start after JOB (id or name); KIND afterok (default), afterany or afternotok")
+    c.add_argument("--wait", action="store_true", help="follow the job until it ends; exit with its exit code")
+    c.add_argument("--no-preflight", action="store_true", help="skip the checks against the live cluster")
+    c.add_argument("--test-only", action="store_true",
+                   help="preflight and `sbatch --test-only` (when and where it would start); queue nothing")
+    c.add_argument("--json", action="store_true", help="print the submission as JSON")
+
+    c = sub.add_parser("status", help="state of a job (or of your active jobs)")
+    c.add_argument("job", nargs="?", metavar="JOB", help="job id, name or run directory")
+    c.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("list", help="jobs in the registry")
+    c.add_argument("--all", action="store_true", help="finished jobs too")
+    c.add_argument("--since", metavar="AGE", help="submitted within AGE, e.g. 2h, 7d")
+    c.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("logs", help="per-rank logs of a job (the first failing rank first)")
+    c.add_argument("job", metavar="JOB")
+    c.add_argument("--rank", type=int, default=None, help="only this rank")
+    c.add_argument("--task", type=int, default=None,
+                   help="a sweep's task (default: the first that failed, else the last with logs)")
+    c.add_argument("--attempt", type=int, default=None, help="this attempt (default: the latest)")
+    c.add_argument("--tail", type=int, default=None, metavar="N", help="last N lines of each log")
+    c.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the job ends")
+    c.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("cancel", help="cancel a job")
+    c.add_argument("job", metavar="JOB")
+    c.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("report", help="energy, power and thermal report of a job, or of the fleet with --since",
+                       description="Energy, power and thermal report of a job (id, name or run directory): "
+                                   "text, versioned JSON or one self-contained HTML page. With --since, a fleet view "
+                                   "across the registry's jobs.")
+    c.add_argument("job", nargs="?", metavar="JOB|RUN_DIR")
+    c.add_argument("--format", "-f", choices=["text", "json", "html"], default=None,
+                   help="default: text, or from the -o suffix (.json, .html)")
+    c.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
+    c.add_argument("--since", metavar="AGE", help="fleet view over jobs submitted within AGE, e.g. 7d")
+
+    c = sub.add_parser("schema", help="print the JSON Schema of job files (or profiles), for editors")
+    c.add_argument("--profile", action="store_true", help="the schema of profile files instead")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if not args.cmd:
+        _parser().print_help()
+        return 2
+    try:
+        module = importlib.import_module(f"hpclaunch.cli.{_COMMANDS[args.cmd]}")
+        return getattr(module, f"cmd_{args.cmd}")(args)
+    except HpclaunchError as e:
+        print(str(e), file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+

@@ -1,0 +1,168 @@
+"""`submit`, `status`, `list`, `logs`, `cancel`: the commands that queue and follow jobs."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time as _time
+
+from hpclaunch.cli.output import counts, parse_age, print_json
+from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.runs.jobs import Job, find_job, ordered_logs
+from hpclaunch.runs.registry import Registry
+from hpclaunch.runs.submission import submit, test_only
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    if args.test_only:
+        verdict = test_only(args.job, args.override, after=args.after)
+        if args.json:
+            print_json({"queued": False, "sbatch_test_only": verdict})
+        else:
+            print(f"preflight passed; nothing queued. sbatch --test-only: {verdict}")
+        return 0
+    job = submit(args.job, args.override, backend=args.backend, after=args.after,
+                 preflight=not args.no_preflight)
+    rec = job.record
+    logs = os.path.join(rec.run_dir, "logs")
+    if args.json:
+        print_json({"job_id": rec.job_id, "name": rec.name, "backend": rec.backend, "cluster": rec.cluster,
+                     "run_dir": rec.run_dir, "logs": logs})
+    else:
+        print(f"submitted {rec.backend} job {rec.job_id} ({rec.name}) on {rec.cluster}")
+        print(f"  run directory: {rec.run_dir}")
+        print(f"  logs:          tail -F {os.path.join(logs, 'slurm.out')}   or: hpclaunch logs {rec.job_id} -f")
+    if not args.wait:
+        return 0
+    return _follow(job, quiet=args.json)
+
+
+
+def _follow(job, quiet: bool = False) -> int:
+    start = _time.monotonic()
+
+    def show(st) -> None:
+        if quiet:
+            return
+        extra = f" tasks {counts(st.tasks)}" if st.tasks else ""
+        nodes = f" on {st.nodes}" if st.nodes else ""
+        print(f"  [{_time.monotonic() - start:6.0f} s] {st.state}{nodes} attempt {st.attempts}{extra}",
+              file=sys.stderr, flush=True)
+
+    st = job.wait(poll=1.0, on_change=show)
+    if st.exit_code is None:
+        return 0 if st.state == "COMPLETED" else 1
+    return st.exit_code if st.state != "COMPLETED" else 0
+
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    if args.job:
+        jobs = [find_job(args.job)]
+    else:
+        reg = Registry()
+        jobs = [Job(r, reg) for r in reg.list(active_only=True)]
+    rows = []
+    for job in jobs:
+        st = job.status()
+        rows.append({"job_id": job.id, "name": job.name, "backend": job.record.backend, "state": st.state,
+                     "exit_code": st.exit_code, "elapsed": st.elapsed, "nodes": st.nodes, "reason": st.reason,
+                     "attempts": st.attempts, "tasks": st.tasks, "source": st.source, "run_dir": job.run_dir})
+    if args.json:
+        print_json(rows if not args.job else rows[0])
+        return 0
+    if not rows:
+        print("no active jobs (hpclaunch list --all shows finished ones)")
+    for r in rows:
+        extra = f" tasks: {counts(r['tasks'])}" if r["tasks"] else ""
+        code = f" exit {r['exit_code']}" if r["exit_code"] is not None else ""
+        reason = f" ({r['reason']})" if r["reason"] and r["reason"] != "None" else ""
+        print(f"{r['job_id']:>8} {r['name'][:30]:<30} {r['state']:<11}{code} attempts {r['attempts']} "
+              f"elapsed {r['elapsed'] or '-'} nodes {r['nodes'] or '-'}{reason}{extra}")
+    return 0
+
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    reg = Registry()
+    since = _time.time() - parse_age(args.since) if args.since else None
+    recs = reg.list(since=since, active_only=not (args.all or args.since))
+    if args.json:
+        print_json([r.public() for r in recs])
+        return 0
+    for r in recs:
+        when = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(r.submit_time))
+        print(f"{r.job_id:>8} {r.backend:<6} {r.name[:30]:<30} {r.state:<11} {when} {r.user} {r.run_dir}")
+    if not recs:
+        print("no jobs" + ("" if args.all or args.since else " active (add --all for finished ones)"))
+    return 0
+
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    job = find_job(args.job)
+    task = args.task
+    tasks = job.tasks() if task is None else []
+    if tasks:  # a sweep: one task's logs, the first failure's by default
+        failed = job.failed_tasks()
+        with_logs = [t for t in tasks if job.rank_logs(task=t)]
+        task = failed[0] if failed else (with_logs[-1] if with_logs else tasks[0])
+        if not args.json:
+            print(f"sweep of {len(tasks)} task(s): {len(failed)} failed"
+                  f"{' (' + ', '.join(map(str, failed[:10])) + (', ...' if len(failed) > 10 else '') + ')' if failed else ''}"
+                  f"; showing task {task} \u2014 another with --task N", file=sys.stderr)
+    elif task is not None and not os.path.isdir(os.path.join(job.run_dir, f"task{task}")):
+        raise HpclaunchError(f"--task {task}: job {job.id} has no task {task} in {job.run_dir} \u2014 "
+                             "give a task index of its sweep")
+    logs = ordered_logs(job.rank_logs(args.attempt, task))
+    if args.rank is not None:
+        logs = [lg for lg in logs if lg.rank == args.rank]
+    if args.json:
+        print_json([{"task": task, "rank": lg.rank, "path": lg.path, "exit_code": lg.exit_code,
+                      "exit_time": lg.exit_time,
+                      "text": job.logs(rank=lg.rank, attempt=args.attempt, tail=args.tail, task=task)}
+                     for lg in logs])
+        return 0
+    if not args.follow:
+        where = job.run_dir if task is None else os.path.join(job.run_dir, f"task{task}")
+        if not logs:
+            print(f"no rank logs yet in {where}/logs (the batch log: {job.run_dir}/logs/slurm"
+                  f"{'-*.out' if task is not None else '.out'})")
+        for lg in logs:
+            status = "" if lg.exit_code is None else f" (exit {lg.exit_code})"
+            print(f"==> {'' if task is None else f'task {task} '}rank {lg.rank}{status}: {lg.path} <==")
+            sys.stdout.write(job.logs(rank=lg.rank, attempt=args.attempt, tail=args.tail, task=task))
+        return 0
+    return _follow_logs(job, args.rank, task)
+
+
+
+def _follow_logs(job, rank, task=None) -> int:
+    offsets: dict[str, int] = {}
+    while True:
+        for lg in job.rank_logs(task=task):
+            if rank is not None and lg.rank != rank:
+                continue
+            with open(lg.path, "rb") as f:
+                f.seek(offsets.get(lg.path, 0))
+                data = f.read()
+                offsets[lg.path] = f.tell()
+            for line in data.decode("utf-8", "replace").splitlines(keepends=True):
+                sys.stdout.write(f"[rank {lg.rank}] {line}")
+        sys.stdout.flush()
+        if job.status().final:
+            return 0
+        _time.sleep(1.0)
+
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    job = find_job(args.job)
+    job.cancel()
+    if args.json:
+        print_json({"job_id": job.id, "name": job.name, "cancel_requested": True})
+    else:
+        print(f"cancel requested for {job.record.backend} job {job.id} ({job.name})")
+    return 0
+
+

@@ -1,0 +1,75 @@
+"""`validate`, `render`, `profiles`, `init`, `schema`: the commands that read job files and profiles."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from hpclaunch.cli.output import write_user_file
+from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.launchers.render import render_job
+from hpclaunch.spec.job import Job
+from hpclaunch.spec.loading import resolve_job
+from hpclaunch.spec.profile import Profile
+from hpclaunch.spec.profiles import available_profiles, find_profile, load_profile
+from hpclaunch.spec.starter import starter_job
+from hpclaunch.spec.typedload import json_schema
+from hpclaunch.spec.yamlio import display_path, dump_yaml
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    r = resolve_job(args.job, args.override)
+    j = r.job.resources
+    print(f"{display_path(args.job)}: valid \u2014 job '{r.job.name}', profile '{r.profile.profile.name}', "
+          f"{r.job.launcher}, {j.nodes} node(s) x {j.tasks_per_node} rank(s), time {j.time}")
+    return 0
+
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    sys.stdout.write(render_job(resolve_job(args.job, args.override)))
+    return 0
+
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    if args.action == "show" or args.name:
+        if not args.name:
+            raise HpclaunchError("profiles show: which profile? \u2014 e.g. hpclaunch profiles show local")
+        lp = load_profile(args.name)
+        print(f"# {display_path(lp.path)}" + (f" (extends {' <- '.join(display_path(c) for c in lp.chain[:-1])})"
+                                               if len(lp.chain) > 1 else ""))
+        sys.stdout.write(dump_yaml(lp.data))
+        return 0
+    for name in available_profiles():
+        path = find_profile(name)
+        try:
+            lp = load_profile(name)
+            desc = lp.profile.description
+        except Exception as e:  # a broken user profile must not hide the others
+            desc = f"(invalid: {str(e).splitlines()[0]})"
+        print(f"{name:<14} {desc}  [{display_path(path)}]")
+    return 0
+
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    if os.path.exists(args.file) and not args.force:
+        raise HpclaunchError(f"{args.file}: already exists \u2014 pick another name or add --force")
+    name = args.name or os.path.splitext(os.path.basename(args.file))[0] or "job"
+    write_user_file(args.file, starter_job(args.profile, name, where=("command line", "--profile")), "job file")
+    print(f"wrote {args.file} for profile '{args.profile}'; check it with: hpclaunch validate {args.file}")
+    return 0
+
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    if args.profile:
+        schema = json_schema(Profile, "hpclaunch cluster profile")
+    else:
+        schema = json_schema(Job, "hpclaunch job file")
+    print(json.dumps(schema, indent=2, default=str))
+    return 0
+
+

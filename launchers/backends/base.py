@@ -1,0 +1,157 @@
+"""The backend interface: one protocol every backend implements, one state vocabulary.
+
+Modelled on TorchX's `Scheduler` (submit_dryrun / schedule / describe / cancel) and submitit's
+`Executor`: callers hold a `Backend` and a `JobRef` and never ask which backend they have.
+
+A submission is two-phase, so that nothing runs before its run directory and registry row exist
+(hydra#2100: Slurm opens --output before the job's own code runs):
+
+    ids = backend.queue(request, script, args, cwd=..., job_id=...)   # held, nothing runs yet
+    ... the runs layer makes the run directory and the registry rows ...
+    backend.release(ref)                                               # now it may start
+    (or backend.abandon(ids) when anything in between failed)
+"""
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+
+class State(str, enum.Enum):
+    """A job's state, whatever ran it. The values are Slurm's words (and hpclaunch's GAVE_UP)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    REQUEUED = "REQUEUED"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    PREEMPTED = "PREEMPTED"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    GAVE_UP = "GAVE_UP"        # hpclaunch: every requeue attempt used
+    UNKNOWN = "UNKNOWN"        # nobody knows the job any more
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def final(self) -> bool:
+        return self in FINAL_STATES
+
+
+FINAL_STATES = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.NODE_FAIL,
+                          State.OUT_OF_MEMORY, State.PREEMPTED, State.BOOT_FAIL, State.DEADLINE, State.GAVE_UP})
+
+# Every state word squeue (%T), sacct (State) and scontrol (JobState) print, mapped once
+# (TorchX's SLURM_STATES). Words not listed are UNKNOWN.
+SLURM_STATES: Dict[str, State] = {
+    "PENDING": State.PENDING, "CONFIGURING": State.PENDING, "REQUEUE_HOLD": State.PENDING,
+    "REQUEUE_FED": State.PENDING, "RESV_DEL_HOLD": State.PENDING,
+    "RUNNING": State.RUNNING, "RESIZING": State.RUNNING, "SIGNALING": State.RUNNING,
+    "STAGE_OUT": State.COMPLETING, "COMPLETING": State.COMPLETING,
+    "REQUEUED": State.REQUEUED, "SUSPENDED": State.SUSPENDED, "STOPPED": State.SUSPENDED,
+    "COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "CANCELLED": State.CANCELLED,
+    "TIMEOUT": State.TIMEOUT, "NODE_FAIL": State.NODE_FAIL, "OUT_OF_MEMORY": State.OUT_OF_MEMORY,
+    "PREEMPTED": State.PREEMPTED, "BOOT_FAIL": State.BOOT_FAIL, "DEADLINE": State.DEADLINE,
+    "SPECIAL_EXIT": State.FAILED, "REVOKED": State.CANCELLED,
+}
+
+
+def state_of(word: Optional[str]) -> State:
+    """A state word as printed by Slurm ("CANCELLED by 0", "cancelled", "CA" is not one) or by
+    hpclaunch itself, as a State."""
+    if not word:
+        return State.UNKNOWN
+    head = str(word).split()[0].upper().rstrip("+")
+    if head in State.__members__:
+        return State[head]
+    return SLURM_STATES.get(head, State.UNKNOWN)
+
+
+@dataclass
+class JobStatus:
+    state: State
+    exit_code: Optional[int] = None
+    elapsed: str = ""
+    nodes: str = ""
+    reason: str = ""
+    attempts: int = 1
+    source: str = ""                # squeue | sacct | scontrol | local | registry
+    tasks: Dict[State, int] = field(default_factory=dict)   # an array: state -> count
+
+    def __post_init__(self) -> None:
+        self.state = state_of(self.state) if not isinstance(self.state, State) else self.state
+        self.tasks = {state_of(k) if not isinstance(k, State) else k: v for k, v in self.tasks.items()}
+
+    @property
+    def final(self) -> bool:
+        if self.tasks:
+            return all(s in FINAL_STATES for s in self.tasks)
+        return self.state in FINAL_STATES
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """What names a job to its backend: its id, its run directory, and for a sweep its task count."""
+
+    job_id: str
+    run_dir: str
+    array_size: int = 0
+
+
+class Backend(abc.ABC):
+    """One place jobs run. Implementations: slurm (sbatch), local (this machine)."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def cluster_name(self) -> str:
+        """What the registry records as the cluster (job ids are unique per backend and cluster)."""
+
+    def prefetch(self, preflight: bool = True) -> None:
+        """Start whatever queries a submission will need, while the caller loads and renders."""
+
+    def check(self, request, args: Sequence[str], sources) -> None:
+        """What this backend can never run (always checked, no queries); raise HpclaunchError."""
+
+    def preflight(self, request, script: str, args: Sequence[str], sources, test_only: bool = False) -> Optional[str]:
+        """Check the request against the live resources (skipped with --no-preflight); raise
+        InvalidInput / HpclaunchError. With test_only, return the backend's own verdict (Slurm:
+        when and where it would start)."""
+        return None
+
+    @abc.abstractmethod
+    def queue(self, request, script: str, args: Sequence[str], *, cwd: str,
+              new_id: Callable[[], str]) -> List[tuple]:
+        """Queue the job held: [(job_id, task_count)], one per array chunk (one for a plain job).
+        `new_id` hands out ids for backends that have no scheduler to number jobs."""
+
+    @abc.abstractmethod
+    def release(self, ref: JobRef, request, *, cwd: str) -> None:
+        """Let a queued job start."""
+
+    def abandon(self, job_ids: Iterable[str]) -> None:
+        """Forget held jobs that will never be released (best effort, never raises)."""
+
+    @abc.abstractmethod
+    def status(self, ref: JobRef) -> JobStatus:
+        """Where the job is now."""
+
+    def statuses(self, refs: Sequence[JobRef]) -> List[JobStatus]:
+        """Several jobs at once; backends with a controller answer with one query."""
+        return [self.status(ref) for ref in refs]
+
+    @abc.abstractmethod
+    def cancel(self, ref: JobRef) -> None:
+        """Stop the job (all its ranks and processes)."""

@@ -1,0 +1,93 @@
+"""Reading Slurm's answers about jobs: squeue, sacct and scontrol output to JobStatus.
+
+Pure functions over the commands' text, so that recorded real output (tests/fixtures/slurm/)
+tests them without a cluster. The order of trust: squeue for live jobs, sacct (with -D, every
+requeued attempt) for ended ones, scontrol while the controller still remembers the job.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional
+
+from hpclaunch.launchers.backends import slurmcli
+from hpclaunch.launchers.backends.base import JobStatus, State, state_of
+
+SQUEUE_FORMAT = "%i|%T|%M|%N|%r"
+SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NodeList"
+
+
+def squeue_cmd(job_ids: Iterable[str]) -> List[str]:
+    return ["squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", SQUEUE_FORMAT]
+
+
+def sacct_cmd(job_ids: Iterable[str]) -> List[str]:
+    return ["sacct", "-n", "-P", "-X", "-D", "-j", ",".join(job_ids), "-o", SACCT_FIELDS]
+
+
+def parse_squeue(text: str) -> Dict[str, List[str]]:
+    """squeue rows by job id (`123`, or `123_4` for an array task): [state, elapsed, nodes, reason]."""
+    out: Dict[str, List[str]] = {}
+    for cols in slurmcli.columns(text):
+        cols = (cols + [""] * 5)[:5]
+        out[cols[0]] = cols[1:]
+    return out
+
+
+def parse_sacct(text: str) -> Dict[str, List[List[str]]]:
+    """sacct rows by job id, every attempt (-D) in order: [state, exit code, elapsed, nodes]."""
+    out: Dict[str, List[List[str]]] = {}
+    for cols in slurmcli.columns(text):
+        if len(cols) >= 5:
+            out.setdefault(cols[0], []).append(cols[1:5])
+    return out
+
+
+def exit_code_of(text: str) -> Optional[int]:
+    """sacct/scontrol `ExitCode` "2:0" -> 2; a signal "0:9" -> 128+9; "" -> None."""
+    code, _, sig = (text or "").partition(":")
+    if not code.isdigit():
+        return None
+    if int(code) == 0 and sig.isdigit() and int(sig):
+        return 128 + int(sig)
+    return int(code)
+
+
+def from_squeue(row: List[str], restarts: int) -> JobStatus:
+    state, elapsed, nodes, reason = row
+    return JobStatus(state_of(state), None, elapsed, nodes, reason, restarts + 1, "squeue")
+
+
+def from_sacct(rows: List[List[str]]) -> JobStatus:
+    state, code, elapsed, nodes = rows[-1]
+    return JobStatus(state_of(state), exit_code_of(code), elapsed, nodes, "", len(rows), "sacct")
+
+
+def from_scontrol(rec: Dict[str, str]) -> JobStatus:
+    try:
+        restarts = int(rec.get("Restarts", "0") or 0)
+    except ValueError:
+        restarts = 0
+    return JobStatus(state_of(rec.get("JobState")), exit_code_of(rec.get("ExitCode", "")), rec.get("RunTime", ""),
+                     rec.get("NodeList", ""), rec.get("Reason", ""), restarts + 1, "scontrol")
+
+
+def array_counts(job_id: str, squeue_rows: Dict[str, List[str]], sacct_rows: Optional[Dict[str, List[List[str]]]],
+                 scontrol_recs: List[Dict[str, str]]) -> Dict[State, int]:
+    """Counts per state over one array's tasks: ended ones from sacct (else scontrol), live ones
+    from squeue, which wins for a task both know. Rows of other jobs are ignored."""
+    per: Dict[str, State] = {}
+    prefix = f"{job_id}_"
+    if sacct_rows is not None:
+        for jid, rows in sacct_rows.items():
+            if jid.startswith(prefix) and "[" not in jid:
+                per[jid] = state_of(rows[-1][0])
+    else:
+        for rec in scontrol_recs:
+            if rec.get("ArrayJobId") == job_id and rec.get("ArrayTaskId", "").isdigit():
+                per[f"{job_id}_{rec['ArrayTaskId']}"] = state_of(rec.get("JobState"))
+    for jid, row in squeue_rows.items():
+        if jid.startswith(prefix):
+            per[jid] = state_of(row[0])
+    counts: Dict[State, int] = {}
+    for state in per.values():
+        counts[state] = counts.get(state, 0) + 1
+    return counts
