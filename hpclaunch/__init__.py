@@ -5,7 +5,7 @@ first use, so `import hpclaunch` stays cheap for the CLI and for ranks (the top 
 docs/architecture.md).
 """
 
-__version__ = "0.1.0"
+from hpclaunch.common.version import __version__
 
 __all__ = ["submit", "Job", "submit_function", "map_function", "executor", "__version__"]
 

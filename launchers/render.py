@@ -4,7 +4,8 @@ from __future__ import annotations
 import os
 import shlex
 
-from hpclaunch import __version__, templates  # templates: package data, found in editable and wheel installs
+from hpclaunch import templates  # package data, found the same way in editable and wheel installs
+from hpclaunch.common.version import __version__
 from hpclaunch.launchers.request import BatchRequest, build_request
 
 _ENV = None

@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from hpclaunch import __version__
+from hpclaunch.common.version import __version__
 from hpclaunch.common.errors import HpclaunchError
 
 _COMMANDS = {

@@ -1,0 +1,161 @@
+"""The layer rules of docs/architecture.md, checked on the source with the ast module.
+
+Every import is read, function-level ones included, resolved to the module it names, and checked:
+a module imports only from its own layer or the layers below it (the leaves: only what they are
+allowed), and no set of modules imports each other in a cycle. `check(sources)` takes
+{module name: source text} so a test can plant a violation without touching the tree.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The folders of the repository and the package they are installed as (setup.cfg package_dir).
+PACKAGE_DIRS = {
+    "hpclaunch": "hpclaunch", "launchers": "hpclaunch.launchers", "monitors": "hpclaunch.monitors",
+    "reports": "hpclaunch.reports", "train_entry": "hpclaunch.train_entry", "templates": "hpclaunch.templates",
+    "hpc_profiles": "hpclaunch.hpc_profiles",
+}
+
+# Core layers, lowest first: each may import from itself and the layers before it.
+LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
+    ("common", ("hpclaunch.common",)),
+    ("spec", ("hpclaunch.spec", "hpclaunch.hpc_profiles")),
+    ("launch", ("hpclaunch.launchers.request", "hpclaunch.launchers.render", "hpclaunch.templates",
+                "hpclaunch.launchers")),
+    ("backends", ("hpclaunch.launchers.backends",)),
+    ("runs", ("hpclaunch.runs",)),
+    ("top", ("hpclaunch.cli", "hpclaunch.__main__", "hpclaunch")),
+]
+# Leaves import nothing of the core but what is named here; the core's upper layers may use them.
+LEAVES: Dict[str, Tuple[str, ...]] = {
+    "hpclaunch.monitors": (),
+    "hpclaunch.reports": ("hpclaunch.monitors.schema",),
+    "hpclaunch.train_entry": ("hpclaunch.common", "hpclaunch.spec.train", "hpclaunch.spec.typedload"),
+}
+# Which core layer may import a leaf (the leaf's users are above it).
+LEAF_USERS = {"hpclaunch.monitors": "top", "hpclaunch.reports": "runs", "hpclaunch.train_entry": "top"}
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def layer_of(module: str) -> Optional[Tuple[str, int]]:
+    """("core", index) or (leaf prefix, -1); None outside the package."""
+    for leaf in LEAVES:
+        if _within(module, leaf):
+            return leaf, -1
+    best = None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if _within(module, prefix) and (best is None or len(prefix) > best[1]):
+                best = (index, len(prefix))
+    return ("core", best[0]) if best else None
+
+
+def package_sources(root: str = ROOT) -> Dict[str, str]:
+    """{module name: source} of every .py file the package installs."""
+    out: Dict[str, str] = {}
+    for folder, package in PACKAGE_DIRS.items():
+        base = os.path.join(root, folder)
+        for dirpath, dirnames, files in os.walk(base):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            rel = os.path.relpath(dirpath, base)
+            pkg = package if rel == "." else package + "." + rel.replace(os.sep, ".")
+            for name in files:
+                if name.endswith(".py"):
+                    mod = pkg if name == "__init__.py" else f"{pkg}.{name[:-3]}"
+                    with open(os.path.join(dirpath, name), encoding="utf-8") as f:
+                        out[mod] = f.read()
+    return out
+
+
+def imports_of(module: str, source: str, known: Set[str]) -> Iterable[Tuple[str, int]]:
+    """(imported module, line) for every import in the source, at any depth, resolved."""
+    is_pkg = module in known and any(k.startswith(module + ".") for k in known) or module.endswith("__init__")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = module.split(".")
+                base = parts if is_pkg else parts[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                yield (sub if sub in known else target), node.lineno
+
+
+def check(sources: Dict[str, str]) -> List[str]:
+    """Every upward import, forbidden leaf import and import cycle, one line each."""
+    known = set(sources)
+    problems: List[str] = []
+    graph: Dict[str, Set[str]] = {m: set() for m in sources}
+    for module, source in sorted(sources.items()):
+        mine = layer_of(module)
+        for target, line in imports_of(module, source, known):
+            if target not in known or target == module:
+                continue  # third-party or stdlib
+            graph[module].add(target)
+            theirs = layer_of(target)
+            if mine is None or theirs is None:
+                continue
+            where = f"{module}:{line} imports {target}"
+            if mine[1] == -1:  # a leaf
+                if theirs[0] != mine[0] and not any(_within(target, ok) for ok in LEAVES[mine[0]]):
+                    problems.append(f"{where}: {mine[0]} is a leaf and may import only itself"
+                                    + (f" and {', '.join(LEAVES[mine[0]])}" if LEAVES[mine[0]] else ""))
+            elif theirs[1] == -1:  # the core uses a leaf
+                user = [n for n, _ in LAYERS].index(LEAF_USERS[theirs[0]])
+                if mine[1] < user:
+                    problems.append(f"{where}: only the {LEAF_USERS[theirs[0]]} layer and above use {theirs[0]}")
+            elif theirs[1] > mine[1]:
+                problems.append(f"{where}: upward, from layer {LAYERS[mine[1]][0]} to layer {LAYERS[theirs[1]][0]}")
+    for cycle in _cycles(graph):
+        problems.append("import cycle: " + " -> ".join(cycle + [cycle[0]]))
+    return problems
+
+
+def _cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """Strongly connected components of more than one module (Tarjan), each as a list."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on: Set[str] = set()
+    out: List[List[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out

@@ -1,0 +1,58 @@
+"""The house's layers hold: no upward import, no import cycle, no module over ~500 lines."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import layers  # noqa: E402
+
+MAX_LINES = 520  # "no module over ~500 lines"
+
+
+def test_the_package_keeps_its_layers_and_has_no_cycles():
+    sources = layers.package_sources()
+    assert "hpclaunch.spec.job" in sources and "hpclaunch.launchers.backends.base" in sources
+    assert layers.check(sources) == []
+
+
+def test_a_planted_upward_import_fails():
+    sources = layers.package_sources()
+    sources["hpclaunch.spec.units"] += "\n\ndef later():\n    from hpclaunch.runs.registry import Registry\n"
+    found = layers.check(sources)
+    assert any("hpclaunch.spec.units" in p and "upward, from layer spec to layer runs" in p for p in found), found
+
+
+def test_a_planted_cycle_fails_even_inside_a_function():
+    sources = layers.package_sources()
+    # registry -> jobs is downward-legal (same layer), jobs already imports registry: a cycle.
+    sources["hpclaunch.runs.registry"] += "\n\ndef later():\n    from hpclaunch.runs import jobs\n"
+    found = layers.check(sources)
+    assert any(p.startswith("import cycle:") and "hpclaunch.runs.jobs" in p and "hpclaunch.runs.registry" in p
+               for p in found), found
+
+
+def test_a_leaf_importing_the_core_fails():
+    sources = layers.package_sources()
+    sources["hpclaunch.monitors.daemon"] += "\nfrom hpclaunch.common.atomic import write_atomic\n"
+    found = layers.check(sources)
+    assert any("hpclaunch.monitors.daemon" in p and "is a leaf" in p for p in found), found
+
+
+def test_relative_imports_resolve_like_python():
+    sources = {"hpclaunch.spec.a": "from .b import x\nfrom . import c\n", "hpclaunch.spec.b": "x = 1\n",
+               "hpclaunch.spec.c": "from ..runs.r import y\n", "hpclaunch.runs.r": "y = 2\n"}
+    found = layers.check(sources)
+    assert found == ["hpclaunch.spec.c:1 imports hpclaunch.runs.r: upward, from layer spec to layer runs"], found
+
+
+def test_no_module_is_over_the_size_limit():
+    big = []
+    for folder in layers.PACKAGE_DIRS:
+        for dirpath, _, files in os.walk(os.path.join(layers.ROOT, folder)):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(dirpath, name)
+                    with open(path, encoding="utf-8") as f:
+                        n = sum(1 for _ in f)
+                    if n > MAX_LINES:
+                        big.append(f"{os.path.relpath(path, layers.ROOT)}: {n} lines")
+    assert big == [], big
