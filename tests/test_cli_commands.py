@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from hlcli import hl
 
 
 def test_profiles_list_and_show(run_cli):
@@ -49,7 +50,7 @@ def test_schema_accepts_the_examples(run_cli):
 
 def test_render_prints_only_the_script(write):
     path = write("job.yaml", "name: j\ncommand: [python, t.py]\n")
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "render", path], capture_output=True, text=True)
+    proc = hl("render", path, check=False)
     assert proc.returncode == 0 and proc.stdout.startswith("#!/bin/bash\n") and proc.stderr == ""
 
 
@@ -72,23 +73,18 @@ def test_render_imports_nothing_heavy(write):
     assert "HEAVY=\n" in out
 
 
-def _hl(*args, cwd=None, env=None):
-    return subprocess.run([sys.executable, "-m", "hpclaunch", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=60)
-
-
 def test_init_where_the_folder_is_missing_or_a_file_is_one_line(tmp_path):
     missing = tmp_path / "no" / "such" / "x.yaml"
-    proc = _hl("init", str(missing))
+    proc = hl("init", str(missing), check=False, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == "", proc.stderr
     assert proc.stderr.strip() == (f"{missing}: cannot write the job file: No such file or directory \u2014 "
                                    f"create the folder first (mkdir -p {missing.parent}) or pick another path")
     assert not (tmp_path / "no").exists()   # a typo in the path makes no folders
     (tmp_path / "afile").write_text("")
-    proc = _hl("init", str(tmp_path / "afile" / "x.yaml"))
+    proc = hl("init", str(tmp_path / "afile" / "x.yaml"), check=False, timeout=60)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert f"{tmp_path / 'afile'} is a file, not a folder" in proc.stderr
-    proc = _hl("init", str(tmp_path), "--force")   # a folder where the file should go
+    proc = hl("init", str(tmp_path), "--force", check=False, timeout=60)   # a folder where the file should go
     assert proc.returncode == 2 and "name a file in it" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -102,6 +98,6 @@ def test_report_to_a_missing_folder_is_one_line(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / "monitor").mkdir(parents=True)
     out = tmp_path / "nope" / "r.json"
-    proc = _hl("report", str(run_dir), "-o", str(out))
+    proc = hl("report", str(run_dir), "-o", str(out), check=False, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith(f"{out}: cannot write the report: ") and "mkdir -p" in proc.stderr

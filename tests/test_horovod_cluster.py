@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+from hlcli import hl
 
 pytestmark = pytest.mark.cluster
 
@@ -40,14 +41,6 @@ def horovod():
     if _in_ci():
         pytest.fail(f"CI=true but {reason}", pytrace=False)
     pytest.skip(reason)
-
-
-def hl(*args, cwd, check=True, timeout=300):
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
-    if check:
-        assert proc.returncode == 0, f"hpclaunch {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 def write_ssh_profile(folder, slurm_env) -> str:

@@ -6,19 +6,12 @@ import sys
 import time
 
 import pytest
+from hlcli import hl
 
 pytestmark = pytest.mark.cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
-
-
-def hl(*args, cwd, check=True, timeout=300, env=None):
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-    if check:
-        assert proc.returncode == 0, f"hpclaunch {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 def job_file(tmp_path, text, name="job.yaml"):

@@ -7,14 +7,7 @@ import sys
 import time
 
 import pytest
-
-
-def hl(*args, cwd, check=True, timeout=120, env=None):
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-    if check:
-        assert proc.returncode == 0, f"{args}: {proc.stdout}\n{proc.stderr}"
-    return proc
+from hlcli import hl
 
 
 def write_job(tmp_path, body, name="job.yaml"):

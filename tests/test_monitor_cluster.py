@@ -4,18 +4,18 @@ import csv
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
+from hlcli import hl
 
 pytestmark = pytest.mark.cluster
 
 
 def _submit(tmp_path, text):
     (tmp_path / "job.yaml").write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "submit", str(tmp_path / "job.yaml"),
-                           "--backend", "slurm", "--json"], cwd=str(tmp_path), capture_output=True, text=True)
+    proc = hl("submit", str(tmp_path / "job.yaml"),
+                           "--backend", "slurm", "--json", check=False, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -23,8 +23,7 @@ def _submit(tmp_path, text):
 def _wait_state(job_id, states, timeout=120):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        st = json.loads(subprocess.run([sys.executable, "-m", "hpclaunch", "status", job_id, "--json"],
-                                       capture_output=True, text=True).stdout)
+        st = json.loads(hl("status", job_id, "--json", check=False).stdout)
         if st["state"] in states:
             return st
         time.sleep(0.5)

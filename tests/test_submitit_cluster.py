@@ -2,7 +2,6 @@
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 
@@ -13,6 +12,7 @@ pytestmark = pytest.mark.cluster
 # The job's Python cannot import this test module (tests/ is not a package on its path): send the
 # functions below by value, as a user's notebook or script functions would need too.
 import cloudpickle  # noqa: E402  (submitit's own dependency)
+from hlcli import hl_out as hl
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -25,13 +25,6 @@ def where_am_i():
     import submitit
     env = submitit.JobEnvironment()
     return env.global_rank, env.num_tasks, socket.gethostname()
-
-
-def hl(*args, cwd="/"):
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, f"hpclaunch {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
 
 
 def wait_final(job_id, timeout=60):

@@ -5,16 +5,9 @@ import subprocess
 import sys
 
 import pytest
+from hlcli import hl
 
 pytestmark = pytest.mark.cluster
-
-
-def hl(*args, cwd, check=True, timeout=300):
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
-    if check:
-        assert proc.returncode == 0, f"hpclaunch {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 def epochs(run_dir, rank=0):

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from hlcli import hl
 
 pytestmark = pytest.mark.cluster
 
@@ -57,8 +58,7 @@ monitor: {{interval: 0}}
     cpus = 1 * 1  # tasks_per_node x cpus_per_task: what the job asks of each node
     assert cpus <= min(nodes.values()), nodes
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "submit", str(job), "--backend", "slurm", "--wait"],
-                          cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    proc = hl("submit", str(job), "--backend", "slurm", "--wait", check=False, cwd=str(tmp_path), timeout=300)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 0, f"{proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     run_dir = [line.split(": ", 1)[1].strip() for line in proc.stdout.splitlines() if "run directory" in line][0]

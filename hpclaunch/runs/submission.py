@@ -6,7 +6,6 @@ registry only ever holds jobs that were queued.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from typing import Optional, Sequence

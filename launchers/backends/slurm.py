@@ -191,7 +191,6 @@ class SlurmBackend(Backend):
         ids = [r.job_id for r in refs]
         proc = slurmcli.run(slurm_status.squeue_cmd(ids), check=False)
         live = slurm_status.parse_squeue(proc.stdout) if proc.returncode == 0 else {}
-        arrays = [r for r in refs if r.array_size]
         gone = [r.job_id for r in refs if r.array_size or r.job_id not in live]
         ended = None
         if gone:
