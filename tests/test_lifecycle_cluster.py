@@ -353,7 +353,7 @@ requeue: {{max_attempts: 3}}
         subprocess.run(["kill", "-9", *pids])
         subprocess.run(["scontrol", "update", f"NodeName={victim}", "State=DOWN", "Reason=node died"], check=True)
         proc = subprocess.run([sys.executable, "-c",
-                               "import sys; from hpclaunch.jobs import find_job; j = find_job(sys.argv[1]);"
+                               "import sys; from hpclaunch.runs.jobs import find_job; j = find_job(sys.argv[1]);"
                                "st = j.wait(poll=1); print(j.id, st.state, st.nodes or '-', st.attempts)",
                                sub["job_id"]], capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr
