@@ -14,26 +14,27 @@ def test_the_package_keeps_its_layers_and_has_no_cycles():
     assert layers.check(sources) == []
 
 
-def test_a_planted_upward_import_fails():
+def planted(module: str, code: str) -> list:
+    """The check's findings on the real tree with `code` appended to `module`."""
     sources = layers.package_sources()
-    sources["hpclaunch.spec.units"] += "\n\ndef later():\n    from hpclaunch.runs.registry import Registry\n"
-    found = layers.check(sources)
+    sources[module] += "\n" + code
+    return layers.check(sources)
+
+
+def test_a_planted_upward_import_fails():
+    found = planted("hpclaunch.spec.units", "\ndef later():\n    from hpclaunch.runs.registry import Registry\n")
     assert any("hpclaunch.spec.units" in p and "upward, from layer spec to layer runs" in p for p in found), found
 
 
 def test_a_planted_cycle_fails_even_inside_a_function():
-    sources = layers.package_sources()
     # registry -> jobs is downward-legal (same layer), jobs already imports registry: a cycle.
-    sources["hpclaunch.runs.registry"] += "\n\ndef later():\n    from hpclaunch.runs import jobs\n"
-    found = layers.check(sources)
+    found = planted("hpclaunch.runs.registry", "\ndef later():\n    from hpclaunch.runs import jobs\n")
     assert any(p.startswith("import cycle:") and "hpclaunch.runs.jobs" in p and "hpclaunch.runs.registry" in p
                for p in found), found
 
 
 def test_a_leaf_importing_the_core_fails():
-    sources = layers.package_sources()
-    sources["hpclaunch.monitors.daemon"] += "\nfrom hpclaunch.common.atomic import write_atomic\n"
-    found = layers.check(sources)
+    found = planted("hpclaunch.monitors.daemon", "from hpclaunch.common.atomic import write_atomic\n")
     assert any("hpclaunch.monitors.daemon" in p and "is a leaf" in p for p in found), found
 
 

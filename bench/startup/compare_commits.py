@@ -13,7 +13,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_startup import timeit  # noqa: E402  (the same timer as the startup bench)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOB = """name: bench
@@ -37,15 +40,6 @@ def install(rev: str) -> str:
     return venv
 
 
-def timeit(cmd, cwd):
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    dt = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"{cmd} failed: {proc.stderr.decode()[-500:]}")
-    return dt
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("old")
@@ -64,7 +58,7 @@ def main():
     for _ in range(args.runs):
         for name, make in cases.items():
             venv = venvs["new" if name.startswith("new") else "old"]
-            times[name].append(timeit(make(venv), work))
+            times[name].append(timeit(make(venv), work, None))
     print(f"old {args.old} ({venvs['old']}), new {args.new} ({venvs['new']}); {args.runs} interleaved runs; "
           f"load average {os.getloadavg()[0]:.2f}\n")
     print("| command | median ms | p25-p75 ms | new/old |")
