@@ -1,19 +1,35 @@
 """Errors that reach the user as clear one-line messages, never as tracebacks."""
 from __future__ import annotations
 
-from hpclaunch.common.model import model
 
-
-@model(frozen=True)
 class Problem:
-    """One thing wrong with the input: where, what, the offending value, and the fix."""
+    """One thing wrong with the input: where, what, the offending value, and the fix.
 
-    source: str      # the file (or "command line") the value came from
-    path: str        # dotted field path, e.g. "resources.nodes"
-    message: str     # what is wrong
-    value: object = None
-    fix: str = ""
-    has_value: bool = True
+    A plain class, not a model: every command imports this module, and `--help` should not pay
+    for `typing` (hpclaunch.common.model) to print usage."""
+
+    __slots__ = ("source", "path", "message", "value", "fix", "has_value")
+
+    def __init__(self, source: str, path: str, message: str, value: object = None, fix: str = "",
+                 has_value: bool = True) -> None:
+        self.source = source      # the file (or "command line") the value came from
+        self.path = path          # dotted field path, e.g. "resources.nodes"
+        self.message = message    # what is wrong
+        self.value = value
+        self.fix = fix
+        self.has_value = has_value
+
+    def _key(self) -> tuple:
+        return (self.source, self.path, self.message, repr(self.value), self.fix, self.has_value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Problem) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Problem({str(self)!r})"
 
     def __str__(self) -> str:
         where = f"{self.source}: {self.path}: " if self.path else f"{self.source}: "
