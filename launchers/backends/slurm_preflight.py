@@ -7,6 +7,7 @@ value came from (`sources`), as validation's are. Reads only the BatchRequest.
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Callable, Optional
 
 from hpclaunch.common.errors import InvalidInput, Problem
@@ -72,9 +73,10 @@ def _partition(request: BatchRequest, parts: list[dict], cluster: str, bad: Bad)
 def node_gpus(node: dict) -> int:
     """GPUs of a node record's Gres (`gpu:4`, `gpu:a100:4(S:0-1)`, several items)."""
     total = 0
-    for item in node.get("Gres", "").split(","):
+    # The socket binding holds colons and may hold commas ("(S:0-1)", "(S:0,2)"): drop it first.
+    for item in re.sub(r"\([^)]*\)", "", node.get("Gres", "")).split(","):
         bits = item.split(":")
-        count = bits[-1].split("(")[0]
+        count = bits[-1]
         if bits[0] == "gpu" and count.isdigit():
             total += int(count)
     return total

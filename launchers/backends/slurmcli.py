@@ -120,7 +120,9 @@ def first_line(text: str) -> str:
     return (errors or lines or [""])[0]
 
 
-_KV = re.compile(r"(\S+?)=((?:[^=\s]|\s(?!\S+=))*)")
+# A key starts a whitespace-separated word; its value runs to the next such ` Key=` and may hold
+# spaces (OS=Linux 6.1 #1 SMP) and `=` (TRES=cpu=1,mem=100M,node=1, as scontrol prints it).
+_KV = re.compile(r"(?:^|(?<=\s))([^\s=]+)=(.*?)(?=\s+[^\s=]+=|\s*$)")
 
 
 def parse_records(text: str) -> list[dict[str, str]]:
