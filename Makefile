@@ -2,7 +2,6 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
 SLURM_STATE ?= /tmp/hpclaunch-slurm
 # Debian packages, checked one by one on every run (never a stamp: a stamp in a clone or a used machine
 # says nothing about this one). Open MPI and its headers (mpi.h for `make horovod`); libpmix-dev for
@@ -15,15 +14,22 @@ APT_PACKAGES := openmpi-bin libopenmpi-dev libpmix-dev cmake g++ chromium
 
 all: venv
 
-venv: $(STAMP)
+# What the venv must give, checked on every run (no stamp file: a stamp says nothing about what is in the
+# venv now): these modules import, the hpclaunch command is there, and the install (pip's hpclaunch
+# dist-info) is newer than setup.cfg and pyproject.toml. Otherwise it installs (tests/test_deps.py).
+VENV_IMPORTS := torch, hpclaunch, mpi4py, pyarrow, pytest, sklearn
 
-$(STAMP): setup.cfg pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	# Pinned: this version's CPU wheel is on disk; an unpinned torch downloads GBs of CUDA builds.
-	$(PY) -m pip install -q torch==2.13.0
+venv:
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@dist=$$(ls -d $(VENV)/lib/python3*/site-packages/hpclaunch-*.dist-info 2>/dev/null | head -n 1); \
+	if (cd / && $(abspath $(PY)) -c 'import $(VENV_IMPORTS)') 2>/dev/null && [ -x $(VENV)/bin/hpclaunch ] \
+	   && [ -n "$$dist" ] && [ -z "$$(find setup.cfg pyproject.toml -newer "$$dist")" ]; then exit 0; fi; \
+	echo "venv: installing into $(VENV)"; \
+	set -e; \
+	$(PY) -m pip install -q --upgrade pip setuptools wheel; \
+	: "Pinned: this version's CPU wheel is on disk; an unpinned torch downloads GBs of CUDA builds."; \
+	$(PY) -m pip install -q torch==2.13.0; \
 	$(PY) -m pip install -q -e '.[train,mpi,report,test]'
-	touch $@
 
 # Installs whichever of APT_PACKAGES dpkg does not report as installed, then checks them all again.
 deps:
@@ -53,7 +59,7 @@ test: venv deps
 
 # The tests that need neither root nor the cluster.
 test-fast: venv
-	$(PY) -m pytest -q -m "not cluster"
+	$(PY) -m pytest -q -m "not cluster and not root"
 
 # Trains the reference job on 2 local ranks through the local backend, then reports on it.
 demo: venv

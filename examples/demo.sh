@@ -31,14 +31,30 @@ if "$BIN/hpclaunch" report --help >/dev/null 2>&1; then
   "$BIN/hpclaunch" report "$run_dir" || true
   "$BIN/hpclaunch" report "$run_dir" --format html -o "$run_dir/report.html" >/dev/null 2>&1 || true
 fi
+# Every hint below runs as printed, from any folder, with nothing activated: the demo keeps its own registry
+# (HPCLAUNCH_HOME), and hpclaunch is in the venv, not on PATH (tests/test_demo.py runs each one).
+HL="HPCLAUNCH_HOME=$(printf %q "$HPCLAUNCH_HOME") $(printf %q "$BIN/hpclaunch")"
 cat <<MSG
 
 Where everything went:
   run directory   $run_dir
-  rank logs       $run_dir/logs/attempt0/rank<R>.log   (hpclaunch logs $job_id)
+  rank logs       $run_dir/logs/attempt0/rank<R>.log
   metrics         $run_dir/metrics/rank<R>.jsonl
   monitor logs    $run_dir/monitor/
   checkpoints     $run_dir/checkpoints/
-  registry        $HPCLAUNCH_HOME/registry.db          (hpclaunch list --all)
+  registry        $HPCLAUNCH_HOME/registry.db
 MSG
 if [ -f "$run_dir/report.html" ]; then echo "  HTML report     $run_dir/report.html"; fi
+cat <<MSG
+
+Look at it (these run as printed):
+  $HL logs $job_id --tail 5
+  $HL status $job_id
+  $HL list --all
+MSG
+if [ -f "$run_dir/report.html" ]; then echo "  $HL report $job_id"; fi
+cat <<MSG
+
+To type just \`hpclaunch ...\`: source $(printf %q "$BIN/activate") && export HPCLAUNCH_HOME=$(printf %q "$HPCLAUNCH_HOME")
+(without HPCLAUNCH_HOME, hpclaunch uses your own registry, ~/.local/state/hpclaunch, where the demo's job is not).
+MSG

@@ -17,7 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 argument_default=None)
     a = p.add_argument
     g = p.add_argument_group("data / model")
-    g.add_argument("--data", help="CSV file with a header and a label column")
+    g.add_argument("--data", help="CSV file with a header and a label column, or 'digits' (scikit-learn's digits, "
+                                  "built in; python -m hpclaunch.train_entry.digits FILE.csv writes them as CSV)")
     g.add_argument("--label-column", help="label column name (default: label)")
     g.add_argument("--val-fraction", type=float, help="validation share, seeded split (default 0.2)")
     g.add_argument("--model", help="module:factory returning an nn.Module (default: built-in MLP)")
@@ -81,8 +82,11 @@ def main(argv=None) -> int:
         from .distenv import detect
 
         derive(cfg, detect(os.environ).world_size)
-        if not cfg.data or not os.path.isfile(cfg.data):
-            raise ConfigError(f"--data: no such file {cfg.data!r}" if cfg.data else "no training data: give --data FILE.csv")
+        from .digits import BUILTIN_DATA
+
+        if not cfg.data or not (os.path.isfile(cfg.data) or cfg.data in BUILTIN_DATA):
+            raise ConfigError(f"--data: no such file {cfg.data!r} (built in: {', '.join(BUILTIN_DATA)})" if cfg.data
+                              else "no training data: give --data FILE.csv (or --data digits)")
         from .trainer import ModelTrainer
 
         ModelTrainer(config=cfg).train()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import os
 from typing import Iterator, Optional
 
 import numpy as np
@@ -32,6 +33,18 @@ class TabularData:
     @property
     def num_classes(self) -> int:
         return len(self.classes)
+
+
+def load_data(spec: str, label_column: str = "label") -> TabularData:
+    """--data: a CSV file, or a built-in data name (``digits``) when no file of that name exists."""
+    from .digits import BUILTIN_DATA, digits_arrays
+
+    if spec in BUILTIN_DATA and not os.path.exists(spec):
+        x, y = digits_arrays()
+        classes = np.unique(y)
+        return TabularData(x.astype(np.float32), np.searchsorted(classes, y).astype(np.int64),
+                           [f"f{i}" for i in range(x.shape[1])], classes.tolist())
+    return load_csv(spec, label_column)
 
 
 def load_csv(path: str, label_column: str = "label") -> TabularData:

@@ -1,6 +1,7 @@
 """``python -m hpclaunch.train_entry.digits OUT.csv``: scikit-learn's digits as CSV.
 
 1,797 8x8 images; features f0..f63 scaled to 0-1 (raw values are 0-16), then ``label``.
+The same data without a file: ``--data digits`` (``BUILTIN_DATA``; a file of that name wins).
 """
 from __future__ import annotations
 
@@ -9,18 +10,27 @@ import os
 import sys
 
 
-def write_digits_csv(path: str) -> int:
+#: Data names train_entry's --data takes besides a CSV path (scikit-learn ships them; no download).
+BUILTIN_DATA = {"digits": "scikit-learn's digits: 1,797 8x8 images, 64 features scaled to 0-1, 10 classes"}
+
+
+def digits_arrays():
+    """(features float [n, 64] in 0-1, labels int [n]): exactly the values the CSV holds."""
     from sklearn.datasets import load_digits
 
     d = load_digits()
-    x = d.data / 16.0
+    return d.data / 16.0, d.target
+
+
+def write_digits_csv(path: str) -> int:
+    x, target = digits_arrays()
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w") as f:
         f.write(",".join([f"f{i}" for i in range(x.shape[1])] + ["label"]) + "\n")
-        for row, label in zip(x, d.target):
+        for row, label in zip(x, target):
             f.write(",".join(f"{v:.6g}" for v in row) + f",{int(label)}\n")
     os.replace(tmp, path)
-    return len(d.target)
+    return len(target)
 
 
 def main(argv=None) -> int:

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from . import checkpoint as ckpt
 from .config import ConfigError, TrainConfig, build_config, derive, load_run_job
-from .data import TrainLoader, load_csv, make_tensors, split, val_shard
+from .data import TrainLoader, load_data, make_tensors, split, val_shard
 from .dist_init import Dist, init_distributed, set_deterministic
 from .metrics import MetricsWriter
 from .model import build_model
@@ -144,7 +144,7 @@ class _Run:
         device = dist.device
 
         # -- data --------------------------------------------------------------------------------
-        data = load_csv(cfg.data, cfg.label_column)
+        data = load_data(cfg.data, cfg.label_column)
         tr_idx, va_idx = split(len(data.labels), cfg.val_fraction, cfg.seed)
         x_tr, y_tr = make_tensors(data, tr_idx)
         x_va, y_va = make_tensors(data, va_idx)

@@ -29,15 +29,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"hpclaunch {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
-    def job_command(name: str, help: str) -> argparse.ArgumentParser:
+    def job_command(name: str, help: str, default: str | None = None) -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help, description=help)
-        c.add_argument("job", metavar="JOB.yaml", help="the job file")
+        if default:  # as `init` writes it
+            c.add_argument("job", metavar="JOB.yaml", nargs="?", default=default, help=f"the job file (default: {default})")
+        else:
+            c.add_argument("job", metavar="JOB.yaml", help="the job file")
         c.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                        help="override a job key, e.g. -o resources.nodes=4 (repeatable)")
         return c
 
-    job_command("validate", "check a job file against the schema and its profile's limits")
-    job_command("render", "print the sbatch script the job would submit, and nothing else")
+    job_command("validate", "check a job file against the schema and its profile's limits", default="job.yaml")
+    job_command("render", "print the sbatch script the job would submit, and nothing else", default="job.yaml")
 
     c = sub.add_parser("profiles", help="list cluster profiles, or show one",
                        description="List cluster profiles (yours first: ./hpc_profiles, ~/.config/hpclaunch/profiles, then shipped), or show one resolved.")
@@ -61,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="preflight and `sbatch --test-only` (when and where it would start); queue nothing")
     c.add_argument("--json", action="store_true", help="print the submission as JSON")
 
-    c = sub.add_parser("status", help="state of a job (or of your active jobs)")
+    c = sub.add_parser("status", help="state of a job (or of your active jobs and those ended in the last hour)")
     c.add_argument("job", nargs="?", metavar="JOB", help="job id, name or run directory")
     c.add_argument("--json", action="store_true")
 
@@ -75,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--rank", type=int, default=None, help="only this rank")
     c.add_argument("--task", type=int, default=None,
                    help="a sweep's task (default: the first that failed, else the last with logs)")
-    c.add_argument("--attempt", type=int, default=None, help="this attempt (default: the latest)")
+    c.add_argument("--attempt", type=int, default=None,
+                   help="this attempt, numbered from 0 as on disk (logs/attempt0) and in status (default: the latest)")
     c.add_argument("--tail", type=int, default=None, metavar="N", help="last N lines of each log")
     c.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the job ends")
     c.add_argument("--json", action="store_true")

@@ -46,7 +46,7 @@ def _follow(job, quiet: bool = False) -> int:
             return
         extra = f" tasks {counts(st.tasks)}" if st.tasks else ""
         nodes = f" on {st.nodes}" if st.nodes else ""
-        print(f"  [{_time.monotonic() - start:6.0f} s] {st.state}{nodes} attempt {st.attempts}{extra}",
+        print(f"  [{_time.monotonic() - start:6.0f} s] {st.state}{nodes} attempt {st.attempts - 1}{extra}",
               file=sys.stderr, flush=True)
 
     st = job.wait(poll=1.0, on_change=show)
@@ -57,27 +57,33 @@ def _follow(job, quiet: bool = False) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """One job, or (no JOB) the active jobs and those that ended in the last hour: a job that just ended
+    is what one asks about. Attempts are numbered from 0, as on disk (logs/attempt0) and in `logs --attempt`:
+    `attempt` is the latest one's number, `attempts` how many have run."""
     if args.job:
         jobs = [find_job(args.job)]
     else:
-        reg = Registry()
-        jobs = [Job(r, reg) for r in reg.list(active_only=True)]
+        from hpclaunch.runs.registry import FINAL_STATES
+        reg, recent = Registry(), _time.time() - 3600
+        jobs = [Job(r, reg) for r in reg.list()
+                if r.state not in FINAL_STATES or (r.end_time or r.submit_time) >= recent]
     rows = []
     for job in jobs:
         st = job.status()
         rows.append({"job_id": job.id, "name": job.name, "backend": job.record.backend, "state": st.state,
                      "exit_code": st.exit_code, "elapsed": st.elapsed, "nodes": st.nodes, "reason": st.reason,
-                     "attempts": st.attempts, "tasks": st.tasks, "source": st.source, "run_dir": job.run_dir})
+                     "attempt": max(st.attempts - 1, 0), "attempts": st.attempts, "tasks": st.tasks,
+                     "source": st.source, "run_dir": job.run_dir})
     if args.json:
         print_json(rows if not args.job else rows[0])
         return 0
     if not rows:
-        print("no active jobs (hpclaunch list --all shows finished ones)")
+        print("no active jobs and none ended in the last hour (hpclaunch list --all shows older ones)")
     for r in rows:
         extra = f" tasks: {counts(r['tasks'])}" if r["tasks"] else ""
         code = f" exit {r['exit_code']}" if r["exit_code"] is not None else ""
         reason = f" ({r['reason']})" if r["reason"] and r["reason"] != "None" else ""
-        print(f"{r['job_id']:>8} {r['name'][:30]:<30} {r['state']:<11}{code} attempts {r['attempts']} "
+        print(f"{r['job_id']:>8} {r['name'][:30]:<30} {r['state']:<11}{code} attempt {r['attempt']} "
               f"elapsed {r['elapsed'] or '-'} nodes {r['nodes'] or '-'}{reason}{extra}")
     return 0
 

@@ -23,7 +23,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
     j = r.job.resources
     print(f"{display_path(args.job)}: valid \u2014 job '{r.job.name}', profile '{r.profile.profile.name}', "
           f"{r.job.launcher}, {j.nodes} node(s) x {j.tasks_per_node} rank(s), time {j.time}")
+    for line in literal_dollar_warnings(r.job.env, "env"):
+        print(line, file=sys.stderr)
     return 0
+
+
+def literal_dollar_warnings(env: dict, where: str) -> list[str]:
+    """Warnings (not errors: a literal `$` may be meant) for env values with a `$` in them: every value is
+    exported shell-quoted, exactly as written, so `$HOME` or `${SLURM_JOB_ID}` is never expanded."""
+    return [f"warning: {where}.{name} = {value!r} is exported literally: the '$' is not expanded. To expand it, "
+            f"set it in the profile's setup: lines (export {name}=\"{value}\") or in the command "
+            f"([bash, -c, '... \"{value}\" ...'])"
+            for name, value in env.items() if "$" in str(value)]
 
 
 

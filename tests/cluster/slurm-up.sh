@@ -2,6 +2,7 @@
 # slurm-up.sh: bring up a throwaway, REAL Slurm cluster on this one machine for hpclaunch's tests.
 #
 #   tests/cluster/slurm-up.sh [-n NODES] [-c CPUS_PER_NODE] [-d STATEDIR] [-a dbd|none]
+#   tests/cluster/slurm-up.sh -k [-d STATEDIR]    # only check the running cluster: exit 0 if healthy, else 1
 #
 # What it builds (see tests/cluster/README.md for the why and the timings):
 #   munged -> (MariaDB -> slurmdbd) -> slurmctld on the host -> one slurmd per node, each node in its
@@ -17,6 +18,9 @@
 #     says to run slurm-down.sh first. Slurm's ports (6817 ctld, 6818 slurmd, 6819 dbd) are fixed, so there
 #     can only be one cluster per machine.
 #   * it needs root (namespaces, /etc/hosts, daemons running as root) and no systemd.
+#   * healthy = the controller answers, every node is up (idle, mixed or allocated: busy is healthy), every
+#     node's sshd listens, and the MPI plugin the testcluster profile uses (srun --mpi=pmix) can load.
+#     -k prints what is wrong (stderr) and changes nothing, takes no lock.
 set -euo pipefail
 
 NODES=2
@@ -28,15 +32,18 @@ READY_TIMEOUT=${SLURM_UP_TIMEOUT:-90}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 usage() {
-    sed -n '2,5p' "${BASH_SOURCE[0]}" >&2
+    sed -n '2,6p' "${BASH_SOURCE[0]}" >&2
     exit 2
 }
 log() { echo "slurm-up: $*" >&2; }
 die() { echo "slurm-up: ERROR: $*" >&2; exit 1; }
 
-while getopts "n:c:d:a:h" opt; do
+CHECK_ONLY=0
+NODES_GIVEN=0
+while getopts "n:c:d:a:kh" opt; do
     case $opt in
-        n) NODES=$OPTARG ;;
+        n) NODES=$OPTARG; NODES_GIVEN=1 ;;
+        k) CHECK_ONLY=1 ;;
         c) CPUS=$OPTARG ;;
         d) STATEDIR=$OPTARG ;;
         a) ACCT=$OPTARG ;;
@@ -59,6 +66,8 @@ fi
 # typo cannot point that at / or a home directory.
 [[ $STATEDIR == /* && $STATEDIR != / && $STATEDIR != *..* ]] || die "-d must be an absolute path (got '$STATEDIR')"
 STATEDIR=${STATEDIR%/}
+# -k checks the cluster as it runs: its node count is the one it was started with.
+if (( CHECK_ONLY && ! NODES_GIVEN )) && [[ -s $STATEDIR/nodes ]]; then NODES=$(cat "$STATEDIR/nodes"); fi
 (( EUID == 0 )) || die "must run as root (network namespaces, /etc/hosts, daemons as SlurmUser=root)"
 
 CONF=$STATEDIR/slurm.conf
@@ -74,8 +83,11 @@ export SLURM_CONF=$CONF
 # fixed ports, the bridge and /etc/hosts.
 # Every daemon started below is run with `9>&-`: a daemon that inherited fd 9 would hold the lock for its
 # whole life and block the next up/down (flock locks belong to the open file, not to the process).
-exec 9>/tmp/hpclaunch-slurm.lock
-flock -w 120 9 || die "could not get /tmp/hpclaunch-slurm.lock within 120 s (another slurm-up/down running?)"
+# -k only reads: it takes no lock (and so never waits for a start-up).
+if (( ! CHECK_ONLY )); then
+    exec 9>/tmp/hpclaunch-slurm.lock
+    flock -w 120 9 || die "could not get /tmp/hpclaunch-slurm.lock within 120 s (another slurm-up/down running?)"
+fi
 # Our own nested slurm-down.sh calls must not wait for the lock we hold.
 export HPCLAUNCH_SLURM_LOCKED=1
 
@@ -136,7 +148,56 @@ all_sshd_up() {
         nsenter --net="/run/netns/sn$i" ss -Hltn "sport = :22" 2>/dev/null | grep -q . || return 1
     done
 }
-healthy() { ctld_up && all_idle && all_sshd_up; }
+# Every node responding and usable: idle, or mixed/allocated/completing while jobs run (a cluster busy with
+# other tests' jobs is healthy; treating it as broken would make a caller tear it down under them). Down,
+# drained or not responding (a `*` suffix) are not.
+all_up() {
+    local n
+    n=$(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 ~ /^(idle|mix|alloc|comp)$/' | sort -u | wc -l)
+    (( n == NODES ))
+}
+
+# The MPI plugin the testcluster profile uses (mpi: {srun_mpi: pmix}). Slurm's mpi/pmix dlopens the
+# unversioned libpmix.so from a directory compiled into it (Debian: /usr/lib/<arch>/pmix2/lib); only
+# libpmix-dev ships that name. Without it the cluster looks fine and every `srun --mpi=pmix` step fails
+# ("pmi/pmix: can not load PMIx library" in slurmd's log). Prints what is wrong; nothing when it can load.
+MPI_PLUGIN=pmix
+mpi_plugin_problem() {
+    local listed plugdir so libdir found=0
+    listed=$(srun --mpi=list 2>&1) || { echo "srun --mpi=list failed: ${listed//$'\n'/ }"; return; }
+    if ! grep -qE "^[[:space:]]*$MPI_PLUGIN\$" <<<"$listed"; then
+        echo "srun --mpi=list does not list $MPI_PLUGIN (got: $(tr -s '[:space:]' ' ' <<<"$listed"))"
+        return
+    fi
+    plugdir=$(scontrol show config 2>/dev/null | awk -F' *= *' '$1 == "PluginDir" {print $2}')
+    for so in "${plugdir:-/usr/lib/x86_64-linux-gnu/slurm-wlm}"/mpi_${MPI_PLUGIN}*.so; do
+        [[ -e $so ]] || continue
+        while read -r libdir; do
+            [[ -n $libdir ]] || continue
+            found=1
+            [[ -e $libdir/lib$MPI_PLUGIN.so ]] \
+                || { echo "$so loads $libdir/lib$MPI_PLUGIN.so, which is missing (install libpmix-dev)"; return; }
+        done < <(grep -aoE "/[A-Za-z0-9_./-]*$MPI_PLUGIN[A-Za-z0-9_.-]*/lib" "$so" | sort -u)
+    done
+    (( found )) || { echo "no mpi_$MPI_PLUGIN plugin (with its library path) in ${plugdir:-PluginDir}"; return; }
+    if grep -qs "can not load PMIx library" "$STATEDIR"/log/slurmd-*.log; then
+        echo "slurmd could not load the PMIx library: $(grep -hs "can not load PMIx library" "$STATEDIR"/log/slurmd-*.log | tail -n 1)"
+    fi
+}
+mpi_ok() { [[ -z $(mpi_plugin_problem) ]]; }
+healthy() { ctld_up && all_up && all_sshd_up && mpi_ok; }
+
+# -k: say what is wrong with the running cluster, change nothing.
+if (( CHECK_ONLY )); then
+    bad=0
+    ctld_up || { log "unhealthy: slurmctld does not answer scontrol ping"; bad=1; }
+    all_up || { log "unhealthy: not all $NODES nodes are up: $(sinfo -h -N -o '%N=%t' 2>/dev/null | sort -u | tr '\n' ' ')"; bad=1; }
+    all_sshd_up || { log "unhealthy: not every node's sshd listens"; bad=1; }
+    problem=$(mpi_plugin_problem)
+    [[ -z $problem ]] || { log "unhealthy: MPI plugin $MPI_PLUGIN: $problem"; bad=1; }
+    (( bad )) || log "healthy: $NODES nodes, MPI plugin $MPI_PLUGIN loads ($STATEDIR)"
+    exit "$bad"
+fi
 
 # ----------------------------------------------------------------------------------------------------
 # 0. Is a cluster already there?
@@ -197,7 +258,8 @@ T0=$(date +%s.%N)
 # ----------------------------------------------------------------------------------------------------
 # 1. Packages. CI machines are fresh; locally they are usually there, so only touch apt when needed.
 # ----------------------------------------------------------------------------------------------------
-PKGS=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins openmpi-bin libpmix2 iproute2 util-linux hostname
+# libpmix-dev: the unversioned libpmix.so that mpi/pmix dlopens (see mpi_plugin_problem).
+PKGS=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins openmpi-bin libpmix2 libpmix-dev iproute2 util-linux hostname
       openssh-server openssh-client)
 [[ $ACCT == dbd ]] && PKGS+=(slurmdbd slurm-wlm-mysql-plugin mariadb-server mariadb-client)
 MISSING=()
@@ -452,6 +514,8 @@ for ((i = 1; i <= NODES; i++)); do
         >&2 9>&- || fail_with_logs "sshd c$i failed to start"
 done
 wait_for 10 all_sshd_up || fail_with_logs "not every node's sshd listens on port 22 (logs: $STATEDIR/log/sshd-c*.log)"
+MPI_PROBLEM=$(mpi_plugin_problem)
+[[ -z $MPI_PROBLEM ]] || fail_with_logs "MPI plugin $MPI_PLUGIN cannot load: $MPI_PROBLEM"
 
 # ----------------------------------------------------------------------------------------------------
 # 8. Accounts and QOS for the tests of --account/--qos validation. The cluster and root's association to
