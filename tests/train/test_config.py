@@ -70,6 +70,6 @@ def test_global_batch_to_accumulation():
     cfg = build_config({"batch_size": 16, "global_batch": 128})
     assert derive(cfg, 2).accum_steps == 4
     assert derive(cfg, 8).accum_steps == 1
-    with pytest.raises(ConfigError, match="not a positive multiple"):
+    with pytest.raises(ConfigError, match="not a multiple of batch_per_gpu x world size = 16 x 3"):
         derive(cfg, 3)
     assert derive(build_config({"lr": 0.01, "lr_scaling": "sqrt"}), 4).lr == pytest.approx(0.02)
