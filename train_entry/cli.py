@@ -10,6 +10,8 @@ import logging
 import os
 import sys
 
+from hpclaunch.spec.train import LR_SCALINGS, PRECISIONS
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hpclaunch.train_entry",
@@ -32,13 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--global-batch", type=int, help="global batch; gradient accumulation = global / (batch x world)")
     g.add_argument("--grad-accum", type=int, help="accumulation steps when --global-batch is not given")
     g.add_argument("--lr", type=float, help="base learning rate for one rank (default 1e-3)")
-    g.add_argument("--lr-scaling", choices=["none", "linear", "sqrt"], help="scale LR with world size (default linear)")
+    g.add_argument("--lr-scaling", choices=LR_SCALINGS, help="scale LR with world size (default linear)")
     g.add_argument("--warmup-steps", type=int, help="linear LR warmup steps (default 0)")
     g.add_argument("--schedule", choices=["cosine", "constant"], help="LR after warmup (default cosine)")
     g.add_argument("--optimizer", choices=["adamw", "sgd"])
     g.add_argument("--weight-decay", type=float)
     g.add_argument("--clip-grad", type=float, help="max gradient norm, 0 = off (default 0)")
-    g.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="fp16 = CUDA + GradScaler; bf16 autocast")
+    g.add_argument("--precision", choices=PRECISIONS, help="fp16 = CUDA + GradScaler; bf16 autocast")
     g.add_argument("--seed", type=int, help="job seed; each rank uses seed + rank (default 0)")
     g.add_argument("--deterministic", action="store_true", default=None,
                    help="torch.use_deterministic_algorithms, 0 workers: bitwise-reproducible resume")

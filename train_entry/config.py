@@ -2,13 +2,18 @@
 
 job.yaml is ``$HPCLAUNCH_RUN_DIR/job.yaml`` (written at submit). Every key is
 optional; unknown keys are ignored. Limits come from ``profile.limits``.
+
+The train: keys' defaults and choices, the LR scaling and the rules against the limits are
+hpclaunch.spec.train's, the ones `hpclaunch validate` applies at submit: a job that passes there
+passes here (unless this rank's command line changes a setting).
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from typing import Any, Mapping, Optional
+
+from hpclaunch.spec.train import DEFAULTS, LR_SCALINGS, PRECISIONS, Train, scaled_lr, train_problems
 
 
 class ConfigError(ValueError):
@@ -24,6 +29,7 @@ class Limits:
     max_epochs: Optional[int] = None
     max_batch_per_gpu: Optional[int] = None
     lr_range: Optional[tuple] = None   # (min, max), applied to the effective (scaled) LR
+    profile: Optional[str] = None      # the profile's name, for messages
 
 
 @dataclasses.dataclass
@@ -31,35 +37,35 @@ class TrainConfig:
     data: Optional[str] = None
     label_column: str = "label"
     val_fraction: float = 0.2
-    epochs: int = 10
+    epochs: int = DEFAULTS["epochs"]
     max_steps: Optional[int] = None          # stop (and finish) after this many optimizer steps
-    batch_size: int = 64                     # per GPU / per rank
-    global_batch: Optional[int] = None       # -> gradient-accumulation steps
+    batch_size: int = DEFAULTS["batch_per_gpu"]      # per GPU / per rank
+    global_batch: Optional[int] = DEFAULTS["global_batch"]  # -> gradient-accumulation steps
     grad_accum: int = 1                      # used when global_batch is not set
-    lr: float = 1e-3                         # base LR, for one rank
-    lr_scaling: str = "linear"               # none | linear | sqrt (with the data-parallel world size)
+    lr: float = DEFAULTS["lr"]               # base LR, for one rank
+    lr_scaling: str = DEFAULTS["lr_scaling"]  # none | linear | sqrt (with the data-parallel world size)
     warmup_steps: int = 0
     schedule: str = "cosine"                 # cosine | constant (after warmup)
     optimizer: str = "adamw"                 # adamw | sgd
     weight_decay: float = 0.0
     momentum: float = 0.9
     clip_grad: float = 0.0                   # max global grad norm; 0 = no clipping
-    precision: str = "fp32"                  # fp32 | bf16 | fp16
-    seed: int = 0
+    precision: str = DEFAULTS["precision"]   # fp32 | bf16 | fp16
+    seed: int = DEFAULTS["seed"]
     model: Optional[str] = None              # module:factory; default the built-in MLP
     hidden: str = "256,256"
     dropout: float = 0.1
     workers: int = 0
-    checkpoint_every: int = 0                # optimizer steps; 0 = only at epoch ends
-    keep_checkpoints: int = 3
-    async_checkpoint: bool = True            # fsync + publish beside training (False: the step waits)
+    checkpoint_every: int = DEFAULTS["checkpoint_every"]  # optimizer steps; 0 = only at epoch ends
+    keep_checkpoints: int = DEFAULTS["keep_checkpoints"]
+    async_checkpoint: bool = DEFAULTS["async_checkpoint"]  # fsync + publish beside training (False: the step waits)
     resume: bool = True
     deterministic: bool = False
     backend: str = "auto"                    # auto | gloo | nccl | horovod
     dist_timeout: float = 600.0              # seconds, for every collective
     stop_check_every: int = 10               # optimizer steps between requeue-flag agreements
     stop_after_step: Optional[int] = None    # test hook: act as if the requeue flag appeared at this step
-    log_every: int = 10                      # step records every N optimizer steps (as TorchTitan's log_freq)
+    log_every: int = DEFAULTS["log_every"]   # step records every N optimizer steps (as TorchTitan's log_freq)
     run_dir: Optional[str] = None
     name: Optional[str] = None
     tensorboard: bool = True                 # used only if the package is installed
@@ -139,7 +145,8 @@ def job_overrides(job: Mapping) -> tuple[dict, Limits]:
                 if key in _KEYMAP and value is not None:
                     settings[_KEYMAP[key]] = value
     lim = _get(job, "profile", "limits") or {}
-    limits = Limits()
+    name = _get(job, "profile", "name")
+    limits = Limits(profile=name if isinstance(name, str) else None)
     if isinstance(lim, Mapping):
         if lim.get("max_epochs") is not None:
             limits.max_epochs = int(lim["max_epochs"])
@@ -204,40 +211,41 @@ class Derived:
 
 def derive(cfg: TrainConfig, world_size: int) -> Derived:
     """Validate against the limits and compute accumulation steps and the effective LR."""
-    if cfg.precision not in ("fp32", "bf16", "fp16"):
-        raise ConfigError(f"--precision must be fp32, bf16 or fp16, got {cfg.precision!r}")
-    if cfg.lr_scaling not in ("none", "linear", "sqrt"):
-        raise ConfigError(f"--lr-scaling must be none, linear or sqrt, got {cfg.lr_scaling!r}")
+    if cfg.precision not in PRECISIONS:
+        raise ConfigError(f"--precision must be {_either(PRECISIONS)}, got {cfg.precision!r}")
+    if cfg.lr_scaling not in LR_SCALINGS:
+        raise ConfigError(f"--lr-scaling must be {_either(LR_SCALINGS)}, got {cfg.lr_scaling!r}")
     if cfg.epochs < 1:
         raise ConfigError(f"--epochs must be >= 1, got {cfg.epochs}")
     if cfg.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {cfg.batch_size}")
-    lim = cfg.limits
-    if lim.max_epochs is not None and cfg.epochs > lim.max_epochs:
-        raise ConfigError(f"epochs {cfg.epochs} exceeds the profile limit profile.limits.max_epochs={lim.max_epochs}")
-    if lim.max_batch_per_gpu is not None and cfg.batch_size > lim.max_batch_per_gpu:
-        raise ConfigError(f"batch per GPU {cfg.batch_size} exceeds the profile limit "
-                          f"profile.limits.max_batch_per_gpu={lim.max_batch_per_gpu}; "
-                          f"use --global-batch to get a larger batch through gradient accumulation")
+    if cfg.global_batch is not None and cfg.global_batch < 1:
+        raise ConfigError(f"--global-batch must be >= 1, got {cfg.global_batch}")
+    # the rules `hpclaunch validate` applied at submit, on the settings and world of this run
+    train = Train(epochs=cfg.epochs, batch_per_gpu=cfg.batch_size, global_batch=cfg.global_batch, lr=cfg.lr)
+    found = train_problems(train, world_size, cfg.limits, cfg.lr_scaling, cfg.limits.profile or "")
+    if found:
+        raise ConfigError("\n".join(f"{path} ({_FLAGS[path]}) {value:g}: {message} \u2014 {fix}"
+                                     for path, message, value, fix in found))
     per_step = cfg.batch_size * world_size
     if cfg.global_batch is not None:
-        if cfg.global_batch % per_step != 0 or cfg.global_batch < per_step:
-            raise ConfigError(f"--global-batch {cfg.global_batch} is not a positive multiple of batch per GPU x "
-                              f"world size = {cfg.batch_size} x {world_size} = {per_step}")
         accum = cfg.global_batch // per_step
     else:
         if cfg.grad_accum < 1:
             raise ConfigError(f"grad_accum must be >= 1, got {cfg.grad_accum}")
         accum = cfg.grad_accum
-    factor = {"none": 1.0, "linear": float(world_size), "sqrt": math.sqrt(world_size)}[cfg.lr_scaling]
-    lr = cfg.lr * factor
-    if lim.lr_range is not None:
-        lo, hi = lim.lr_range
-        if not lo <= lr <= hi:
-            raise ConfigError(f"effective LR {lr:g} (base {cfg.lr:g} x {cfg.lr_scaling} scaling for world size "
-                              f"{world_size}) is outside profile.limits.lr_range [{lo:g}, {hi:g}]")
+    lr = scaled_lr(cfg.lr, cfg.lr_scaling, world_size)
     if cfg.log_every < 1:
         raise ConfigError(f"log_every must be >= 1 (got {cfg.log_every})")
     if cfg.checkpoint_every < 0 or cfg.keep_checkpoints < 1:
         raise ConfigError("checkpoint_every must be >= 0 and keep_checkpoints >= 1")
     return Derived(accum, per_step * accum, lr)
+
+
+# train: key path (as train_problems names it) -> the flag that also sets it
+_FLAGS = {"train.epochs": "--epochs", "train.batch_per_gpu": "--batch-size", "train.global_batch": "--global-batch",
+          "train.lr": "--lr"}
+
+
+def _either(choices: tuple) -> str:
+    return ", ".join(choices[:-1]) + " or " + choices[-1]

@@ -9,6 +9,7 @@ import re
 from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple
 
 from hpclaunch.common.model import model
+from hpclaunch.spec.train import Train
 from hpclaunch.spec.typedload import Scalar, field
 from hpclaunch.spec.units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
 
@@ -128,23 +129,6 @@ class Rendezvous:
 
     port: Optional[int] = field(None, help="fixed port (default: derived from the job id into the profile's range)",
                                 minimum=1024, maximum=65535)
-
-
-@model
-class Train:
-    """Settings for hpclaunch.train_entry; checked against the profile's training limits."""
-
-    epochs: Optional[int] = field(None, help="epochs to train", minimum=1)
-    batch_per_gpu: Optional[int] = field(None, help="samples per device per micro-step", minimum=1)
-    global_batch: Optional[int] = field(None, help="samples per optimizer step across all ranks", minimum=1)
-    lr: Optional[float] = field(None, help="base learning rate", minimum=0)
-    precision: Optional[Literal["fp32", "bf16", "fp16"]] = field(None, help="mixed precision mode")
-    seed: Optional[int] = field(None, help="job seed (each rank adds its rank)", minimum=0)
-    checkpoint_every: Optional[int] = field(None, help="steps between checkpoints", minimum=1)
-    keep_checkpoints: Optional[int] = field(None, help="checkpoints kept", minimum=1)
-    async_checkpoint: Optional[bool] = field(None, help="fsync and publish checkpoints beside training "
-                                             "(default true; false: the step waits)")
-    log_every: Optional[int] = field(None, help="a step record every N optimizer steps (default 10)", minimum=1)
 
 
 @model

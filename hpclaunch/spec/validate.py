@@ -8,6 +8,7 @@ from __future__ import annotations
 from hpclaunch.common.errors import Problem
 from hpclaunch.spec.job import _EXTRA, Job, env_entry_problem
 from hpclaunch.spec.profile import Profile
+from hpclaunch.spec.train import Train, train_problems
 from hpclaunch.spec.typedload import SourceMap
 from hpclaunch.spec.units import format_time, parse_mem_mib, parse_time_seconds
 
@@ -135,27 +136,15 @@ def _requeue_rules(job: Job, seconds: int | None, bad) -> None:
 
 
 def _train_rules(t, r, profile: Profile, bad) -> None:
-    lim = profile.limits
-    if t.epochs is not None and lim.max_epochs is not None and t.epochs > lim.max_epochs:
-        bad("train.epochs", f"profile '{profile.name}' allows at most {lim.max_epochs} epochs", t.epochs,
-            f"use at most {lim.max_epochs}")
-    if t.batch_per_gpu is not None and lim.max_batch_per_gpu is not None and t.batch_per_gpu > lim.max_batch_per_gpu:
-        bad("train.batch_per_gpu", f"profile '{profile.name}' allows at most {lim.max_batch_per_gpu} samples per device",
-            t.batch_per_gpu, f"use at most {lim.max_batch_per_gpu}, and train.global_batch for a larger effective batch")
-    if t.lr is not None and lim.lr_range and not (lim.lr_range[0] <= t.lr <= lim.lr_range[1]):
-        bad("train.lr", f"profile '{profile.name}' allows learning rates in [{lim.lr_range[0]:g}, {lim.lr_range[1]:g}]",
-            t.lr, "pick a value in that range")
-    if t.global_batch is not None and t.batch_per_gpu is not None and r.nodes and r.tasks_per_node:
-        world = r.nodes * r.tasks_per_node
-        if t.global_batch % (t.batch_per_gpu * world):
-            bad("train.global_batch",
-                f"not a multiple of batch_per_gpu x world size = {t.batch_per_gpu} x {world}", t.global_batch,
-                f"use a multiple of {t.batch_per_gpu * world}")
+    # the rank runs train_problems too, on the same settings in the same world (spec/train.py)
+    world = r.nodes * r.tasks_per_node if r.nodes is not None and r.tasks_per_node is not None else None
+    for problem in train_problems(t, world, profile.limits, profile.training.lr_scaling, profile.name):
+        bad(*problem)
 
 
 def _swept_train_rules(job: Job, profile: Profile, bad, reported: set) -> None:
-    """The profile's training limits on each swept train.KEY value, as if train: held it."""
-    from hpclaunch.spec.job import Train
+    """The profile's training limits on each swept train.KEY value, as if train: held it: the rank
+    reads the point as train: settings and runs the same train_problems on them."""
     from hpclaunch.common.model import fields
     from hpclaunch.spec.sweep import train_samples
     base: set = set()  # what train: alone breaks is reported at train.*, not again per parameter

@@ -70,6 +70,70 @@ def test_global_batch_to_accumulation():
     cfg = build_config({"batch_size": 16, "global_batch": 128})
     assert derive(cfg, 2).accum_steps == 4
     assert derive(cfg, 8).accum_steps == 1
-    with pytest.raises(ConfigError, match="not a positive multiple"):
+    with pytest.raises(ConfigError, match="not a multiple of batch_per_gpu x world size = 16 x 3"):
         derive(cfg, 3)
     assert derive(build_config({"lr": 0.01, "lr_scaling": "sqrt"}), 4).lr == pytest.approx(0.02)
+
+
+# --- one train schema: `hpclaunch validate` and the rank give a job the same verdict on its lr ---
+
+SITE = "name: lr-site\nnode: {cpus: 8}\ntraining: {lr_scaling: %s}\nlimits: {lr_range: [1.0e-4, 0.01]}\n"
+
+
+def _verdicts(run_cli, write, tmp_path, scaling, lr=None, sweep=None):
+    """(validate's exit code, the rank's ConfigError text or None) for one job on a 2 x 2 world."""
+    import json
+    from hpclaunch.spec.loading import resolve_job
+
+    write("site.yaml", SITE % scaling)
+    job = "name: j\ncommand: [python, -m, hpclaunch.train_entry]\nprofile: site.yaml\n" \
+          "resources: {nodes: 2, tasks_per_node: 2}\n"
+    plain = write("plain.yaml", job)
+    path = write("job.yaml", job + (f"train: {{lr: {lr:.3e}}}\n" if lr is not None else "")  # 5e-05 is a YAML string
+                 + (f"sweep: {{parameters: {{train.lr: [{sweep:.3e}]}}}}\n" if sweep is not None else ""))
+    code, _, err = run_cli("validate", path)
+    # the rank's job.yaml: what submit writes for the job, with the lr (the file without it validates)
+    doc = resolve_job(plain).to_document()
+    if lr is not None:
+        doc["train"]["lr"] = lr
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+    (run_dir / "job.yaml").write_text(yaml.safe_dump(doc))
+    env = {"HPCLAUNCH_SWEEP_INDEX": "0", "HPCLAUNCH_SWEEP_POINT": json.dumps({"train.lr": str(sweep)})} \
+        if sweep is not None else {}
+    try:
+        derive(build_config({}, load_run_job(str(run_dir), env)), world_size=4)
+        rank = None
+    except ConfigError as exc:
+        rank = str(exc)
+    return code, err, rank
+
+
+@pytest.mark.parametrize("scaling,lr,sweep,refused", [
+    ("linear", 0.005, None, True),     # base in [1e-4, 0.01], effective 0.02 out: used to pass validate
+    ("sqrt", 0.006, None, True),       # effective 0.012
+    ("linear", 5e-5, None, False),     # base below the range, effective 2e-4 in: used to fail validate
+    ("none", 0.005, None, False),
+    ("linear", None, 0.005, True),     # the same value as a sweep point
+    ("linear", None, 5e-5, False),
+])
+def test_validate_and_the_rank_agree_on_lr_range(run_cli, write, tmp_path, scaling, lr, sweep, refused):
+    code, err, rank = _verdicts(run_cli, write, tmp_path, scaling, lr, sweep)
+    assert (code == 2, rank is not None) == (refused, refused), (err, rank)
+    if refused:  # both name the limit, the base and the effective lr, and the base lr that would do
+        where = "sweep.parameters.train.lr" if sweep is not None else "train.lr"
+        for text in (err, rank):
+            assert "learning rates in [0.0001, 0.01]" in text and "use a base lr in [" in text, text
+            assert f"effective LR {(lr or sweep) * (2 if scaling == 'sqrt' else 4):g} (base {lr or sweep:g} x " \
+                   f"{2 if scaling == 'sqrt' else 4:g}: {scaling} scaling, world size 4)" in text, text
+        assert f": {where}: " in err and rank.startswith("train.lr (--lr) "), (err, rank)
+
+
+def test_train_entry_imports_only_the_shared_pieces_of_the_core():
+    import subprocess
+    import sys
+    code = ("import sys, hpclaunch.train_entry.config, hpclaunch.train_entry.cli\n"
+            "print(sorted(m for m in sys.modules if m.startswith('hpclaunch.') and not m.startswith("
+            "('hpclaunch.train_entry', 'hpclaunch.common'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['hpclaunch.spec', 'hpclaunch.spec.train', 'hpclaunch.spec.typedload']", out
