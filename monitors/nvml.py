@@ -31,6 +31,8 @@ import time
 from typing import Dict, List, Optional
 
 from . import schema
+from .nvml_errors import err_text
+from .xid import XidWatcher
 
 FAKE_ENV = "HPCLAUNCH_MONITOR_FAKE_NVML"  # test hook: module name or .py path replacing pynvml
 
@@ -79,15 +81,6 @@ def load_pynvml():
         return importlib.import_module(fake)
     import pynvml  # noqa: WPS433 (lazy on purpose)
     return pynvml
-
-
-def _err_text(e: BaseException) -> str:
-    name = type(e).__name__
-    try:
-        msg = str(e)
-    except Exception:
-        msg = ""
-    return f"{name}: {msg}" if msg else name
 
 
 def _fv(v):
@@ -169,9 +162,9 @@ class NvmlSampler:
             self._initialised = True
             count = nv.nvmlDeviceGetCount()
         except self._NVMLError as e:
-            return self._unavailable(_err_text(e))
+            return self._unavailable(err_text(e))
         except Exception as e:  # a broken binding must not stop the other sources
-            return self._unavailable(_err_text(e))
+            return self._unavailable(err_text(e))
         if count == 0:
             return self._unavailable("NVML reports no GPU on this node")
         devices = []
@@ -183,7 +176,7 @@ class NvmlSampler:
                 if isinstance(uuid, bytes):
                     uuid = uuid.decode("ascii", "replace")
             except self._NVMLError as e:
-                self.events.emit("nvml_error", {"gpu_index": i, "error": _err_text(e),
+                self.events.emit("nvml_error", {"gpu_index": i, "error": err_text(e),
                                                 "during": "enumeration"})
                 continue
             devices.append((i, uuid))
@@ -201,7 +194,6 @@ class NvmlSampler:
             return self._unavailable("none of this node's GPUs is the job's "
                                      f"({info.get('gpus_from')}: {info.get('unmatched')})")
         self.available = True
-        from .xid import XidWatcher  # here: xid.py imports this module
         self.xid = XidWatcher(nv, self.events, self._NVMLError, self.name)
         xid_gpus = self.xid.start(self.gpus, self.clock())
         driver = None
@@ -237,16 +229,16 @@ class NvmlSampler:
             return fn(*args)
         except self._NVMLError as e:
             if getattr(e, "value", None) in _NOT_THERE:
-                self._missing(g, cap, _err_text(e))
+                self._missing(g, cap, err_text(e))
                 return None
             raise
         except AttributeError as e:  # an old binding without the function
-            self._missing(g, cap, _err_text(e))
+            self._missing(g, cap, err_text(e))
             return None
 
     def _field_error(self, code) -> str:
         try:
-            return _err_text(self._NVMLError(code))
+            return err_text(self._NVMLError(code))
         except Exception:
             return f"NVML return code {code}"
 
@@ -270,9 +262,9 @@ class NvmlSampler:
             try:
                 vals = self._call(g, "field_values", nv.nvmlDeviceGetFieldValues, g.handle, want)
             except self._NVMLError as e:
-                self.events.emit("nvml_error", {"gpu_index": g.index, "error": _err_text(e),
+                self.events.emit("nvml_error", {"gpu_index": g.index, "error": err_text(e),
                                                 "during": "field-value probe"})
-                no_batch = f"the field-value probe failed ({_err_text(e)})"
+                no_batch = f"the field-value probe failed ({err_text(e)})"
                 vals = None
         else:
             self._missing(g, "field_values", "nvmlDeviceGetFieldValues not offered by the binding")
@@ -310,7 +302,7 @@ class NvmlSampler:
                 v = self._call(g, cap + "_threshold", nv.nvmlDeviceGetTemperatureThreshold,
                                g.handle, getattr(nv, const))
             except self._NVMLError as e:
-                self.events.emit("nvml_error", {"gpu_index": g.index, "error": _err_text(e),
+                self.events.emit("nvml_error", {"gpu_index": g.index, "error": err_text(e),
                                                 "during": cap + " threshold"})
                 v = None
             setattr(g, cap, v)
@@ -334,7 +326,7 @@ class NvmlSampler:
                                                     "previous_error": g.error})
                     g.error = None
             except self._NVMLError as e:
-                msg = _err_text(e)
+                msg = err_text(e)
                 row = [now, self.host, g.index, g.uuid, g.ranks] + [None] * (_NCOL - 5)
                 row[_COL["error"]] = msg  # not the last column since the counters were appended
                 if msg != g.error:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ctypes
 from typing import Dict, List, Optional
 
-from .nvml import _err_text
+from .nvml_errors import err_text
 
 XID_EVENT = 0x8          # nvmlEventTypeXidCriticalError (nvml.h); not every binding version names it
 _TIMEOUT = 10            # NVML_ERROR_TIMEOUT: nothing (more) to deliver
@@ -82,14 +82,14 @@ class XidWatcher:
         try:
             self.set = nv.nvmlEventSetCreate()
         except Exception as e:  # NOT_SUPPORTED, FUNCTION_NOT_FOUND (a driver without it), ...
-            say(f"nvmlEventSetCreate: {_err_text(e)}")
+            say(f"nvmlEventSetCreate: {err_text(e)}")
             return []
         self._by_key.clear()
         for g in self._gpus:
             try:
                 mask = int(nv.nvmlDeviceGetSupportedEventTypes(g.handle))
             except Exception as e:
-                say(f"nvmlDeviceGetSupportedEventTypes: {_err_text(e)}", g)
+                say(f"nvmlDeviceGetSupportedEventTypes: {err_text(e)}", g)
                 continue
             if not mask & XID_EVENT:
                 say(f"the driver offers no XID events for this GPU (event types 0x{mask:x})", g)
@@ -100,9 +100,9 @@ class XidWatcher:
                 if getattr(e, "value", None) == _UNKNOWN:  # the whole set is unusable
                     self.counts.clear()
                     self._free()
-                    say(f"nvmlDeviceRegisterEvents: {_err_text(e)}")
+                    say(f"nvmlDeviceRegisterEvents: {err_text(e)}")
                     return []
-                say(f"nvmlDeviceRegisterEvents: {_err_text(e)}", g)
+                say(f"nvmlDeviceRegisterEvents: {err_text(e)}", g)
                 continue
             self._by_key[_device_key(g.handle)] = g
             self.counts[g.index] = self._kept.get(g.index, 0)
@@ -140,7 +140,7 @@ class XidWatcher:
             except Exception as e:  # whatever it is, the GPU rows of this sample go on
                 if getattr(e, "value", None) != _TIMEOUT:
                     self._stop(f"{self._waits[0] if self._waits else 'nvmlEventSetWait'} failed: "
-                               f"{_err_text(e)}; XID collection stopped", now, retry=bool(self._waits))
+                               f"{err_text(e)}; XID collection stopped", now, retry=bool(self._waits))
                 break
         return n
 

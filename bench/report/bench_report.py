@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 import gen  # noqa: E402
-from monitors import readers, schema  # noqa: E402
+from hpclaunch.monitors import schema  # noqa: E402
+from hpclaunch.reports import readers  # noqa: E402
 
 
 def _timed(fn, *a, **kw):
@@ -122,7 +123,7 @@ def main(argv=None):
         for k, (t, n) in read_candidates(d).items():
             print(f"  {k:48s} {t:7.2f} s  ({n / t / 1e6:5.2f} M rows/s)")
             res["read"][k] = round(t, 3)
-    from hpclaunch.monitors.report import build_report, render
+    from hpclaunch.reports import build_report, render
 
     times, cpus, loads = [], [], []
     rep = None

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from monitors import schema  # noqa: E402
+from hpclaunch.monitors import schema  # noqa: E402
 
 T0 = 1_763_000_000.0
 

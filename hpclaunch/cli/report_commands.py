@@ -8,8 +8,8 @@ import time as _time
 
 from hpclaunch.cli.output import parse_age, write_user_file
 from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.reports import build_fleet_report, build_report, render, render_fleet
 from hpclaunch.runs.jobs import find_job
-from hpclaunch.monitors.report import build_fleet_report, build_report, render, render_fleet
 from hpclaunch.runs.registry import Registry
 
 

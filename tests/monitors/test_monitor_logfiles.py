@@ -7,7 +7,8 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hpclaunch.monitors import readers, schema
+from hpclaunch.monitors import schema
+from hpclaunch.reports import readers
 from hpclaunch.monitors.logfiles import CsvLog, EventLog, cell, format_rows
 from monitor_helpers import read_csv
 

@@ -10,7 +10,7 @@ import pytest
 from hpclaunch.monitors import schema
 from hpclaunch.monitors.nvml import NvmlSampler
 from hpclaunch.monitors.ranks import gpu_rank_map
-from hpclaunch.monitors.report import build_report
+from hpclaunch.reports import build_report
 from monitor_helpers import FAKE_PATH, read_csv, read_events
 
 C = {c: i for i, c in enumerate(schema.GPU_COLUMNS)}

@@ -10,7 +10,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import synth  # noqa: E402
 from synth import GpuSpec, HostSpec, T0, write_run  # noqa: E402
 
-from hpclaunch.monitors import readers, schema  # noqa: E402
+from hpclaunch.monitors import schema  # noqa: E402
+from hpclaunch.reports import readers  # noqa: E402
 
 ENGINES = ["csv"] + (["pyarrow"] if readers.have_pyarrow() else [])
 

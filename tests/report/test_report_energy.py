@@ -10,8 +10,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import synth  # noqa: E402
 from synth import GpuSpec, HostSpec, T0, write_run  # noqa: E402
 
-from hpclaunch.monitors.readers import have_pyarrow  # noqa: E402
-from hpclaunch.monitors.report import build_report, main_report, render  # noqa: E402
+from hpclaunch.reports.readers import have_pyarrow  # noqa: E402
+from hpclaunch.cli import main as hpclaunch_main  # noqa: E402
+from hpclaunch.reports import build_report, render  # noqa: E402
 
 ENGINES = ["csv"] + (["pyarrow"] if have_pyarrow() else [])
 REL = 1e-3  # 0.1 %
@@ -356,7 +357,11 @@ def test_job_identity_from_dir_and_yaml(tmp_path):
     assert d["job"]["id"] == "123456" and d["job"]["name"] == "my-train"
 
 
-def test_main_report_cli(tmp_path, capsys):
+def test_report_cli(tmp_path, capsys, hpc_home):
+    """`hpclaunch report RUN_DIR`: the one report command (the second, non-atomic one is gone)."""
+    def main_report(args):
+        return hpclaunch_main(["report"] + args)
+
     write_run(tmp_path / "run", two_by_two(), hosts=[HostSpec("n1"), HostSpec("n2")], duration=300,
               metrics=dict(ranks=4, steps=20))
     out = tmp_path / "r.json"

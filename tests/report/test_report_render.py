@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from synth import GpuSpec, HostSpec, T0, write_run  # noqa: E402
 
-from hpclaunch.monitors.report import build_fleet_report, build_report, render, render_fleet  # noqa: E402
+from hpclaunch.reports import build_fleet_report, build_report, render, render_fleet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"

@@ -8,7 +8,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from synth import GpuSpec, HostSpec, T0, write_events, write_run  # noqa: E402
 
-from hpclaunch.monitors.report import build_report, render  # noqa: E402
+from hpclaunch.reports import build_report, render  # noqa: E402
 
 
 def _gpus(rep):

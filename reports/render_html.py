@@ -15,8 +15,8 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import report_xid
-from .report_model import SLOWDOWN_REASONS, throttle_by_reason_cell
+from hpclaunch.reports import xid as report_xid
+from hpclaunch.reports.model import SLOWDOWN_REASONS, reasons_text, throttle_by_reason_cell
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
@@ -381,7 +381,6 @@ def render_html(report) -> str:
 
 
 def render_fleet_html(fleet) -> str:
-    from .report_fleet import reasons_text
     d = fleet.data
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hpclaunch fleet report</title>"
              f"<style>{CSS}</style></head><body><h1>Fleet energy: {d['jobs_count']} jobs, "

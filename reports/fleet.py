@@ -16,7 +16,9 @@ from typing import Any, Dict, Iterable, List
 
 import numpy as np
 
-from .report_model import SLOWDOWN_REASONS, build
+from hpclaunch.reports.document import build
+from hpclaunch.reports.model import SLOWDOWN_REASONS, clean, reasons_text
+from hpclaunch.reports.render_html import render_fleet_html
 
 FLEET_SCHEMA = "hpclaunch.fleet_report/1"
 OUTLIER_MIN_C = 3.0
@@ -54,11 +56,6 @@ def _add_reasons(into: Dict[str, float], throttle_s: Dict[str, Any]) -> None:
 def _in_order(reasons: Dict[str, float]) -> Dict[str, float]:
     """Reasons in NVML bit order, rounded; a slot's hw_slowdown is the line an admin looks for."""
     return {r: round(reasons[r], 2) for r in SLOWDOWN_REASONS if r in reasons}
-
-
-def reasons_text(reasons: Dict[str, float]) -> str:
-    """'sw_power_cap 180 s, hw_slowdown 3 s' for the text and HTML tables; '' for none."""
-    return ", ".join(f"{r} {v:.0f} s" for r, v in reasons.items())
 
 
 def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetReport:
@@ -165,12 +162,10 @@ def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetRe
 
 def render_fleet(fleet: FleetReport, fmt: str = "text", *, width: int = 120, color: bool = False) -> str:
     if fmt == "json":
-        from .report import _clean
-        return json.dumps(_clean(fleet.data), indent=2, allow_nan=False) + "\n"
+        return json.dumps(clean(fleet.data), indent=2, allow_nan=False) + "\n"
     if fmt == "text":
         return _fleet_text(fleet, width, color)
     if fmt == "html":
-        from .report_html import render_fleet_html
         return render_fleet_html(fleet)
     raise ValueError(f"unknown format {fmt!r}")
 

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import schema
+from hpclaunch.monitors import schema
 
 # Columns the reports read (others are ignored; a newer schema may add columns at the end).
 GPU_NUMERIC = (

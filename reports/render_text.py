@@ -7,8 +7,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from . import report_xid
-from .report_model import throttle_by_reason_cell
+from hpclaunch.reports import xid as report_xid
+from hpclaunch.reports.model import throttle_by_reason_cell
 
 SPARK = "▁▂▃▄▅▆▇█"
 MAX_GPU_ROWS = 24

@@ -1,0 +1,49 @@
+"""Login-side power and thermal reports of a run directory (``hpclaunch report``), and the fleet view.
+
+Entry points for the CLI:
+
+* ``build_report(run_dir, *, engine="auto", bins=240) -> Report`` — pure, reads files only.
+* ``render(report, fmt="text", *, width=120, color=False) -> str | bytes`` — fmt text|json|html.
+* ``build_fleet_report(rows) -> FleetReport`` and ``render_fleet(fleet, fmt)`` — see fleet.py.
+
+The JSON document (schema ``hpclaunch.report/1``) is described in docs/report-schema.md.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Optional, Sequence, Union
+
+from hpclaunch.reports.document import build
+from hpclaunch.reports.fleet import FleetReport, build_fleet_report, render_fleet
+from hpclaunch.reports.model import REPORT_SCHEMA, Report, clean
+from hpclaunch.reports.render_html import render_html
+from hpclaunch.reports.render_text import render_text
+
+__all__ = ["build_report", "render", "to_json", "build_fleet_report", "render_fleet", "FleetReport", "Report",
+           "REPORT_SCHEMA", "FORMATS"]
+
+FORMATS = ("text", "json", "html")
+
+
+def build_report(run_dir, *, engine: str = "auto", bins: int = 240) -> Report:
+    """Read ``run_dir/monitor`` and ``run_dir/metrics`` and compute the report.
+
+    ``engine``: CSV reader, "auto" (pyarrow when installed, else the csv module), "pyarrow", "csv".
+    ``bins``: number of time bins of the plotted series."""
+    return build(run_dir, engine=engine, bins=bins)
+
+
+def to_json(report: Report, indent: Optional[int] = 2) -> str:
+    return json.dumps(clean(report.data), indent=indent, allow_nan=False) + "\n"
+
+
+def render(report: Report, fmt: str = "text", *, width: int = 120, color: bool = False) -> Union[str, bytes]:
+    """Render a report: "text" (rich tables + sparklines), "json", "html" (one self-contained file)."""
+    if fmt == "json":
+        return to_json(report)
+    if fmt == "text":
+        return render_text(report, width=width, color=color)
+    if fmt == "html":
+        return render_html(report)
+    raise ValueError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")

@@ -1,0 +1,332 @@
+"""Computation of the power/thermal report from a run directory (pure: reads files only).
+
+Conventions (documented in docs/report-schema.md):
+
+* A GPU is identified by (host, gpu_index). Rows are merged from every ``*.gpu.csv`` in
+  ``monitor/``, sorted by time, and exact duplicates on (host, gpu_index, time_unix) — overlapping
+  or copied files — are dropped (first kept).
+* Energy per GPU: ``"counter"`` = sum of ``energy_mj`` differences between consecutive valid
+  samples; a counter going backwards (driver reload, reset, wrap) starts a new segment and the
+  interval across the break is estimated from the power trapezoid (counted in
+  ``energy_estimated_j``). Without a counter: ``"integrated_power"`` = trapezoid of ``power_w``
+  over valid samples; intervals longer than 3 sampling intervals (gaps) are linear
+  interpolations and are flagged. Both exist -> ``crosscheck_pct`` = (integral - counter)/counter.
+* Time-based statistics (throttle, near-slowdown, idle) use the left-sample rule: a sample's state
+  holds until the next sample; gap intervals are excluded.
+* Missing data is ``None`` plus a warning, never 0.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from hpclaunch.monitors import schema
+from hpclaunch.reports import readers, xid
+from hpclaunch.reports.gpu_stats import gpu_rows, gpu_stats, index_gpu_tables
+from hpclaunch.reports.hosts import host_stats
+from hpclaunch.reports.metrics import job_info, metrics_summary
+from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, REPORT_SCHEMA, Report, SERIES_BINS, STRAGGLER_RATIO, add_or_none, host_from_filename, nanmax, rounded
+
+def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
+    run_dir = Path(run_dir)
+    warnings: List[str] = []
+    files = readers.monitor_files(run_dir)
+    job = job_info(run_dir, warnings)
+    if not files["gpu"]:
+        warnings.append(f"no GPU logs in {run_dir / schema.MONITOR_DIR}: GPU energy unknown")
+    gtabs = [readers.read_gpu_log(p, engine) for p in files["gpu"]]
+    htabs = [readers.read_host_log(p, engine) for p in files["host"]]
+    skipped = 0
+    engines = set()
+    for tb in gtabs + htabs:
+        warnings.extend(tb.warnings)
+        skipped += tb.skipped_rows
+        engines.add(tb.engine)
+        miss = [c for c in tb.missing_columns if c not in ("ecc_dbe_total",)]
+        if miss:
+            warnings.append(f"{tb.path}: columns absent: {', '.join(miss)} (treated as not measured)")
+    if skipped:
+        warnings.append(f"{skipped} malformed row(s) skipped (unterminated last lines or cell-count mismatches)")
+    keys, segs, fcols, txt, mstats = index_gpu_tables(gtabs)
+    hosts = host_stats(htabs, warnings)
+    # job window
+    starts, ends = [], []
+    for fc in fcols:
+        tt = fc.get("time_unix")
+        if tt is not None and tt.size and not np.isnan(tt).all():
+            starts.append(float(np.nanmin(tt)))
+            ends.append(float(np.nanmax(tt)))
+    for h in hosts.values():
+        if h["first_unix"] is not None:
+            starts.append(h["first_unix"])
+            ends.append(h["last_unix"])
+    t0 = min(starts) if starts else None
+    t1 = max(ends) if ends else None
+    duration = (t1 - t0) if t0 is not None else None
+    if duration is None:
+        warnings.append("no samples at all: duration unknown")
+    gpus: List[dict] = []
+    series: Dict[str, Any] = {"t0": t0, "t1": t1, "bins": bins, "gpu": {}}
+    gpu_peak = None
+    node_peak: Dict[str, float] = {}
+    ndup_total = 0
+    if keys and duration is not None:
+        # bin width for the job-level peak power: median sampling interval of a few GPUs
+        probe = []
+        for g_ in list(segs)[:8]:
+            fi, sl0 = segs[g_][0]
+            tt = fcols[fi]["time_unix"][sl0]
+            if tt.size > 1:
+                probe.append(float(np.median(np.diff(tt))))
+        step = max(float(np.median(probe)) if probe else 1.0, 1e-3)
+        nb = int(min(max(duration / step, 1), 2_000_000)) + 1
+        tot = np.zeros(nb)
+        per_host: Dict[str, np.ndarray] = {}
+        for g_ in sorted(segs, key=lambda k: keys[k]):
+            host, idx = keys[g_]
+            if idx < 0:
+                warnings.append(f"{host}: {sum(fcols[fi]['time_unix'][sl].size for fi, sl in segs[g_])} "
+                                "rows without gpu_index ignored")
+                continue
+            sl, ndup, nbad = gpu_rows(segs[g_], fcols)
+            ndup_total += ndup
+            if nbad:
+                warnings.append(f"{host}/gpu{idx}: {nbad} rows without time_unix ignored")
+            if sl["time_unix"].size == 0:
+                continue
+            gt = {c: txt[c].get(g_, {}) for c in txt}
+            gs, ser = gpu_stats(host, idx, sl, gt, t0, t1, bins, warnings)
+            gpus.append(gs)
+            series["gpu"][f"{host}/{idx}"] = ser
+            p = sl["power_w"]
+            ok = ~np.isnan(p)
+            if ok.any():
+                bi = ((sl["time_unix"][ok] - t0) / step).astype(np.int64)
+                s_ = np.bincount(bi, p[ok], nb)
+                k_ = np.bincount(bi, None, nb)
+                m_ = np.where(k_ > 0, s_ / np.maximum(k_, 1), 0.0)
+                tot += m_
+                if host not in per_host:
+                    per_host[host] = np.zeros(nb)
+                per_host[host] += m_
+        gpu_peak = float(tot.max()) if per_host else None
+        node_peak = {h: float(v.max()) for h, v in per_host.items()}
+    mstats["duplicates"] = ndup_total
+    xid.apply(gpus, xid.read(files["events"]), warnings)  # gpus[].xids, from the events files
+    del fcols
+    # ---- optional high-rate power traces: peak power per GPU
+    trace: Dict[Tuple[str, int], Tuple[float, float, int]] = {}
+    for p_ in files["power_trace"]:
+        tb = readers.read_power_trace(p_, engine)
+        warnings.extend(tb.warnings)
+        if tb.skipped_rows:
+            skipped += tb.skipped_rows
+            warnings.append(f"{p_.name}: {tb.skipped_rows} malformed power-trace row(s) skipped")
+        if tb.n == 0:
+            continue
+        hv = tb.text_values("host")
+        fname_host = host_from_filename(p_)
+        gi = tb.col("gpu_index")
+        pw = tb.col("power_w")
+        tt = tb.col("time_unix")
+        for h_ in set(hv.tolist()):
+            for i_ in np.unique(gi[~np.isnan(gi)]).tolist():
+                m_ = (hv == h_) & (gi == i_)
+                pm = nanmax(pw[m_])
+                ts_ = np.unique(tt[m_][~np.isnan(tt[m_])])
+                iv = float(np.median(np.diff(ts_))) if ts_.size > 1 else None
+                key = (h_ or fname_host, int(i_))
+                old_ = trace.get(key)
+                if pm is not None:
+                    trace[key] = (max(pm, old_[0]) if old_ else pm, iv, int(m_.sum()) + (old_[2] if old_ else 0))
+    for g in gpus:
+        tr_ = trace.get((g["host"], g["index"]))
+        g["max_power_trace_w"] = rounded(tr_[0]) if tr_ else None
+        g["trace_interval_s"] = rounded(tr_[1], 4) if tr_ else None
+    # ---- metrics and ranks
+    met = metrics_summary(run_dir, warnings)
+    rank_gpus: Dict[int, List[dict]] = {}
+    for g in gpus:
+        for r in g["ranks"]:
+            rank_gpus.setdefault(r, []).append(g)
+    if gpus and not rank_gpus:
+        warnings.append("no rank-to-GPU mapping in the GPU logs (ranks column empty): per-rank energy unknown")
+    all_ranks = set(rank_gpus) | (set(met["per_rank"]) if met else set())
+    ranks: List[dict] = []
+    med_all = None
+    if met:
+        meds = [v["median_step_time_s"] for v in met["per_rank"].values() if v["median_step_time_s"] is not None]
+        med_all = float(np.median(meds)) if meds else None
+    for r in sorted(all_ranks):
+        gl = rank_gpus.get(r, [])
+        e = None
+        if gl:
+            parts = [g["energy_j"] / len(g["ranks"]) if g["energy_j"] is not None else None for g in gl]
+            e = None if any(x is None for x in parts) else sum(parts)
+        mr = met["per_rank"].get(r) if met else None
+        rd: Dict[str, Any] = {
+            "rank": r, "host": gl[0]["host"] if gl else None,
+            "gpus": [f"{g['host']}/{g['index']}" for g in gl],
+            "energy_j": rounded(e), "gpu_shared_by": max((len(g["ranks"]) for g in gl), default=None),
+            "energy_split": "even share of a shared GPU" if any(g["shared"] for g in gl) else
+            ("whole GPU" if gl else None),
+        }
+        if mr:
+            ms = mr["median_step_time_s"]
+            rd.update(steps=mr["steps"], samples=mr["samples"], median_step_time_s=rounded(ms, 6),
+                      slowdown_vs_median=rounded(ms / med_all, 4) if ms and med_all else None,
+                      final_loss=rounded(mr["final_loss"], 6),
+                      energy_per_sample_j=rounded(e / mr["samples"]) if e is not None and mr["samples"] else None)
+        else:
+            rd.update(steps=None, samples=None, median_step_time_s=None, slowdown_vs_median=None,
+                      final_loss=None, energy_per_sample_j=None)
+        ranks.append(rd)
+    # ---- nodes
+    node_names = sorted(set(g["host"] for g in gpus) | set(hosts))
+    nodes = []
+    for h in node_names:
+        gl = [g for g in gpus if g["host"] == h]
+        ge = [g["energy_j"] for g in gl]
+        gsum = None if (not gl or any(x is None for x in ge)) else sum(ge)
+        if gl and gsum is None and any(x is not None for x in ge):
+            gsum = sum(x for x in ge if x is not None)
+            warnings.append(f"{h}: GPU energy is a lower bound (some GPUs unknown)")
+        hd = hosts.get(h, {})
+        ce = hd.get("cpu_energy_j")
+        if h not in hosts:
+            warnings.append(f"{h}: no host log: CPU energy and monitor overhead unknown")
+        nodes.append({
+            "host": h, "gpus": [g["index"] for g in gl],
+            "energy_j": {"gpu": rounded(gsum), "cpu": rounded(ce), "total": rounded(add_or_none(gsum, ce))},
+            "cpu_energy_source": hd.get("cpu_energy_source"),
+            "avg_power_w": {"gpu": rounded(gsum / duration if gsum is not None and duration else None),
+                            "cpu": rounded(ce / hd["cpu_window_s"] if ce is not None and hd.get("cpu_window_s") else None)},
+            "peak_gpu_power_w": rounded(node_peak.get(h)),
+            "max_gpu_temp_c": rounded(max((g["max_temp_c"] for g in gl if g["max_temp_c"] is not None), default=None), 2),
+            "max_cpu_temp_c": hd.get("max_cpu_temp_c"), "avg_cpu_pct": hd.get("avg_cpu_pct"),
+            "monitor": {"cpu_s": hd.get("monitor_cpu_s"), "cpu_pct_of_core": hd.get("monitor_cpu_pct_of_core"),
+                        "max_rss_mib": hd.get("monitor_max_rss_mib")},
+        })
+    # ---- totals
+    gvals = [g["energy_j"] for g in gpus]
+    gpu_total = sum(x for x in gvals if x is not None) if gvals and any(x is not None for x in gvals) else None
+    gpu_complete = bool(gvals) and all(x is not None for x in gvals)
+    cvals = [hosts[h]["cpu_energy_j"] for h in hosts]
+    cpu_total = sum(x for x in cvals if x is not None) if any(x is not None for x in cvals) else None
+    cpu_complete = bool(cvals) and all(x is not None for x in cvals) and set(hosts) >= set(g["host"] for g in gpus)
+    total = add_or_none(gpu_total, cpu_total)
+    if gpu_total is not None and not gpu_complete:
+        warnings.append("GPU energy total is a lower bound: some GPUs have unknown energy")
+    if total is not None and not cpu_complete:
+        warnings.append("total energy excludes CPU energy of hosts without RAPL data")
+    idle_vals = [g["idle_energy_j"] for g in gpus]
+    idle = sum(x for x in idle_vals if x is not None) if any(x is not None for x in idle_vals) else None
+    # efficiency
+    eff: Dict[str, Any] = {"steps": None, "samples": None, "energy_per_step_j": None, "energy_per_sample_j": None}
+    if met and met["per_rank"]:
+        steps = max(v["steps"] for v in met["per_rank"].values())
+        samples = sum(v["samples"] or 0 for v in met["per_rank"].values())
+        eff["steps"] = steps or None
+        eff["samples"] = samples or None
+        eff["energy_per_step_j"] = {"gpu": rounded(gpu_total / steps if gpu_total is not None and steps else None),
+                                    "total": rounded(total / steps if total is not None and steps and cpu_complete else None)}
+        eff["energy_per_sample_j"] = {"gpu": rounded(gpu_total / samples if gpu_total is not None and samples else None, 6),
+                                      "total": rounded(total / samples if total is not None and samples and cpu_complete else None, 6)}
+        if not samples:
+            warnings.append("metrics have no 'samples' counts: energy per sample unknown")
+    else:
+        warnings.append("no metrics/rank*.jsonl: energy per step/sample and stragglers unknown")
+    # stragglers
+    strag = None
+    if met and med_all:
+        rr = [r for r in ranks if r.get("slowdown_vs_median")]
+        rr.sort(key=lambda r: -r["slowdown_vs_median"])
+        meds = [r["median_step_time_s"] for r in rr]
+        strag = {
+            "median_step_time_s": rounded(med_all, 6),
+            "slowest_rank": rr[0]["rank"] if rr else None,
+            "slowest_ratio": rr[0]["slowdown_vs_median"] if rr else None,
+            "fastest_ratio": rr[-1]["slowdown_vs_median"] if rr else None,
+            "spread_pct": rounded(100 * (max(meds) - min(meds)) / med_all, 3) if meds else None,
+            "threshold_ratio": STRAGGLER_RATIO,
+            "ranks": [{"rank": r["rank"], "host": r["host"], "ratio": r["slowdown_vs_median"],
+                       "median_step_time_s": r["median_step_time_s"]}
+                      for r in rr if r["slowdown_vs_median"] >= STRAGGLER_RATIO][:20],
+        }
+    # throttle totals
+    thr_tot: Dict[str, Optional[float]] = {}
+    for g in gpus:
+        for k, v in g["throttle_s"].items():
+            if v is not None:
+                thr_tot[k] = round(thr_tot.get(k, 0.0) + v, 3)
+    # coverage
+    pcts = [g["coverage"]["pct_of_job"] for g in gpus if g["coverage"]["pct_of_job"] is not None]
+    all_gaps = [dict(gap, host=g["host"], index=g["index"]) for g in gpus for gap in g["coverage"]["gaps"]]
+    for gap in all_gaps[:20]:
+        warnings.append(f"{gap['host']}/gpu{gap['index']}: sampling gap of {gap['duration_s']:.1f} s "
+                        f"(energy: {gap['energy_method']})")
+    if len(all_gaps) > 20:
+        warnings.append(f"... {len(all_gaps) - 20} more sampling gaps (see coverage.gaps)")
+    for g in gpus:
+        for nt in g["energy_notes"]:
+            warnings.append(f"{g['host']}/gpu{g['index']}: {nt}")
+    xcs = [g["crosscheck_pct"] for g in gpus if g["crosscheck_pct"] is not None]
+    coverage = {
+        "gpu_rows_read": mstats["rows"] if mstats else 0,
+        "duplicate_rows_removed": mstats["duplicates"] if mstats else 0,
+        "malformed_rows_skipped": skipped,
+        "gap_threshold": f"{GAP_FACTOR:g} x median sampling interval",
+        "min_gpu_coverage_pct": min(pcts) if pcts else None,
+        "gaps": all_gaps[:200], "n_gaps": len(all_gaps),
+        "energy_sources": {(s or "unknown"): sum(1 for g in gpus if g["energy_source"] == s)
+                           for s in ("counter", "integrated_power", None) if any(g["energy_source"] == s for g in gpus)},
+        "crosscheck_pct": {"min": min(xcs), "max": max(xcs), "median": rounded(float(np.median(xcs)), 3)} if xcs else None,
+        "files": {k: [p.name for p in v] for k, v in files.items()},
+        "reader": sorted(engines),
+    }
+    mon_cpu = [n["monitor"]["cpu_pct_of_core"] for n in nodes if n["monitor"]["cpu_pct_of_core"] is not None]
+    mon_rss = [n["monitor"]["max_rss_mib"] for n in nodes if n["monitor"]["max_rss_mib"] is not None]
+    data = {
+        "schema": REPORT_SCHEMA,
+        "job": job,
+        "window": {"start_unix": t0, "end_unix": t1},
+        "duration_s": rounded(duration, 3),
+        "energy_j": {"total": rounded(total), "gpu": rounded(gpu_total), "cpu": rounded(cpu_total),
+                     "complete": bool(gpu_complete and cpu_complete)},
+        "energy_kwh": {"total": rounded(total / 3.6e6 if total is not None else None, 6),
+                       "gpu": rounded(gpu_total / 3.6e6 if gpu_total is not None else None, 6),
+                       "cpu": rounded(cpu_total / 3.6e6 if cpu_total is not None else None, 6)},
+        "power_w": {"gpu_avg": rounded(gpu_total / duration if gpu_total is not None and duration else None),
+                    "gpu_peak": rounded(gpu_peak),
+                    "cpu_avg": rounded(cpu_total / duration if cpu_total is not None and duration else None),
+                    "peak_method": "max over time bins (median sampling interval) of the sum of per-GPU mean power"},
+        "idle": {"energy_j": rounded(idle), "share_of_gpu_pct": rounded(100 * idle / gpu_total if idle is not None and gpu_total else None, 3),
+                 "gpu_s": rounded(sum(g["idle_s"] for g in gpus if g["idle_s"] is not None), 2) if gpus else None,
+                 "util_threshold_pct": IDLE_UTIL_PCT},
+        "efficiency": eff,
+        "throttle_total_s": thr_tot,
+        "nodes": nodes,
+        "gpus": gpus,
+        "ranks": ranks,
+        "stragglers": strag,
+        "coverage": coverage,
+        "monitor_overhead": {"max_cpu_pct_of_core": max(mon_cpu) if mon_cpu else None,
+                             "max_rss_mib": max(mon_rss) if mon_rss else None,
+                             "cpu_s_total": rounded(sum(n["monitor"]["cpu_s"] for n in nodes if n["monitor"]["cpu_s"] is not None), 3) if mon_cpu else None},
+        "warnings": warnings,
+    }
+    if met:
+        series["loss"] = downsample(met["loss"], 400)
+        series["throughput"] = downsample(met["throughput"], 400)
+        series["val"] = met["val"]
+    return Report(data=data, series=series)
+
+
+def downsample(pairs, k):
+    if len(pairs) <= k:
+        return list(pairs)
+    idx = np.linspace(0, len(pairs) - 1, k).astype(int)
+    return [pairs[i] for i in idx]
+

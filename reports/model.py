@@ -1,0 +1,124 @@
+"""The report document's vocabulary: its schema name, thresholds, throttle reasons, the Report
+record, and the small numeric helpers every part of the model uses."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from hpclaunch.monitors import schema
+
+REPORT_SCHEMA = "hpclaunch.report/1"
+GAP_FACTOR = 3.0
+NEAR_SLOWDOWN_C = 5.0
+IDLE_UTIL_PCT = 1.0
+SERIES_BINS = 240
+STRAGGLER_RATIO = 1.05
+
+POWER_BITS = 0x4 | 0x80          # sw_power_cap, hw_power_brake_slowdown
+THERMAL_BITS = 0x20 | 0x40       # sw_thermal_slowdown, hw_thermal_slowdown
+NOT_THROTTLE_BITS = 0x1 | 0x2 | 0x100  # idle, application clocks, display clock: not slowdowns
+SLOWDOWN_REASONS = tuple(name for bit, name in sorted(schema.THROTTLE_REASONS.items()) if not bit & NOT_THROTTLE_BITS)
+
+
+@dataclass
+class Report:
+    """``data`` is the JSON document (schema hpclaunch.report/1); ``series`` holds plot data."""
+
+    data: Dict[str, Any]
+    series: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> List[str]:
+        return self.data["warnings"]
+
+
+def throttle_by_reason(gpu: Dict[str, Any]) -> List[Tuple[str, float, bool]]:
+    """(reason, seconds, counted) for each slowdown reason with time on this GPU, in bit order, for
+    the text and HTML views: the JSON's own ``throttle_s`` figures, no second computation.
+    ``counted``: an NVML counter measured it (exact), rather than the sampled bitmask."""
+    ts, src = gpu["throttle_s"], gpu["throttle_source"]
+    return [(r, ts[r], src.get(r, "").startswith("violation_counter")) for r in SLOWDOWN_REASONS if ts.get(r)]
+
+
+def throttle_by_reason_cell(gpu: Dict[str, Any]) -> str:
+    """``reason=seconds`` per slowdown reason with time, ``*`` for an NVML counter figure, for the
+    text and HTML tables; no space inside an item, so a wrapped cell breaks between reasons."""
+    return "; ".join(f"{r}={v:,.1f}{'*' if c else ''}" if isinstance(v, float) else f"{r}={v}{'*' if c else ''}"
+                     for r, v, c in throttle_by_reason(gpu))
+
+
+def num(x) -> Optional[float]:
+    """float or None (NaN/inf -> None)."""
+    if x is None:
+        return None
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def rounded(x, nd=3) -> Optional[float]:
+    x = num(x)
+    return None if x is None else round(x, nd)
+
+
+def nanmax(a) -> Optional[float]:
+    if a.size == 0:
+        return None
+    v = float(np.fmax.reduce(a))  # ignores NaN unless all are NaN
+    return None if math.isnan(v) else v
+
+
+def nanmin(a) -> Optional[float]:
+    if a.size == 0:
+        return None
+    v = float(np.fmin.reduce(a))
+    return None if math.isnan(v) else v
+
+
+def nanmean(a) -> Optional[float]:
+    ok = ~np.isnan(a)
+    k = int(np.count_nonzero(ok))
+    return float(np.sum(a, where=ok) / k) if k else None
+
+
+def host_from_filename(path) -> str:
+    """Host name from ``<host>.gpu.csv`` etc. (used only when the host cell is empty)."""
+    name = Path(path).name
+    for suf in (".gpu.csv", ".host.csv", ".power_trace.csv", ".events.jsonl"):
+        if name.endswith(suf):
+            return name[: -len(suf)]
+    return name.split(".")[0]
+
+
+def add_or_none(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+# ---------------------------------------------------------------------------- counters
+
+
+def clean(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [clean(v) for v in x]
+    if hasattr(x, "item"):  # numpy scalar
+        return clean(x.item())
+    return x
+
+
+def reasons_text(reasons: Dict[str, float]) -> str:
+    """'sw_power_cap 180 s, hw_slowdown 3 s' for the text and HTML tables; '' for none."""
+    return ", ".join(f"{r} {v:.0f} s" for r, v in reasons.items())
