@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cluster_fixture as fx
+import importlib.util
+
+# tests/ has no __init__.py and several conftest.py exist: load the fixture module by its path.
+_spec = importlib.util.spec_from_file_location(
+    "hpclaunch_cluster_fixture_health", os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster", "fixture.py"))
+fx = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fx)
 
 pytestmark = pytest.mark.cluster
 

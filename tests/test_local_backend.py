@@ -343,4 +343,5 @@ monitor: {interval: 0}
             break
         time.sleep(0.1)
     assert st["state"] == "CANCELLED", st
-    assert hl("status", cwd="/").stdout.startswith("no active jobs")
+    # issue 14: right after it ends, `status` still shows the job (active ones and those ended in the last hour)
+    assert hl("status", cwd="/").stdout.split()[:3] == [sub["job_id"], "idle", "CANCELLED"]

@@ -30,7 +30,9 @@ def test_wheel_from_clean_clone(tmp_path):
     assert len(wheels) == 1
     import zipfile
     names = zipfile.ZipFile(wheels[0]).namelist()
-    for must in ["hpclaunch/cli.py", "hpclaunch/launchers/render.py", "hpclaunch/monitors/schema.py",
+    for must in ["hpclaunch/cli/__init__.py", "hpclaunch/launchers/render.py", "hpclaunch/monitors/schema.py",
+                 "hpclaunch/spec/job.py", "hpclaunch/runs/jobs.py", "hpclaunch/runs/functions.py",
+                 "hpclaunch/launchers/backends/slurm.py", "hpclaunch/reports/document.py", "hpclaunch/common/atomic.py",
                  "hpclaunch/templates/job.sbatch.j2", "hpclaunch/templates/torchrun.j2",
                  "hpclaunch/hpc_profiles/a100-hpc.yaml", "hpclaunch/train_entry/__init__.py"]:
         assert must in names, f"{must} missing from the wheel"

@@ -110,6 +110,7 @@ class CheckpointStore:
         self.keep = keep
         self.rank = rank
         self.barrier = barrier
+        self._checked: Dict[str, tuple] = {}   # path -> ((manifest mtime, size), verified)
         if rank == 0:
             os.makedirs(root, exist_ok=True)
 
@@ -163,16 +164,48 @@ class CheckpointStore:
         self.prune()
 
     def prune(self) -> None:
-        """Keep the newest ``keep`` valid checkpoints; drop older ones, and invalid dirs older than them."""
-        steps = self.list_steps()
-        kept = 0
-        for step in steps:
+        """Keep the newest ``keep`` checkpoints that verify; drop valid ones older than those, and
+        invalid directories older than the oldest kept. A directory that does not verify (a torn
+        or tampered one, another run's) never counts toward ``keep``, so the newest valid
+        checkpoint is never deleted to make room for it."""
+        kept: list = []
+        for step in self.list_steps():
             path = self.step_dir(step)
-            if kept < self.keep:
-                if os.path.isfile(os.path.join(path, MANIFEST)):
-                    kept += 1
+            if len(kept) < self.keep:
+                if self._verified(path):
+                    kept.append(step)
                 continue
             shutil.rmtree(path, ignore_errors=True)
+            self._checked.pop(path, None)
+
+    def _verified(self, path: str) -> bool:
+        """verify(), remembered per state of the directory (name, size and mtime of each file): a
+        published checkpoint is hashed once, not at every prune, and any change is hashed again."""
+        try:
+            key = tuple(sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(path)))
+        except OSError:
+            return False
+        if self._checked.get(path, (None,))[0] != key:
+            self._checked[path] = (key, verify(path)[0])
+        return self._checked[path][1]
+
+    def start_new_lineage(self) -> Optional[str]:
+        """A run that does not resume (--no-resume) into a folder with checkpoints: move them aside
+        (never deleted) into ``previous-<time>/``, so that neither prune nor a later resume mixes
+        them with this run's. Returns where they went, or None."""
+        steps = self.list_steps()
+        if not steps:
+            return None
+        aside = os.path.join(self.root, time.strftime("previous-%Y%m%dT%H%M%S", time.gmtime()))
+        n, base = 1, aside
+        while os.path.exists(aside):
+            aside, n = f"{base}-{n}", n + 1
+        os.makedirs(aside)
+        for step in steps:
+            os.rename(self.step_dir(step), os.path.join(aside, f"step-{step}"))
+        _fsync_dir(aside)
+        _fsync_dir(self.root)
+        return aside
 
     def clean_temp(self) -> None:
         """Remove leftovers of interrupted writes (rank 0, before training starts)."""
@@ -192,6 +225,18 @@ class CheckpointStore:
             if m and os.path.isdir(os.path.join(self.root, name)):
                 steps.append(int(m.group(1)))
         return sorted(steps, reverse=True)
+
+    def valid_checkpoints(self) -> tuple[list, list]:
+        """([(path, manifest)] newest first, skipped [(path, reason)]) of every checkpoint that verifies."""
+        found, skipped = [], []
+        for step in self.list_steps():
+            path = self.step_dir(step)
+            ok, reason, manifest = verify(path)
+            if ok:
+                found.append((path, manifest))
+            else:
+                skipped.append((path, reason))
+        return found, skipped
 
     def latest_valid(self) -> tuple[Optional[str], Optional[dict], list]:
         """(path, manifest, skipped) of the newest valid checkpoint; skipped = [(path, reason)]."""
@@ -273,10 +318,23 @@ def torch_bytes(obj) -> bytes:
     return buf.getvalue()
 
 
+class UnsafeCheckpoint(CheckpointError):
+    """A checkpoint file that cannot be loaded without running code from it, or does not fit."""
+
+
 def torch_load(path: str):
+    """Tensors, numbers, strings and containers only (``weights_only=True``): a checkpoint is data,
+    and a pickle that would run code (anyone who can write the run directory can also rewrite the
+    manifest's hashes) is refused, never executed."""
+    import pickle
+
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UnsafeCheckpoint(f"{path}: not loadable as plain data ({first[:200]}); it was not executed") from None
 
 
 def rng_state() -> dict:
@@ -285,7 +343,11 @@ def rng_state() -> dict:
     import numpy as np
     import torch
 
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    # numpy's state as a tensor and plain numbers: weights_only loading refuses numpy objects
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": random.getstate(), "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos),
+                                                    int(has_gauss), float(cached)],
+             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -297,8 +359,10 @@ def set_rng_state(state: dict) -> None:
     import numpy as np
     import torch
 
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         cuda = state["cuda"]
