@@ -1,0 +1,1 @@
+"""The runs layer: the registry, submission and the job handle, over the backends."""
