@@ -69,6 +69,9 @@ class BatchRequest:
     horovod_starter: str
     gpu_directive: Optional[str] = None  # "--gpus-per-node=4" / "--gres=gpu:4" for steps that need the GPUs
     requeue_exit: int = REQUEUE_EXIT
+    requeue_by: str = "hpclaunch"      # who requeues: hpclaunch, or the program (`scontrol requeue`)
+    signal_ranks: bool = False         # the batch shell passes the requeue signal on to every rank process
+    warn_signal: bool = False          # Slurm sends requeue_signal `requeue_grace` s before the time limit
     array: Optional[str] = None        # "0-49%10" for sweeps
     array_size: int = 0
     parallelism: Optional[int] = None
@@ -116,11 +119,17 @@ def build_request(resolved: Resolved) -> BatchRequest:
     sweep_tasks, varying = _sweep_tasks(job)
     d.append(("output", _log_path(runs_root, slug(job.name), array=bool(sweep_tasks))))
     d.append(("open-mode", "append"))
-    if job.requeue.max_attempts > 1:
-        d.append(("signal", f"B:{job.requeue.signal}@{job.requeue.grace}"))
-        d.append(("requeue", None))
-    else:
-        d.append(("no-requeue", None))
+    rq = job.requeue
+    by_program = rq.by == "program"
+    signal_ranks = by_program if rq.signal_ranks is None else bool(rq.signal_ranks)
+    # The signal goes to the batch shell only (B:): Slurm's step-wide signal would also reach
+    # torchrun, mpirun and the monitor, which have no handler for it and die, and every process
+    # of a rank (its wrapper too). The shell passes it on to each rank process once (signal_ranks).
+    warn = rq.max_attempts > 1 or by_program or signal_ranks
+    if warn:
+        d.append(("signal", f"B:{rq.signal}@{rq.grace}"))
+    # A program that requeues itself (`scontrol requeue`) needs a requeueable job, whatever max_attempts says.
+    d.append(("requeue", None) if rq.max_attempts > 1 or by_program else ("no-requeue", None))
 
     env = list((k, v) for k, v in profile.env.items() if k not in job.env)
     if "OMP_NUM_THREADS" not in job.env and "OMP_NUM_THREADS" not in profile.env:
@@ -160,6 +169,9 @@ def build_request(resolved: Resolved) -> BatchRequest:
         monitor_sources=tuple(profile.monitor.sources),
         max_attempts=job.requeue.max_attempts,
         requeue_signal=job.requeue.signal,
+        requeue_by=rq.by,
+        signal_ranks=signal_ranks,
+        warn_signal=warn,
         rendezvous_port=job.rendezvous.port,
         port_base=profile.rendezvous.port_base,
         port_range=profile.rendezvous.port_range,

@@ -58,7 +58,7 @@ def test_torchrun_shape():
     assert "--nnodes=4 --nproc-per-node=4" in text
     assert '--rdzv-endpoint="$hl_head:$hl_port"' in text
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in text
-    assert "#SBATCH --signal=B:USR1@120\n" in text
+    assert "#SBATCH --signal=B:USR2@120\n" in text        # USR2 by default: docs/requeue.md
     assert "module load cuda/12.4" in text
 
 

@@ -8,9 +8,11 @@ import time as _time
 
 from hpclaunch.cli.output import counts, parse_age, print_json
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.runs.jobs import Job, find_job, ordered_logs
+from hpclaunch.launchers.backends.base import State, exit_code_for, state_of
+from hpclaunch.runs.jobs import Job, find_job, hosts_of, ordered_logs, refresh
 from hpclaunch.runs.registry import Registry
 from hpclaunch.runs.submission import submit, test_only
+from hpclaunch.runs.summary import batch_log, failure_summary, last_lines
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -39,20 +41,48 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _follow(job, quiet: bool = False) -> int:
+    """Follow the job to its end; its exit code is the job's (README, "Exit codes"). A job that did
+    not complete explains itself on stderr; Ctrl-C stops following, never the job."""
     start = _time.monotonic()
+    seen = [None]
 
     def show(st) -> None:
+        seen[0] = st
         if quiet:
             return
         extra = f" tasks {counts(st.tasks)}" if st.tasks else ""
-        nodes = f" on {st.nodes}" if st.nodes else ""
-        print(f"  [{_time.monotonic() - start:6.0f} s] {st.state}{nodes} attempt {st.attempts - 1}{extra}",
+        where = _where(job, st)
+        print(f"  [{_time.monotonic() - start:6.0f} s] {st.state}{where} attempt {st.attempts - 1}{extra}",
               file=sys.stderr, flush=True)
 
-    st = job.wait(poll=1.0, on_change=show)
-    if st.exit_code is None:
-        return 0 if st.state == "COMPLETED" else 1
-    return st.exit_code if st.state != "COMPLETED" else 0
+    try:
+        st = job.wait(poll=1.0, on_change=show)
+    except KeyboardInterrupt:
+        last = f" (last seen {seen[0].state})" if seen[0] is not None else ""
+        print(f"\ninterrupted: stopped following; {job.record.backend} job {job.id} ({job.name}) goes on{last}.\n"
+              f"  follow it:  hpclaunch status {job.id}    hpclaunch logs {job.id} -f\n"
+              f"  stop it:    hpclaunch cancel {job.id}", file=sys.stderr, flush=True)
+        return 130
+    if st.state != State.COMPLETED:
+        for line in failure_summary(job, st):
+            print(line, file=sys.stderr)
+    return st.exit_code if st.exit_code is not None else exit_code_for(st.state)
+
+
+def _where(job, st) -> str:
+    """" on c1,c2": the hosts the ranks of this attempt run on (ranks.tsv), else the scheduler's node list."""
+    if st.state in (State.PENDING, State.REQUEUED) or job.record.array_size:
+        return f" on {st.nodes}" if st.nodes and st.state != State.PENDING else ""
+    hosts = hosts_of(job.run_dir)
+    if hosts:
+        return " on " + ",".join(sorted(hosts, key=lambda h: min(hosts[h])))
+    return f" on {st.nodes}" if st.nodes else ""
+
+
+def _hosts_text(hosts: dict) -> str:
+    """"c1 (ranks 0,1), c2 (ranks 2,3)"."""
+    return ", ".join(f"{h} (rank{'s' if len(r) > 1 else ''} {','.join(map(str, r))})"
+                     for h, r in sorted(hosts.items(), key=lambda kv: min(kv[1])))
 
 
 
@@ -70,10 +100,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     rows = []
     for job in jobs:
         st = job.status()
+        hosts = {} if job.record.array_size else hosts_of(job.run_dir)
         rows.append({"job_id": job.id, "name": job.name, "backend": job.record.backend, "state": st.state,
                      "exit_code": st.exit_code, "elapsed": st.elapsed, "nodes": st.nodes, "reason": st.reason,
                      "attempt": max(st.attempts - 1, 0), "attempts": st.attempts, "tasks": st.tasks,
-                     "source": st.source, "run_dir": job.run_dir})
+                     "source": st.source, "run_dir": job.run_dir, "hosts": hosts})
     if args.json:
         print_json(rows if not args.job else rows[0])
         return 0
@@ -83,8 +114,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         extra = f" tasks: {counts(r['tasks'])}" if r["tasks"] else ""
         code = f" exit {r['exit_code']}" if r["exit_code"] is not None else ""
         reason = f" ({r['reason']})" if r["reason"] and r["reason"] != "None" else ""
+        ranks = f" ranks on {_hosts_text(r['hosts'])}" if r["hosts"] else ""
         print(f"{r['job_id']:>8} {r['name'][:30]:<30} {r['state']:<11}{code} attempt {r['attempt']} "
-              f"elapsed {r['elapsed'] or '-'} nodes {r['nodes'] or '-'}{reason}{extra}")
+              f"elapsed {r['elapsed'] or '-'} nodes {r['nodes'] or '-'}{reason}{extra}{ranks}")
     return 0
 
 
@@ -93,6 +125,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     reg = Registry()
     since = _time.time() - parse_age(args.since) if args.since else None
     recs = reg.list(since=since, active_only=not (args.all or args.since))
+    active = [r for r in recs if not state_of(r.state).final]
+    if active:  # the registry holds the last state anyone saw: ask the backends, once each
+        refresh(active, reg)
+        recs = reg.list(since=since, active_only=not (args.all or args.since))
     if args.json:
         print_json([r.public() for r in recs])
         return 0
@@ -124,19 +160,26 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.rank is not None:
         logs = [lg for lg in logs if lg.rank == args.rank]
     if args.json:
-        print_json([{"task": task, "rank": lg.rank, "path": lg.path, "exit_code": lg.exit_code,
+        print_json([{"task": task, "rank": lg.rank, "host": lg.host, "path": lg.path, "exit_code": lg.exit_code,
                       "exit_time": lg.exit_time,
                       "text": job.logs(rank=lg.rank, attempt=args.attempt, tail=args.tail, task=task)}
                      for lg in logs])
         return 0
     if not args.follow:
         where = job.run_dir if task is None else os.path.join(job.run_dir, f"task{task}")
-        if not logs:
-            print(f"no rank logs yet in {where}/logs (the batch log: {job.run_dir}/logs/slurm"
-                  f"{'-*.out' if task is not None else '.out'})")
+        if not logs:  # nothing ran (or nothing yet): the batch script's own log says why
+            path = batch_log(job, task)
+            print(f"no rank logs in {where}/logs; the batch log instead:")
+            print(f"==> batch log: {path} <==")
+            if os.path.exists(path):
+                text = "\n".join(last_lines(path, args.tail) if args.tail else [_read_text(path).rstrip("\n")])
+                sys.stdout.write(text + ("\n" if text else ""))
+            else:
+                print("(not written yet: the job has not started)")
         for lg in logs:
             status = "" if lg.exit_code is None else f" (exit {lg.exit_code})"
-            print(f"==> {'' if task is None else f'task {task} '}rank {lg.rank}{status}: {lg.path} <==")
+            host = f" on {lg.host}" if lg.host else ""
+            print(f"==> {'' if task is None else f'task {task} '}rank {lg.rank}{status}{host}: {lg.path} <==")
             sys.stdout.write(job.logs(rank=lg.rank, attempt=args.attempt, tail=args.tail, task=task))
         return 0
     return _follow_logs(job, args.rank, task)
@@ -163,12 +206,26 @@ def _follow_logs(job, rank, task=None) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancel a job; one that already ended is left as it is, and that is not an error (exit 0)."""
     job = find_job(args.job)
+    st = job.status()
+    if st.final:
+        if args.json:
+            print_json({"job_id": job.id, "name": job.name, "cancel_requested": False, "state": st.state,
+                        "exit_code": st.exit_code})
+        else:
+            print(f"{job.record.backend} job {job.id} ({job.name}) already ended ({st.state}); nothing to cancel")
+        return 0
     job.cancel()
     if args.json:
         print_json({"job_id": job.id, "name": job.name, "cancel_requested": True})
     else:
-        print(f"cancel requested for {job.record.backend} job {job.id} ({job.name})")
+        print(f"cancel requested for {job.record.backend} job {job.id} ({job.name}, {st.state})")
     return 0
+
+
+def _read_text(path: str) -> str:
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", "replace")
 
 

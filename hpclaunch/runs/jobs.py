@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends import get_backend
-from hpclaunch.launchers.backends.base import FINAL_STATES, JobRef, JobStatus, State
+from hpclaunch.launchers.backends.base import FINAL_STATES, JobRef, JobStatus, State, exit_code_for
 from hpclaunch.runs.registry import JobRecord, Registry
 from hpclaunch.runs.resubmit import resubmit
 
@@ -22,6 +22,7 @@ class RankLog:
     path: str
     exit_code: Optional[int]
     exit_time: Optional[float]
+    host: Optional[str] = None      # from logs/attempt<N>/ranks.tsv
 
 
 class Job:
@@ -55,11 +56,15 @@ class Job:
         be = self._backend()
         chunks = self.chunks() if self.record.array_size else [self.record]
         if len(chunks) > 1:
-            st = self._array_status(be, chunks)
-        else:
-            st = be.status(self.ref())
-            if st.tasks and st.state == State.UNKNOWN:  # Slurm counts an array's tasks; one state from them
-                st = _array_summary(st.tasks, self.record.array_size or 0)
+            return self.settle(self._array_status(be, chunks))
+        return self.settle(be.status(self.ref()))
+
+    def settle(self, st: JobStatus) -> JobStatus:
+        """The backend's answer made whole: an array's one state, the registry's memory of a job
+        the scheduler forgot, GAVE_UP, the attempts, and the exit code that tells the truth; then
+        recorded in the registry."""
+        if st.tasks and st.state == State.UNKNOWN:  # Slurm counts an array's tasks; one state from them
+            st = _array_summary(st.tasks, self.record.array_size or 0)
         if st.state == "UNKNOWN":
             # Slurm has forgotten the job (no accounting, MinJobAge passed, or a reset cluster):
             # the registry still holds the last state hpclaunch saw.
@@ -71,9 +76,25 @@ class Job:
             st.state = State.GAVE_UP
         attempts = max(st.attempts, int(outcome.get("attempt", -1)) + 1 if outcome else 1)
         st.attempts = attempts
+        if st.final:
+            st.exit_code = exit_code_for(st.state, self._failing_rank_code(), st.exit_code)
         if st.state not in ("UNKNOWN", ""):
             self.registry.update_state(self.record.key, st.state, exit_code=st.exit_code, attempts=attempts)
         return st
+
+    def _failing_rank_code(self) -> Optional[int]:
+        """The exit code of the first rank to fail in the last attempt (of the first task to fail, for a sweep)."""
+        failed = self.failed_tasks() if self.record.array_size else [None]
+        for task in failed[:1]:
+            logs = ordered_logs(self.rank_logs(task=task))
+            if logs and logs[0].exit_code:
+                return logs[0].exit_code
+        return None
+
+    def first_failure(self, task: Optional[int] = None) -> Optional[RankLog]:
+        """The first rank to fail in the last attempt, or None."""
+        logs = ordered_logs(self.rank_logs(task=task))
+        return logs[0] if logs and logs[0].exit_code not in (None, 0) else None
 
     def chunks(self) -> list[JobRecord]:
         """A sweep's job arrays (one unless it was split at MaxArraySize)."""
@@ -176,6 +197,28 @@ class Job:
         return "".join(parts)
 
 
+def refresh(records: list[JobRecord], registry: Registry) -> dict[int, JobStatus]:
+    """The states of many jobs, by registry key, with one `statuses` call per backend (Slurm: one
+    squeue and one sacct for them all; controllers rate-limit per-job polling), recorded as
+    `Job.status` records them. A backend that cannot be reached here leaves its rows as they are."""
+    out: dict[int, JobStatus] = {}
+    by_backend: dict[str, list[Job]] = {}
+    for rec in records:
+        by_backend.setdefault(rec.backend, []).append(Job(rec, registry))
+    for name, jobs in by_backend.items():
+        try:
+            be = get_backend(name)
+        except HpclaunchError:
+            continue
+        split = [j for j in jobs if j.record.array_size and len(j.chunks()) > 1]  # a sweep split in chunks
+        plain = [j for j in jobs if j not in split]
+        for job, st in zip(plain, be.statuses([j.ref() for j in plain]) if plain else []):
+            out[job.record.key] = job.settle(st)
+        for job in split:
+            out[job.record.key] = job.status()
+    return out
+
+
 def _array_summary(counts: dict, total: int) -> JobStatus:
     """One state for a sweep from its tasks' states."""
     active = [s for s in counts if s not in FINAL_STATES]
@@ -204,6 +247,7 @@ def rank_logs(run_dir: str, attempt: Optional[int] = None) -> list[RankLog]:
             return _submitit_logs(run_dir)
         attempt = attempts[-1]
     folder = os.path.join(run_dir, "logs", f"attempt{attempt}")
+    hosts = {rank: host for rank, host, _ in rank_map(folder)}
     out = []
     for path in glob.glob(os.path.join(folder, "rank*.log")):
         m = re.search(r"rank(\d+)\.log$", path)
@@ -216,8 +260,35 @@ def rank_logs(run_dir: str, attempt: Optional[int] = None) -> list[RankLog]:
                 code, when = int(a), float(b)
         except (OSError, ValueError):
             pass
-        out.append(RankLog(int(m.group(1)), path, code, when))
+        out.append(RankLog(int(m.group(1)), path, code, when, hosts.get(int(m.group(1)))))
     return sorted(out, key=lambda r: r.rank)
+
+
+def rank_map(folder: str) -> list[tuple[int, str, int]]:
+    """(rank, host, pid) per rank from an attempt's ranks.tsv, which every rank's wrapper appends to."""
+    out = []
+    try:
+        with open(os.path.join(folder, "ranks.tsv")) as f:
+            for line in f:
+                cols = line.split()
+                if len(cols) == 3 and cols[0].isdigit() and cols[2].isdigit():
+                    out.append((int(cols[0]), cols[1], int(cols[2])))
+    except OSError:
+        pass
+    return sorted(out)
+
+
+def hosts_of(run_dir: str, attempt: Optional[int] = None) -> dict[str, list[int]]:
+    """host -> its ranks, in the given (else the last) attempt; empty before any rank started."""
+    if attempt is None:
+        attempts = attempts_of(run_dir)
+        if not attempts:
+            return {}
+        attempt = attempts[-1]
+    out: dict[str, list[int]] = {}
+    for rank, host, _ in rank_map(os.path.join(run_dir, "logs", f"attempt{attempt}")):
+        out.setdefault(host, []).append(rank)
+    return out
 
 
 def _submitit_logs(run_dir: str) -> list[RankLog]:

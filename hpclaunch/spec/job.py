@@ -116,11 +116,17 @@ class Requeue:
 
     max_attempts: int = field(3, help="attempts in all, the first included; 1 disables requeue",
                               minimum=1, maximum=1000)
-    signal: str = field("USR1", help="signal Slurm sends to the batch shell before the time limit",
+    signal: str = field("USR2", help="signal Slurm sends to the batch shell before the time limit (USR2: NCCL "
+                        "catches USR1 in some versions; Lightning needs USR1, see docs/requeue.md)",
                         check=lambda v: None if v in REQUEUE_SIGNALS else
                         ("is not a requeue signal", "use USR1 or USR2"))
     grace: int = field(120, help="seconds before the time limit that the signal is sent",
                        minimum=1, maximum=65535)
+    signal_ranks: Optional[bool] = field(None, help="also send the signal to every rank process (for programs "
+                                         "with their own handler); null: true when `by` is program")
+    by: Literal["hpclaunch", "program"] = field("hpclaunch", help="who requeues: hpclaunch (after a signalled "
+                                                "step that did not succeed), or the program itself (Lightning, "
+                                                "submitit: `scontrol requeue`)")
 
 
 @model

@@ -18,7 +18,8 @@ _OWNED = {
     "--ntasks": "resources.tasks_per_node", "--cpus-per-task": "resources.cpus_per_task",
     "--mem": "resources.mem", "--time": "resources.time", "--partition": "slurm.partition",
     "--account": "slurm.account", "--qos": "slurm.qos", "--job-name": "name",
-    "--output": "runs_root", "--error": "runs_root", "--signal": "requeue.signal",
+    "--output": "runs_root", "--error": "runs_root",
+    "--signal": "requeue.signal, requeue.grace and requeue.signal_ranks (docs/requeue.md)",
     "--gpus-per-node": "resources.gpus_per_node", "--gres": "resources.gpus_per_node",
     "--exclusive": "slurm.exclusive", "--constraint": "slurm.constraint", "--requeue": "requeue.max_attempts",
     "--no-requeue": "requeue.max_attempts", "--open-mode": "(hpclaunch appends logs across attempts)",
@@ -129,8 +130,8 @@ def _launcher_rules(job: Job, profile: Profile, bad) -> None:
 
 def _requeue_rules(job: Job, seconds: int | None, bad) -> None:
     rq = job.requeue
-    if rq.max_attempts and rq.max_attempts > 1 and seconds is not None and rq.grace is not None \
-            and rq.grace >= seconds:
+    signalled = (rq.max_attempts and rq.max_attempts > 1) or rq.by == "program" or rq.signal_ranks
+    if signalled and seconds is not None and rq.grace is not None and rq.grace >= seconds:
         bad("requeue.grace", f"the signal would come before the job starts: the time limit is {seconds} s",
             rq.grace, "use a grace period shorter than resources.time (Slurm's timer has ~30 s resolution)")
 

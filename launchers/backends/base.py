@@ -53,6 +53,35 @@ class State(str, enum.Enum):
 FINAL_STATES = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.NODE_FAIL,
                           State.OUT_OF_MEMORY, State.PREEMPTED, State.BOOT_FAIL, State.DEADLINE, State.GAVE_UP})
 
+# The exit code of a job that ended in each state: `hpclaunch submit --wait`, `Job.wait()` and
+# `status` give it, the same on every backend (README, "Exit codes"). Never Slurm's "0:0" for a job
+# that timed out or was cancelled. FAILED is the first failing rank's own exit code, see exit_code_for.
+EXIT_CODES: Dict[State, int] = {
+    State.COMPLETED: 0,
+    State.TIMEOUT: 124,         # as GNU timeout(1)
+    State.DEADLINE: 121,        # Slurm's --deadline passed before the job could end
+    State.CANCELLED: 125,
+    State.NODE_FAIL: 120,
+    State.BOOT_FAIL: 120,
+    State.OUT_OF_MEMORY: 122,
+    State.PREEMPTED: 123,
+    State.GAVE_UP: 75,          # EX_TEMPFAIL: every requeue attempt used
+    State.UNKNOWN: 1,
+}
+FAILED_EXIT_CODE = 1            # FAILED with no rank exit code and none from the scheduler
+
+
+def exit_code_for(state: "State", rank_code: Optional[int] = None, job_code: Optional[int] = None) -> int:
+    """The exit code that tells the truth about a final state: 0 only for COMPLETED; FAILED gives
+    the first failing rank's code (else the scheduler's, else 1); every other state its own code."""
+    if state == State.FAILED:
+        for code in (rank_code, job_code):
+            if code:
+                return int(code)
+        return FAILED_EXIT_CODE
+    return EXIT_CODES.get(state, EXIT_CODES[State.UNKNOWN])
+
+
 # Every state word squeue (%T), sacct (State) and scontrol (JobState) print, mapped once
 # (TorchX's SLURM_STATES). Words not listed are UNKNOWN.
 SLURM_STATES: Dict[str, State] = {

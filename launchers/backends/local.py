@@ -72,7 +72,7 @@ class LocalBackend(Backend):
             "cwd": cwd,
             "time_limit_s": request.time_s,
             "grace_s": request.requeue_grace,
-            "requeue_signal": request.requeue_signal if request.max_attempts > 1 else None,
+            "requeue_signal": request.requeue_signal if request.warn_signal else None,
         }
         if request.array_size:
             spec["array"] = {"size": request.array_size, "parallelism": self.array_parallelism(request)}

@@ -1,0 +1,83 @@
+"""What a job that ended badly has to say for itself: the first failing rank (its host, exit
+code and last lines), or the batch log when no rank started, and the command that shows more.
+Read from the run directory only (the script writes rank<R>.log/.exit and ranks.tsv)."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from hpclaunch.launchers.backends.base import JobStatus, State
+from hpclaunch.runs.jobs import Job
+
+# One line on what each state means and where to look; FAILED speaks through its rank.
+HINTS = {
+    State.TIMEOUT: "it reached its time limit (resources.time); to resume instead, see docs/requeue.md",
+    State.DEADLINE: "Slurm's deadline passed before it could end",
+    State.CANCELLED: "it was cancelled (hpclaunch cancel, scancel, or an administrator)",
+    State.NODE_FAIL: "a node failed under it",
+    State.BOOT_FAIL: "a node failed to boot for it",
+    State.OUT_OF_MEMORY: "a rank ran out of memory (resources.mem)",
+    State.PREEMPTED: "a job of higher priority took its nodes",
+    State.GAVE_UP: "every attempt was used (requeue.max_attempts) and it never succeeded",
+    State.UNKNOWN: "the scheduler no longer knows it",
+}
+
+
+def batch_log(job: Job, task: Optional[int] = None) -> str:
+    """The batch script's own log: logs/slurm.out, or logs/slurm-<job>_<task>.out for a sweep task."""
+    logs = os.path.join(job.run_dir, "logs")
+    if task is None:
+        return os.path.join(logs, "slurm.out")
+    for name in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+        if name.startswith("slurm-") and name.endswith(f"_{task}.out"):
+            return os.path.join(logs, name)
+    return os.path.join(logs, f"slurm-{job.id}_{task}.out")
+
+
+def last_lines(path: str, n: int) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-n:]
+
+
+def failure_summary(job: Job, st: JobStatus, tail: int = 10) -> list[str]:
+    """Lines for a job that did not complete (none for one that did)."""
+    if st.state == State.COMPLETED:
+        return []
+    lines = [f"job {job.id} ({job.name}) ended {st.state}, exit code {st.exit_code}, "
+             f"after {st.attempts} attempt(s)"]
+    if st.state in HINTS:
+        lines.append(f"  {HINTS[st.state]}")
+    task = None
+    where = f"hpclaunch logs {job.id}"
+    if job.record.array_size:
+        failed = job.failed_tasks()
+        if failed:
+            task = failed[0]
+            lines.append(f"  sweep: {len(failed)} task(s) failed; the first to fail: task {task}")
+            where += f" --task {task}"
+    first = job.first_failure(task)
+    if first is not None:
+        lines.append(f"  first failing rank: rank {first.rank} on {first.host or 'an unrecorded host'}, "
+                     f"exit code {first.exit_code}")
+        lines.append(f"  its last lines ({first.path}):")
+        lines += [f"    | {line}" for line in last_lines(first.path, tail)] or ["    | (nothing)"]
+        lines.append(f"  more: {where} --rank {first.rank}    (every rank: {where})")
+        return lines
+    started = job.rank_logs(task=task)
+    path = batch_log(job, task)
+    if not started:
+        lines.append("  no rank started; the batch log says:")
+    else:
+        hosts = sorted({lg.host for lg in started if lg.host})
+        lines.append(f"  no rank failed ({len(started)} rank(s){' on ' + ', '.join(hosts) if hosts else ''}); "
+                     "the batch log says:")
+    lines.append(f"  ({path})")
+    lines += [f"    | {line}" for line in last_lines(path, tail)] or ["    | (nothing)"]
+    lines.append(f"  more: {where}")
+    return lines

@@ -1,0 +1,293 @@
+"""Issue 13, the job contract for any program (not only train_entry), without Slurm: success is never
+requeued, the requeue signal reaches ranks that ask for it, exit codes tell the truth, a failure
+explains itself, Ctrl-C leaves the job running, list refreshes in one call, cancel of an ended job.
+The same on Slurm: tests/test_job_contract_cluster.py."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from hlcli import hl
+
+from hpclaunch.launchers.backends.base import EXIT_CODES, JobStatus, State, exit_code_for
+from hpclaunch.launchers.render import render_job
+from hpclaunch.spec.loading import resolve_job
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOST = socket.gethostname()
+
+
+def write_job(tmp_path, body, name="job.yaml"):
+    path = tmp_path / name
+    path.write_text(body)
+    return str(path)
+
+
+def submit_wait(tmp_path, job, timeout=180):
+    return hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False, timeout=timeout)
+
+
+def status(ref):
+    return json.loads(hl("status", ref, "--json", cwd="/").stdout)
+
+
+def until(fn, timeout=30.0, poll=0.1):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(poll)
+    return fn()
+
+
+# --- the exit code map: code, README and docs agree ---------------------------------------------
+
+def test_exit_codes_tell_the_truth():
+    assert exit_code_for(State.COMPLETED) == 0
+    assert exit_code_for(State.FAILED, 3, 1) == 3           # the first failing rank's own code
+    assert exit_code_for(State.FAILED, None, 7) == 7        # else the scheduler's
+    assert exit_code_for(State.FAILED) == 1
+    # sacct says 0:0 for these: the state decides, never that code
+    assert exit_code_for(State.TIMEOUT, None, 0) == 124
+    assert exit_code_for(State.CANCELLED, None, 0) == 125
+    named = [State.TIMEOUT, State.CANCELLED, State.NODE_FAIL, State.OUT_OF_MEMORY, State.PREEMPTED, State.GAVE_UP]
+    codes = [exit_code_for(s) for s in named]
+    assert 0 not in codes and len(set(codes)) == len(codes), codes
+    assert exit_code_for(State.GAVE_UP) == 75
+
+
+def test_readme_table_matches_the_map():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    rows = dict(re.findall(r"^\| `([A-Z_]+)`(?: / `[A-Z_]+`)? \| (\d+) ", readme, flags=re.M))
+    for state, code in EXIT_CODES.items():
+        assert int(rows[state.value]) == code, (state, rows)
+    assert "docs/requeue.md" in readme
+
+
+def test_requeue_keys_in_schema_and_docs(run_cli):
+    code, out, _ = run_cli("schema")
+    props = json.loads(out)["properties"]["requeue"]["properties"]
+    assert {"signal_ranks", "by", "signal", "grace", "max_attempts"} <= set(props)
+    assert props["signal"]["default"] == "USR2"
+    docs = open(os.path.join(ROOT, "docs", "requeue.md")).read()
+    for words in ("signal_ranks: true", "by: program", "Lightning", "submitit", "train_entry", "NCCL", "USR2"):
+        assert words in docs, words
+
+
+# --- rendering each mode ---------------------------------------------------------------------------
+
+JOB = os.path.join(ROOT, "tests", "golden", "job.yaml")
+
+
+def handler_body(text):
+    return text.split("hl_on_requeue_signal() {")[1].split("\n}\n")[0]
+
+
+def test_by_program_renders_requeue_and_the_signal_even_with_one_attempt():
+    text = render_job(resolve_job(JOB, ["profile=testcluster", "requeue.by=program", "requeue.max_attempts=1",
+                                        "requeue.signal=USR1", "requeue.grace=90"]))
+    assert "#SBATCH --signal=B:USR1@90\n" in text and "#SBATCH --requeue\n" in text and "--no-requeue" not in text
+    body = handler_body(text)
+    assert "hl_signal_ranks USR1" in body                      # by: program sends it to the ranks by default
+    assert "requeue is the program's" in body and "hpclaunch requeues" not in body
+    assert "scontrol requeue \"$SLURM_JOB_ID\"" not in text and "outcome=gave_up" not in text   # never hpclaunch
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+
+
+def test_signal_ranks_only_when_asked():
+    plain = handler_body(render_job(resolve_job(JOB, ["profile=testcluster"])))
+    assert "hl_signal_ranks" not in plain and "the ranks get no signal" in plain
+    ranks = handler_body(render_job(resolve_job(JOB, ["profile=testcluster", "requeue.signal_ranks=true"])))
+    assert "hl_signal_ranks USR2" in ranks and "hpclaunch requeues the job" in ranks
+    off = handler_body(render_job(resolve_job(JOB, ["profile=testcluster", "requeue.by=program",
+                                                    "requeue.signal_ranks=false"])))
+    assert "hl_signal_ranks" not in off
+
+
+def test_slurm_extra_signal_points_at_the_requeue_keys(tmp_path):
+    job = write_job(tmp_path, "name: x\nlauncher: srun\ncommand: [hostname]\nslurm: {extra: ['--signal=USR1@90']}\n")
+    proc = hl("validate", job, cwd=str(tmp_path), check=False)
+    assert proc.returncode == 2 and "requeue.signal_ranks" in proc.stderr and "docs/requeue.md" in proc.stderr
+
+
+# --- the local backend: the same contract as Slurm ----------------------------------------------------
+
+def test_success_after_the_signal_is_never_requeued(hpc_home, tmp_path):
+    """The requeue signal comes while a plain program (no train_entry, no handler) runs; it then exits 0."""
+    job = write_job(tmp_path, """
+name: late success
+launcher: srun
+command: [bash, -c, 'sleep 5; echo done']
+resources: {nodes: 1, tasks_per_node: 2, time: "00:00:12"}
+monitor: {interval: 0}
+requeue: {max_attempts: 3, grace: 10}
+""")
+    proc = submit_wait(tmp_path, job)
+    assert proc.returncode == 0, proc.stderr
+    st = status("late success")
+    assert st["state"] == "COMPLETED" and st["exit_code"] == 0 and st["attempts"] == 1, st
+    out = open(os.path.join(st["run_dir"], "logs", "slurm.out")).read()
+    assert "SIGUSR2: the time limit is near" in out and "completed, no requeue" in out, out
+    assert "requeueing" not in out
+    assert os.listdir(os.path.join(st["run_dir"], "logs")).count("attempt1") == 0
+
+
+HANDLER = r"""
+import os, signal, sys, time
+rank = int(os.environ["SLURM_PROCID"])
+state = os.path.join(os.environ["HPCLAUNCH_RUN_DIR"], "checkpoints", f"rank{rank}")
+start = int(open(state).read()) if os.path.exists(state) else 0
+print(f"attempt {os.environ['HPCLAUNCH_ATTEMPT']} rank {rank} starts at {start}", flush=True)
+step = start
+def on_signal(signum, frame):
+    with open(state, "w") as f:
+        f.write(str(step))
+    with open(os.path.join(os.environ["HPCLAUNCH_RUN_DIR"], "handled"), "a") as f:
+        f.write(f"{os.environ['HPCLAUNCH_ATTEMPT']} {rank} {signal.Signals(signum).name} {os.uname().nodename}\n")
+    print(f"rank {rank} saved step {step}", flush=True)
+    sys.exit(int(os.environ["HPCLAUNCH_REQUEUE_EXIT"]))
+signal.signal(getattr(signal, "SIG" + os.environ["HPCLAUNCH_REQUEUE_SIGNAL"]), on_signal)
+while step < start + (int(sys.argv[1]) if start else 10**9):
+    step += 1
+    time.sleep(0.1)
+print(f"rank {rank} done at {step}", flush=True)
+"""
+
+
+def test_signal_ranks_reaches_every_rank_handler_and_requeues(hpc_home, tmp_path):
+    (tmp_path / "handler.py").write_text(HANDLER)
+    job = write_job(tmp_path, f"""
+name: handled
+launcher: srun
+command: [{sys.executable}, {tmp_path}/handler.py, "10"]
+resources: {{nodes: 1, tasks_per_node: 2, time: "00:00:10"}}
+monitor: {{interval: 0}}
+requeue: {{max_attempts: 3, grace: 6, signal_ranks: true}}
+""")
+    proc = submit_wait(tmp_path, job)
+    assert proc.returncode == 0, proc.stderr
+    st = status("handled")
+    assert st["state"] == "COMPLETED" and st["attempts"] == 2, st
+    handled = sorted(open(os.path.join(st["run_dir"], "handled")).read().split("\n")[:-1])
+    assert handled == [f"0 0 SIGUSR2 {HOST}", f"0 1 SIGUSR2 {HOST}"]     # each rank once, attempt 0 only
+    for rank in (0, 1):
+        first = open(os.path.join(st["run_dir"], "logs", "attempt0", f"rank{rank}.log")).read()
+        saved = int(first.split(f"rank {rank} saved step ")[1].split()[0])
+        second = open(os.path.join(st["run_dir"], "logs", "attempt1", f"rank{rank}.log")).read()
+        assert f"starts at {saved}" in second and f"done at {saved + 10}" in second, second
+    out = open(os.path.join(st["run_dir"], "logs", "slurm.out")).read()
+    assert f"SIGUSR2 sent to 2 rank process(es) on {HOST}" in out, out
+
+
+def test_exit_code_and_summary_of_a_failing_rank(hpc_home, tmp_path):
+    job = write_job(tmp_path, """
+name: one fails
+launcher: srun
+command: [bash, -c, 'if [ "$SLURM_PROCID" = 1 ]; then echo "loading shard 7"; echo "ValueError: bad shard" >&2; exit 3; fi; sleep 30']
+resources: {nodes: 1, tasks_per_node: 2}
+monitor: {interval: 0}
+requeue: {max_attempts: 1}
+""")
+    proc = submit_wait(tmp_path, job)
+    assert proc.returncode == 3, proc.stderr
+    st = status("one fails")
+    err = proc.stderr
+    assert f"job {st['job_id']} (one fails) ended FAILED, exit code 3, after 1 attempt(s)" in err, err
+    assert f"first failing rank: rank 1 on {HOST}, exit code 3" in err
+    assert "| loading shard 7" in err and "| ValueError: bad shard" in err
+    assert f"more: hpclaunch logs {st['job_id']} --rank 1" in err
+    logs = hl("logs", st["job_id"], cwd="/").stdout
+    assert f"==> rank 1 (exit 3) on {HOST}:" in logs
+
+
+def test_summary_when_no_rank_started_points_at_the_batch_log(hpc_home, tmp_path):
+    job = write_job(tmp_path, """
+name: no start
+launcher: srun
+command: [hostname]
+workdir: /nonexistent/folder
+monitor: {interval: 0}
+requeue: {max_attempts: 1}
+""")
+    proc = submit_wait(tmp_path, job)
+    st = status("no start")
+    assert proc.returncode == 1 and st["state"] == "FAILED" and st["exit_code"] == 1, (proc.stderr, st)
+    assert "no rank started; the batch log says:" in proc.stderr
+    assert "cannot enter workdir" in proc.stderr, proc.stderr
+    assert f"more: hpclaunch logs {st['job_id']}" in proc.stderr
+    logs = hl("logs", st["job_id"], cwd="/").stdout
+    assert "no rank logs" in logs and "==> batch log:" in logs and "cannot enter workdir" in logs, logs
+
+
+def test_ctrl_c_leaves_the_job_running_then_cancel_and_cancel_again(hpc_home, tmp_path):
+    job = write_job(tmp_path, """
+name: long
+launcher: srun
+command: [bash, -c, 'echo up; sleep 120']
+monitor: {interval: 0}
+""")
+    follower = subprocess.Popen([sys.executable, "-m", "hpclaunch", "submit", job, "--backend", "local", "--wait"],
+                                cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert until(lambda: "RUNNING" in _list_states(), timeout=60)
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 130, err
+    job_id = json.loads(hl("list", "--json", cwd="/").stdout)[0]["job_id"]
+    assert f"interrupted: stopped following; local job {job_id} (long) goes on" in err, err
+    assert f"hpclaunch logs {job_id} -f" in err and f"hpclaunch cancel {job_id}" in err
+    assert status(job_id)["state"] == "RUNNING"                            # the job went on
+    # cancel while it runs: --wait of another follower exits 125 (the local backend said 255)
+    follower = subprocess.Popen([sys.executable, "-m", "hpclaunch", "submit", job, "--backend", "local", "--wait"],
+                                cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert until(lambda: _list_states().count("RUNNING") == 2, timeout=60)
+    second = max((r for r in json.loads(hl("list", "--json", cwd="/").stdout)), key=lambda r: int(r["job_id"]))
+    hl("cancel", second["job_id"], cwd="/")
+    _, err = follower.communicate(timeout=60)
+    assert follower.returncode == 125, err
+    assert "ended CANCELLED, exit code 125" in err and "it was cancelled" in err, err
+    out = hl("cancel", second["job_id"], cwd="/").stdout
+    assert "already ended (CANCELLED); nothing to cancel" in out, out
+    hl("cancel", job_id, cwd="/")
+    assert until(lambda: status(job_id)["state"] == "CANCELLED", timeout=30)
+
+
+def _list_states():
+    return [r["state"] for r in json.loads(hl("list", "--all", "--json", cwd="/").stdout)]
+
+
+def test_list_refreshes_active_rows_with_one_call_per_backend(hpc_home, tmp_path, run_cli, monkeypatch):
+    from hpclaunch.runs import jobs
+    from hpclaunch.runs.registry import Registry
+
+    reg = Registry()
+    for i in range(5):
+        run_dir = tmp_path / f"r{i}"
+        run_dir.mkdir()
+        reg.add(backend="slurm", cluster="c", job_id=str(100 + i), name=f"sub{i}", run_dir=str(run_dir))
+    calls = []
+
+    class Fake:
+        def statuses(self, refs):
+            calls.append([r.job_id for r in refs])
+            return [JobStatus(State.COMPLETED if r.job_id != "104" else State.RUNNING, 0) for r in refs]
+
+        def status(self, ref):
+            raise AssertionError("one job at a time")
+
+    monkeypatch.setattr(jobs, "get_backend", lambda name: Fake())
+    code, out, _ = run_cli("list", "--all", "--json")
+    assert code == 0 and [sorted(c) for c in calls] == [["100", "101", "102", "103", "104"]], calls
+    assert {r["job_id"]: r["state"] for r in json.loads(out)} == {
+        "100": "COMPLETED", "101": "COMPLETED", "102": "COMPLETED", "103": "COMPLETED", "104": "RUNNING"}
+    calls.clear()
+    run_cli("list", "--all")
+    assert calls == [["104"]]                      # ended rows are not asked about again
