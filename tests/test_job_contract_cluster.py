@@ -239,7 +239,7 @@ monitor: {interval: 0}
     hosts = rank_map(run_dir)
     assert sorted(hosts) == [0, 1, 2, 3] and sorted(hosts.values()) == ["c1", "c1", "c2", "c2"], hosts
     first, second = hosts[0], ({"c1", "c2"} - {hosts[0]}).pop()
-    assert f"COMPLETED on {first},{second} attempt 1" in proc.stderr, proc.stderr   # every node, not the first
+    assert f"COMPLETED on {first},{second} attempt 0" in proc.stderr, proc.stderr   # every node, not the first
     st = status_json(run_dir)
     assert {h: sorted(r) for h, r in st["hosts"].items()} == {
         h: sorted(r for r, hh in hosts.items() if hh == h) for h in ("c1", "c2")}, st
