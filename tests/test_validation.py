@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from hlcli import hl
 
 GOOD = "name: j\ncommand: [python, train.py]\n"
 
@@ -132,7 +133,7 @@ def test_user_profile_dir_comes_first(write, tmp_path, monkeypatch):
 
 def test_no_traceback_in_a_real_process(write):
     path = write("job.yaml", "name: [\n")
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "validate", path], capture_output=True, text=True)
+    proc = hl("validate", path, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == ""
 
 
@@ -184,8 +185,7 @@ def test_wrong_type_cases_cover_every_top_level_key():
 
 
 def _validate_in_a_process(path, *args):
-    return subprocess.run([sys.executable, "-m", "hpclaunch", "validate", path, *args],
-                          capture_output=True, text=True, timeout=60)
+    return hl("validate", path, *args, check=False, timeout=60)
 
 
 @pytest.mark.parametrize("key,text,words", WRONG_TYPES, ids=[f"{k}={t}" for k, t, _ in WRONG_TYPES])
@@ -288,7 +288,7 @@ def test_a_swept_env_name_gets_the_env_section_checks(run_cli, write, name, valu
 
 def test_a_secret_swept_env_value_never_reaches_the_script(write):
     path = write("job.yaml", GOOD + "sweep: {parameters: {env.MY_API_KEY: [s3cr3t-value]}}\n")
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "render", path], capture_output=True, text=True)
+    proc = hl("render", path, check=False)
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout
     assert proc.stderr.count("\n") == 1 and "sweep.parameters.env.MY_API_KEY: looks like a secret" in proc.stderr
 
@@ -301,7 +301,7 @@ def test_a_secret_swept_env_value_never_reaches_the_script(write):
 def test_a_swept_job_key_gets_the_spec_checks(write, parameter, words):
     # a dotted name used to skip them: `env.OK: 5` was a traceback, `env.OK: []` a sweep of no tasks
     path = write("job.yaml", GOOD + f"sweep: {{parameters: {{{parameter}}}}}\n")
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "render", path], capture_output=True, text=True)
+    proc = hl("render", path, check=False)
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
     name = parameter.split(":")[0]
     assert proc.stderr.splitlines() == [proc.stderr.strip()] and f": sweep.parameters.{name}: {words}" in proc.stderr
@@ -341,7 +341,7 @@ def test_swept_train_values_within_the_limits_pass(run_cli, write):
 def test_a_nul_in_a_placeholder_value_is_refused(write):
     path = write("job.yaml", 'name: j\ncommand: [python, train.py, "{tag}"]\n'
                              'sweep: {parameters: {tag: [ok, "a\\0b"]}}\n')
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "render", path], capture_output=True, text=True)
+    proc = hl("render", path, check=False)
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
     assert "sweep.parameters.tag: contains a NUL character" in proc.stderr and "('a\\x00b')" in proc.stderr
 
@@ -352,8 +352,7 @@ def test_a_profile_env_name_gets_the_env_checks_and_cannot_inject(write, tmp_pat
     write("hpc_profiles/evil.yaml", 'name: evil\nextends: local\nenv:\n  "A=1; touch pwned; B": x\n'
                                     "  SITE_TOKEN: abc\n  SLURM_JOB_ID: '3'\n  NCCL_DEBUG: WARN\n")
     path = write("job.yaml", GOOD + "profile: hpc_profiles/evil.yaml\n")
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "render", path], capture_output=True, text=True,
-                          cwd=str(tmp_path))
+    proc = hl("render", path, check=False, cwd=str(tmp_path))
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.splitlines() == [
         "hpc_profiles/evil.yaml: env.A=1; touch pwned; B: is not a valid environment variable name "
