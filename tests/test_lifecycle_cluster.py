@@ -204,8 +204,7 @@ def test_controller_down_is_a_clear_error(slurm, hpc_home, tmp_path, monkeypatch
                 break
             time.sleep(0.2)
         env = dict(os.environ, HPCLAUNCH_SLURM_RETRIES="2", HPCLAUNCH_SLURM_RETRY_DELAY="0.1")
-        proc = subprocess.run([sys.executable, "-m", "hpclaunch", "submit", job, "--backend", "slurm"],
-                              cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
+        proc = hl("submit", job, "--backend", "slurm", check=False, cwd=str(tmp_path), env=env, timeout=120)
         assert proc.returncode == 2, proc.stderr
         assert "Traceback" not in proc.stderr and "controller" in proc.stderr.lower(), proc.stderr
         assert json.loads(hl("list", "--all", "--json", cwd="/").stdout) == []

@@ -2,12 +2,11 @@
 transient controller errors retried, and the Python API."""
 import os
 import stat
-import subprocess
-import sys
 
 import pytest
 
 from hpclaunch.launchers.backends import slurmcli
+from hlcli import hl
 
 
 def test_clean_env_drops_an_enclosing_jobs_settings():
@@ -24,8 +23,7 @@ def test_secrets_in_the_environment_are_never_written(hpc_home, tmp_path, files_
         "name: secretive\nlauncher: srun\ncommand: [bash, -c, 'test -n \"$MY_API_TOKEN\" && echo token-seen']\n"
         "resources: {nodes: 1, tasks_per_node: 1}\nmonitor: {interval: 0}\n")
     env = dict(os.environ, MY_API_TOKEN=secret)
-    proc = subprocess.run([sys.executable, "-m", "hpclaunch", "submit", "job.yaml", "--backend", "local", "--wait"],
-                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
+    proc = hl("submit", "job.yaml", "--backend", "local", "--wait", check=False, cwd=str(tmp_path), env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert files_containing(secret, tmp_path, hpc_home) == []
     logs = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "runs") for f in fs if f == "rank0.log"]
@@ -72,8 +70,7 @@ def test_python_api(hpc_home, tmp_path, monkeypatch):
 
 
 def _hl(*args, cwd, env=None):
-    return subprocess.run([sys.executable, "-m", "hpclaunch", *args], cwd=str(cwd), env=env, capture_output=True,
-                          text=True, timeout=60)
+    return hl(*args, cwd=str(cwd), env=env, check=False, timeout=60)
 
 
 TINY = "name: tiny\nlauncher: srun\ncommand: ['true']\nresources: {nodes: 1, tasks_per_node: 1}\nmonitor: {interval: 0}\n"

@@ -1,7 +1,5 @@
 """Every class of bad input: one line per problem, naming file, field path, value and fix; exit 2."""
 import os
-import subprocess
-import sys
 
 import pytest
 from hlcli import hl
