@@ -72,15 +72,23 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
     gpu_peak = None
     node_peak: Dict[str, float] = {}
     ndup_total = 0
+    recorded = readers.recorded_intervals(files["events"])
     if keys and duration is not None:
-        # bin width for the job-level peak power: median sampling interval of a few GPUs
-        probe = []
-        for g_ in list(segs)[:8]:
+        # bin width for the job-level peak power: the sampling interval the daemons recorded
+        # (the longest, if hosts differ); estimated from a few GPUs' timestamps only without one
+        gpu_hosts = {keys[g_][0] for g_ in segs}
+        unrecorded = sorted(h for h in gpu_hosts if h not in recorded)
+        if unrecorded:
+            warnings.append(f"sampling interval not recorded for {', '.join(unrecorded[:5])}"
+                            f"{' and others' if len(unrecorded) > 5 else ''} (no events header with interval_s): "
+                            "estimated from the timestamps")
+        probe = [recorded[h] for h in gpu_hosts if h in recorded]
+        for g_ in list(segs)[:8] if not probe else []:
             fi, sl0 = segs[g_][0]
             tt = fcols[fi]["time_unix"][sl0]
             if tt.size > 1:
                 probe.append(float(np.median(np.diff(tt))))
-        step = max(float(np.median(probe)) if probe else 1.0, 1e-3)
+        step = max((max(probe) if recorded and probe else float(np.median(probe))) if probe else 1.0, 1e-3)
         nb = int(min(max(duration / step, 1), 2_000_000)) + 1
         tot = np.zeros(nb)
         per_host: Dict[str, np.ndarray] = {}
@@ -97,7 +105,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
             if sl["time_unix"].size == 0:
                 continue
             gt = {c: txt[c].get(g_, {}) for c in txt}
-            gs, ser = gpu_stats(host, idx, sl, gt, t0, t1, bins, warnings)
+            gs, ser = gpu_stats(host, idx, sl, gt, t0, t1, bins, warnings, recorded.get(host))
             gpus.append(gs)
             series["gpu"][f"{host}/{idx}"] = ser
             p = sl["power_w"]
@@ -277,7 +285,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
         "gpu_rows_read": mstats["rows"] if mstats else 0,
         "duplicate_rows_removed": mstats["duplicates"] if mstats else 0,
         "malformed_rows_skipped": skipped,
-        "gap_threshold": f"{GAP_FACTOR:g} x median sampling interval",
+        "gap_threshold": f"{GAP_FACTOR:g} x the sampling interval (the daemon's recorded one, else the median spacing)",
         "min_gpu_coverage_pct": min(pcts) if pcts else None,
         "gaps": all_gaps[:200], "n_gaps": len(all_gaps),
         "energy_sources": {(s or "unknown"): sum(1 for g in gpus if g["energy_source"] == s)
@@ -301,7 +309,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
         "power_w": {"gpu_avg": rounded(gpu_total / duration if gpu_total is not None and duration else None),
                     "gpu_peak": rounded(gpu_peak),
                     "cpu_avg": rounded(cpu_total / duration if cpu_total is not None and duration else None),
-                    "peak_method": "max over time bins (median sampling interval) of the sum of per-GPU mean power"},
+                    "peak_method": "max over time bins (the sampling interval) of the sum of per-GPU mean power"},
         "idle": {"energy_j": rounded(idle), "share_of_gpu_pct": rounded(100 * idle / gpu_total if idle is not None and gpu_total else None, 3),
                  "gpu_s": rounded(sum(g["idle_s"] for g in gpus if g["idle_s"] is not None), 2) if gpus else None,
                  "util_threshold_pct": IDLE_UTIL_PCT},

@@ -128,7 +128,11 @@ def bits_time(tri: np.ndarray, present: int, dt_left: np.ndarray, mask: int) -> 
 
 
 def gpu_stats(host, index, c: Dict[str, np.ndarray], txt: Dict[str, Dict[str, int]],
-               job_t0, job_t1, bins, warnings: List[str]) -> Tuple[dict, dict]:
+               job_t0, job_t1, bins, warnings: List[str], recorded_interval: Optional[float] = None
+               ) -> Tuple[dict, dict]:
+    """One GPU's statistics. The sampling interval (gaps are intervals over GAP_FACTOR of it) is
+    the one the daemon recorded for this host; only without one is it estimated from the
+    timestamps (median spacing)."""
     name = f"{host}/gpu{index}"
     t = c["time_unix"]
     n = t.size
@@ -152,8 +156,9 @@ def gpu_stats(host, index, c: Dict[str, np.ndarray], txt: Dict[str, Dict[str, in
                         + "; ".join(f"{e} (x{k})" for e, k in list(errs.items())[:3]))
     g["samples"] = int(n)
     dt = np.diff(t)
-    interval = float(np.median(dt)) if dt.size else None
+    interval = recorded_interval if recorded_interval else (float(np.median(dt)) if dt.size else None)
     g["interval_s"] = rounded(interval, 4)
+    g["interval_source"] = "recorded" if recorded_interval else ("estimated" if interval else None)
     gap = dt > GAP_FACTOR * interval if interval else np.zeros(dt.size, bool)
     dt_eff = np.where(gap, 0.0, dt)
     dt_left = np.concatenate([dt_eff, [0.0]])  # sample i holds for the interval after it

@@ -432,3 +432,29 @@ def _metrics_pyarrow(path) -> Tuple[Dict[str, np.ndarray], int]:
         out[c] = (np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in col.chunks]).astype(np.float64)
                   if col.num_chunks else np.zeros(0))
     return out, bad
+
+
+def recorded_intervals(paths) -> Dict[str, float]:
+    """The sampling interval each host's daemon recorded (``interval_s`` of its last ``header``
+    event), by host; hosts whose header lacks a finite positive one are left out."""
+    out: Dict[str, float] = {}
+    for p in paths:
+        fname_host = Path(p).name[: -len(".events.jsonl")] if str(p).endswith(".events.jsonl") else ""
+        try:
+            f = open(p, "r", errors="replace")
+        except OSError:
+            continue
+        with f:
+            for line in f:
+                if '"header"' not in line or not line.endswith("\n"):
+                    continue
+                try:
+                    rec = json.loads(line)
+                    if rec.get("kind") != "header":
+                        continue
+                    value = float((rec.get("detail") or {}).get("interval_s"))
+                except (ValueError, TypeError, AttributeError):
+                    continue
+                if math.isfinite(value) and value > 0:
+                    out[rec.get("host") or fname_host] = value
+    return out

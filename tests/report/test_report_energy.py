@@ -423,3 +423,25 @@ def test_restarted_writer_appends_header_and_error_rows(tmp_path):
         assert r["error_rows"] == 3
         assert any("NVML_ERROR_GPU_IS_LOST" in w for w in rep.data["warnings"])
     assert build_report(tmp_path).data["coverage"]["reader"][0].startswith(("csv", "pyarrow"))
+
+
+def test_the_report_uses_the_interval_the_daemon_recorded(tmp_path):
+    """Issue 12: the daemon writes interval_s into its events header; the report uses that one
+    value (here 2 s) rather than estimating it from the timestamps (which say 1 s), so a 4 s hole
+    is within 3 intervals and no gap. Without a header value it estimates, and says so."""
+    from hpclaunch.monitors import schema
+    spec = [GpuSpec("n1", 0, gap=(100.0, 103.5))]
+    recorded, estimated = tmp_path / "recorded", tmp_path / "estimated"
+    for rd in (recorded, estimated):
+        write_run(rd, spec, duration=300, interval=1.0)
+    synth.write_events(recorded, "n1", [(0.5, "header", {"schema": schema.EVENTS_SCHEMA, "interval_s": 2.0})])
+    synth.write_events(estimated, "n1", [])
+    with_header = build_report(recorded).data
+    g = with_header["gpus"][0]
+    assert g["interval_s"] == 2.0 and g["interval_source"] == "recorded", g["interval_s"]
+    assert g["coverage"]["n_gaps"] == 0, g["coverage"]
+    assert not any("sampling interval not recorded" in w for w in with_header["warnings"])
+    without = build_report(estimated).data
+    g = without["gpus"][0]
+    assert g["interval_s"] == 1.0 and g["interval_source"] == "estimated" and g["coverage"]["n_gaps"] == 1, g
+    assert any("sampling interval not recorded for n1" in w for w in without["warnings"]), without["warnings"]
