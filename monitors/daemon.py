@@ -63,8 +63,24 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if not a.run_dir:
         p.error("--run-dir is required (or set HPCLAUNCH_RUN_DIR)")
-    if not (a.interval > 0):
-        p.error("--interval must be > 0")
+    # Bounded like the job file's monitor.interval; NaN fails every comparison, so `not (lo <= x <= hi)`.
+    if not (0.05 <= a.interval <= 3600):
+        p.error(f"--interval {a.interval!r}: use a number of seconds from 0.05 to 3600")
+    if a.duration is not None and not (0 < a.duration <= 366 * 86400):
+        p.error(f"--duration {a.duration!r}: use a finite number of seconds above 0")
+    if not (0.05 <= a.slow_interval <= 86400):
+        p.error(f"--slow-interval {a.slow_interval!r}: use a number of seconds from 0.05 to 86400")
+    if not (-1000 <= a.thermal_margin <= 1000):
+        p.error(f"--thermal-margin {a.thermal_margin!r}: use a finite number of degrees C")
+    monitor_dir = os.path.join(a.run_dir, schema.MONITOR_DIR)
+    try:
+        os.makedirs(monitor_dir, exist_ok=True)
+        probe = os.path.join(monitor_dir, f".write-test-{os.getpid()}")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except OSError as e:
+        p.error(f"--run-dir {a.run_dir}: cannot write {monitor_dir}: {e.strerror or e} \u2014 "
+                "give a run directory this user can write")
     return a
 
 

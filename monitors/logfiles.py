@@ -68,6 +68,12 @@ class _AppendFile:
         self.streak_dropped = 0  # writes dropped since the last successful one
         self.failing = False
         self.last_error: Optional[OSError] = None
+        self.torn_lines = 0      # writes cut short (ENOSPC mid-write) whose part could not be removed
+        self._torn = False       # such a cut line is still open: close it off before the next write
+
+    def _close_off(self) -> str:
+        """What ends a cut line so that every reader skips it (see the subclasses)."""
+        return "\n"
 
     def _open(self) -> bool:
         if self.fd is not None:
@@ -97,15 +103,26 @@ class _AppendFile:
             return True
         if not self._open():
             return False
+        if self._torn:
+            text = self._close_off() + text
         data = text.encode("utf-8", "replace")
+        try:
+            start: Optional[int] = os.fstat(self.fd).st_size
+        except OSError:
+            start = None
+        written = 0
         try:
             view = memoryview(data)
             while view:
                 n = self._write(self.fd, view)
+                written += n
                 view = view[n:]
         except OSError as e:
+            if written:
+                self._remove_part(start)
             self._failed(e)
             return False
+        self._torn = False
         if self.failing:
             self.failing = False  # cleared first: the hook may write through this very file
             dropped, self.streak_dropped = self.streak_dropped, 0
@@ -115,6 +132,19 @@ class _AppendFile:
                 except Exception:  # the hook must never take the daemon down
                     pass
         return True
+
+    def _remove_part(self, start: Optional[int]) -> None:
+        """A write cut short (the disk filled mid-line): cut the file back to where the write began,
+        so the part never joins the next write into a valid-looking row (a time of 1.8e16 s once).
+        One daemon writes each file, so nothing else was appended since. If the cut fails, the
+        line is closed off before the next write instead (readers skip it)."""
+        try:
+            if start is None:
+                raise OSError("unknown offset")
+            os.ftruncate(self.fd, start)
+        except OSError:
+            self._torn = True
+            self.torn_lines += 1
 
     def close(self) -> None:
         if self.fd is not None:
@@ -203,6 +233,10 @@ class CsvLog(_AppendFile):
         self._pending = first + header
         self._write_pending()
 
+    def _close_off(self) -> str:
+        # one comma per column: the cut line then has more cells than the header, and is skipped
+        return "," * len(self.columns) + "\n"
+
     def _write_pending(self) -> None:
         if self.write_text(self._pending):
             self._pending = ""
@@ -240,8 +274,8 @@ class EventLog(_AppendFile):
             "kind": kind,
             "detail": detail or {},
         }
-        try:
-            line = json.dumps(rec, default=str, separators=(",", ":")) + "\n"
+        try:  # strict JSON: NaN and infinities are no JSON values
+            line = json.dumps(rec, default=str, separators=(",", ":"), allow_nan=False) + "\n"
         except (TypeError, ValueError) as e:  # never lose the event over a bad detail
             line = json.dumps({**rec, "detail": {"repr": repr(detail), "json_error": str(e)}},
                               separators=(",", ":")) + "\n"

@@ -210,3 +210,85 @@ def test_event_log_reopened_after_a_cut_record(tmp_path):
     ev.close()
     recs, bad = readers.read_jsonl(p)
     assert [r["detail"]["pid"] for r in recs] == [1, 2] and bad == 1
+
+
+def _half_then_full_disk(state):
+    """os.write that writes half of the first batch it is given, then fails with ENOSPC
+    (a disk that fills mid-line), and behaves once `state['full']` is cleared."""
+    def write(fd, data):
+        if state["full"]:
+            if not state["cut"]:
+                state["cut"] = True
+                return os.write(fd, bytes(data[: max(1, len(data) // 2)]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+    return write
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_row_cut_by_a_full_disk_never_joins_the_next_row(tmp_path, engine):
+    """Issue 15: a short write cut a row inside its first cell; the next write finished that line,
+    a valid-looking row with time 17954661795466094.922. Now the part is cut back off the file."""
+    p = str(tmp_path / "n1.host.csv")
+    state = {"full": False, "cut": False}
+    log = CsvLog(p, schema.HOST_SCHEMA, COLS, write=_half_then_full_disk(state))
+    assert log.write_rows([(1795466100.5, "n1", 1, "")])
+    state["full"] = True
+    assert not log.write_rows([(1795466101.5, "n1", 2, "")])
+    state["full"] = False
+    assert log.write_rows([(1795466102.5, "n1", 3, "")])
+    with open(p) as f:
+        rows = f.read().splitlines()[2:]
+    assert rows == ["1795466100.5,n1,1,", "1795466102.5,n1,3,"], rows
+    t = readers.read_table(p, schema.HOST_SCHEMA, ("time_unix", "a"), ("host",), engine=engine)
+    assert list(t.col("time_unix")) == [1795466100.5, 1795466102.5]
+
+
+def test_a_cut_that_cannot_be_removed_is_closed_off_and_skipped(tmp_path, monkeypatch):
+    p = str(tmp_path / "n1.host.csv")
+    state = {"full": False, "cut": False}
+    log = CsvLog(p, schema.HOST_SCHEMA, COLS, write=_half_then_full_disk(state))
+    assert log.write_rows([(1795466100.5, "n1", 1, "")])
+    state["full"] = True
+
+    def no_truncate(fd, size):
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setattr(os, "ftruncate", no_truncate)
+    assert not log.write_rows([(1795466101.5, "n1", 2, "")])
+    state["full"] = False
+    assert log.write_rows([(1795466102.5, "n1", 3, "")]) and log.torn_lines == 1
+    t = readers.read_table(p, schema.HOST_SCHEMA, ("time_unix", "a"), ("host",), engine="csv")
+    assert list(t.col("time_unix")) == [1795466100.5, 1795466102.5]
+
+
+def test_events_are_strict_json(tmp_path):
+    p = str(tmp_path / "n1.events.jsonl")
+    log = EventLog(p, "n1", clock=lambda: 1795466100.0)
+    log.emit("header", {"interval_s": float("inf"), "x": float("nan")})
+    with open(p) as f:
+        line = f.read()
+    assert "Infinity" not in line and "NaN" not in line
+    json.loads(line, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--interval", "1e-320"], "--interval 1e-320: use a number of seconds from 0.05 to 3600"),
+    (["--interval", "nan"], "--interval nan"),
+    (["--duration", "nan"], "--duration nan: use a finite number"),
+    (["--duration", "inf"], "--duration inf"),
+])
+def test_monitor_arguments_are_bounded(tmp_path, capsys, args, words):
+    from hpclaunch.monitors.daemon import parse_args
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--run-dir", str(tmp_path)] + args)
+    assert e.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_an_unwritable_run_directory_is_one_line(tmp_path):
+    import subprocess
+    import sys
+    (tmp_path / "file").write_text("x")
+    proc = subprocess.run([sys.executable, "-m", "hpclaunch.monitors", "--run-dir", str(tmp_path / "file"),
+                           "--duration", "1", "--no-nvml"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("hpclaunch-monitor: error: --run-dir"), proc.stderr
