@@ -14,8 +14,8 @@ from hpclaunch.common.version import __version__
 from hpclaunch.common.errors import HpclaunchError
 
 _COMMANDS = {
-    "validate": "spec_commands", "render": "spec_commands", "profiles": "spec_commands",
-    "init": "spec_commands", "schema": "spec_commands",
+    "validate": "spec_commands", "render": "make_commands", "profiles": "spec_commands",
+    "init": "make_commands", "schema": "spec_commands",
     "submit": "run_commands", "status": "run_commands", "list": "run_commands", "logs": "run_commands",
     "cancel": "run_commands", "report": "report_commands",
 }

@@ -1,19 +1,15 @@
-"""`validate`, `render`, `profiles`, `init`, `schema`: the commands that read job files and profiles."""
+"""`validate`, `profiles`, `schema`: the commands that check job files and show profiles and schemas."""
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-from hpclaunch.cli.output import write_user_file
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.launchers.render import render_job
 from hpclaunch.spec.job import Job
 from hpclaunch.spec.loading import resolve_job
 from hpclaunch.spec.profile import Profile
 from hpclaunch.spec.profiles import available_profiles, find_profile, load_profile
-from hpclaunch.spec.starter import starter_job
 from hpclaunch.spec.typedload import json_schema
 from hpclaunch.spec.yamlio import display_path, dump_yaml
 
@@ -38,12 +34,6 @@ def literal_dollar_warnings(env: dict, where: str) -> list[str]:
 
 
 
-def cmd_render(args: argparse.Namespace) -> int:
-    sys.stdout.write(render_job(resolve_job(args.job, args.override)))
-    return 0
-
-
-
 def cmd_profiles(args: argparse.Namespace) -> int:
     if args.action == "show" or args.name:
         if not args.name:
@@ -65,16 +55,6 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 
-def cmd_init(args: argparse.Namespace) -> int:
-    if os.path.exists(args.file) and not args.force:
-        raise HpclaunchError(f"{args.file}: already exists \u2014 pick another name or add --force")
-    name = args.name or os.path.splitext(os.path.basename(args.file))[0] or "job"
-    write_user_file(args.file, starter_job(args.profile, name, where=("command line", "--profile")), "job file")
-    print(f"wrote {args.file} for profile '{args.profile}'; check it with: hpclaunch validate {args.file}")
-    return 0
-
-
-
 def cmd_schema(args: argparse.Namespace) -> int:
     if args.profile:
         schema = json_schema(Profile, "hpclaunch cluster profile")
@@ -82,5 +62,3 @@ def cmd_schema(args: argparse.Namespace) -> int:
         schema = json_schema(Job, "hpclaunch job file")
     print(json.dumps(schema, indent=2, default=str))
     return 0
-
-
