@@ -2,6 +2,7 @@
 cancel, the time limit and requeue, and no Slurm at all."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -345,3 +346,54 @@ monitor: {interval: 0}
     assert st["state"] == "CANCELLED", st
     # issue 14: right after it ends, `status` still shows the job (active ones and those ended in the last hour)
     assert hl("status", cwd="/").stdout.split()[:3] == [sub["job_id"], "idle", "CANCELLED"]
+
+
+def _runner_pid(run_dir):
+    with open(os.path.join(run_dir, ".hpclaunch", "local.json")) as f:
+        return json.load(f)["runner_pid"]
+
+
+def test_a_killed_runner_leaves_the_job_killable_and_truthfully_labelled(hpc_home, tmp_path):
+    """Issue 15: after kill -9 of the runner, status said FAILED while the ranks ran on, and
+    cancel said "cancel requested" and stopped nothing."""
+    marker = f"hl-orphan-{os.getpid()}-{int(time.time())}"
+    job = write_job(tmp_path, f"""
+name: runner-dies
+launcher: srun
+command: [bash, -c, 'exec -a {marker} sleep 300']
+resources: {{nodes: 1, tasks_per_node: 2}}
+monitor: {{interval: 0}}
+""")
+    sub = json.loads(hl("submit", job, "--backend", "local", "--json", cwd=str(tmp_path)).stdout)
+    for _ in range(100):
+        if len(subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout.split()) == 2:
+            break
+        time.sleep(0.1)
+    os.kill(_runner_pid(sub["run_dir"]), signal.SIGKILL)
+    time.sleep(0.5)
+    st = json.loads(hl("status", sub["job_id"], "--json", cwd="/").stdout)
+    assert st["state"] == "RUNNING" and "runner died" in st["reason"], st
+    hl("cancel", sub["job_id"], cwd="/")
+    for _ in range(50):
+        if subprocess.run(["pgrep", "-f", marker]).returncode == 1:
+            break
+        time.sleep(0.1)
+    assert subprocess.run(["pgrep", "-f", marker]).returncode == 1, "ranks outlived the cancel"
+    st = json.loads(hl("status", sub["job_id"], "--json", cwd="/").stdout)
+    assert st["state"] == "CANCELLED", st
+
+
+def test_nothing_a_rank_started_outlives_the_job(hpc_home, tmp_path):
+    """Issue 15: after a rank failed, another rank's child (a sleep it started) was left orphaned."""
+    marker = f"hl-child-{os.getpid()}-{int(time.time())}"
+    job = write_job(tmp_path, f"""
+name: child-left
+launcher: srun
+command: [bash, -c, 'if [ "$SLURM_PROCID" = 1 ]; then sleep 1; exit 3; fi; (exec -a {marker} sleep 300) & wait']
+resources: {{nodes: 1, tasks_per_node: 2}}
+monitor: {{interval: 0}}
+""")
+    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False)
+    assert proc.returncode == 3, proc.stderr
+    time.sleep(0.3)
+    assert subprocess.run(["pgrep", "-f", marker]).returncode == 1, "a rank's child outlived the job"

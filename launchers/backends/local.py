@@ -19,7 +19,7 @@ from typing import Callable, List, Optional, Sequence
 from hpclaunch.common.atomic import write_atomic
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
-from hpclaunch.launchers.backends.local_runner import open_private_log, read_state
+from hpclaunch.launchers.backends.local_runner import end_group, group_alive, open_private_log, read_state, record_state
 from hpclaunch.launchers.backends.slurm import submit_env
 from hpclaunch.launchers.request import BatchRequest
 
@@ -99,8 +99,13 @@ class LocalBackend(Backend):
         if not st:
             return JobStatus(State.PENDING, source="local")
         state = st.get("state", "PENDING")
+        reason = ""
         if state == "RUNNING" and not _alive(st.get("runner_pid")):
-            state = "FAILED"  # the runner died without a word: say so rather than "running" forever
+            # The runner died without a word (kill -9): the job runs while its processes do.
+            if any(group_alive(g) for g in st.get("pgids", [])):
+                reason = "the local runner died; the job's processes still run (hpclaunch cancel stops them)"
+            else:
+                state = "FAILED"
         start = st.get("start_time")
         end = st.get("end_time") or time.time()
         elapsed = _fmt(end - start) if start else ""
@@ -114,15 +119,21 @@ class LocalBackend(Backend):
                     if s == "RUNNING" and state != "RUNNING":
                         s = state  # the runner ended (or died) while this task ran
                     tasks[s] = tasks.get(s, 0) + 1
-        return JobStatus(state, st.get("exit_code"), elapsed, "localhost", "", int(st.get("attempts", 1) or 1),
+        return JobStatus(state, st.get("exit_code"), elapsed, "localhost", reason, int(st.get("attempts", 1) or 1),
                          "local", tasks)
 
     def cancel(self, ref: JobRef) -> None:
         st = read_state(ref.run_dir)
         pid = st.get("runner_pid")
-        if not pid or not _alive(pid):
+        if pid and _alive(pid):
+            os.kill(int(pid), signal.SIGTERM)  # the runner stops the groups and records CANCELLED
             return
-        os.kill(int(pid), signal.SIGTERM)
+        # No runner (killed): stop the job's process groups here and record the ending ourselves.
+        groups = [g for g in st.get("pgids", []) if group_alive(g)]
+        for g in groups:
+            end_group(g)
+        if groups and st.get("state") == "RUNNING":
+            record_state(ref.run_dir, state="CANCELLED", end_time=time.time(), exit_code=None, pgids=[])
 
 
 def _spec(run_dir: str) -> dict:

@@ -38,11 +38,15 @@ def open_private_log(path: str):
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
 
 
-def _write(run_dir: str, **fields) -> dict:
-    state = read_state(run_dir)
-    state.update(fields)
-    write_atomic(state_path(run_dir), json.dumps(state, indent=1, sort_keys=True))
-    return state
+_STATE_LOCK = threading.Lock()  # sweep tasks' threads update local.json too: one read-modify-write at a time
+
+
+def record_state(run_dir: str, **fields) -> dict:
+    with _STATE_LOCK:
+        state = read_state(run_dir)
+        state.update(fields)
+        write_atomic(state_path(run_dir), json.dumps(state, indent=1, sort_keys=True))
+        return state
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,15 +67,15 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    _write(run_dir, runner_pid=os.getpid(), state="RUNNING", start_time=time.time())
+    record_state(run_dir, runner_pid=os.getpid(), state="RUNNING", start_time=time.time())
     array = spec.get("array")
     if array:
         final, rc, attempts = _run_array(run_dir, spec, array, cancelled, running, lock)
     else:
         final, rc, attempts = _run_attempts(run_dir, spec, {}, os.path.join(run_dir, "logs", "slurm.out"),
                                             cancelled, running, lock,
-                                            on_attempt=lambda n, pid: _write(run_dir, attempts=n, script_pid=pid))
-    _write(run_dir, state=final, exit_code=rc if rc is not None and rc >= 0 else 128 - (rc or 0),
+                                            on_attempt=lambda n, pid: record_state(run_dir, attempts=n, script_pid=pid))
+    record_state(run_dir, state=final, exit_code=rc if rc is not None and rc >= 0 else 128 - (rc or 0),
            end_time=time.time(), attempts=attempts)
     return 0
 
@@ -96,13 +100,19 @@ def _run_attempts(marker_dir: str, spec: dict, extra_env: dict, log_path: str, c
                                         env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         start_new_session=True)
             running.add(proc)
+            # The script leads its own process group (its session): every rank and whatever the
+            # ranks start belongs to it, so the group is what cancel and cleanup act on, even
+            # after this runner is gone (the backend reads the groups from local.json).
+            record_state(spec["run_dir"], pgids=sorted({p.pid for p in running}))
         attempts += 1
         if on_attempt:
             on_attempt(attempts, proc.pid)
         timed_out = _supervise(proc, spec, cancelled)
         rc = proc.returncode
+        end_group(proc.pid)  # nothing the job started outlives it (a rank's own child, say)
         with lock:
             running.discard(proc)
+            record_state(spec["run_dir"], pgids=sorted({p.pid for p in running}))
         if cancelled.is_set():
             return "CANCELLED", rc, attempts
         if timed_out:
@@ -127,7 +137,7 @@ def _run_array(run_dir: str, spec: dict, array: dict, cancelled: threading.Event
         with lock:
             states[str(task)] = state
             snapshot = dict(states)
-        _write(run_dir, tasks=snapshot)
+        record_state(run_dir, tasks=snapshot)
 
     def worker() -> None:
         while not cancelled.is_set():
@@ -155,7 +165,7 @@ def _run_array(run_dir: str, spec: dict, array: dict, cancelled: threading.Event
             for task in range(size):
                 states.setdefault(str(task), "CANCELLED")
             snapshot = dict(states)
-        _write(run_dir, tasks=snapshot)
+        record_state(run_dir, tasks=snapshot)
         final = "CANCELLED"
     else:
         finals = {r[0] for r in results.values()}
@@ -164,6 +174,34 @@ def _run_array(run_dir: str, spec: dict, array: dict, cancelled: threading.Event
     codes = [r[1] for r in results.values() if r[1] is not None]
     rc = next((c for c in codes if c != 0), 0)
     return final, rc, max((r[2] for r in results.values()), default=0)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group is left (a zombie leader not counted: it is reaped)."""
+    try:
+        os.killpg(int(pgid), 0)
+        return True
+    except (ProcessLookupError, PermissionError, ValueError, OSError):
+        return False
+
+
+def end_group(pgid: int, wait: float = 2.0) -> None:
+    """SIGTERM to what is left of a process group, SIGKILL after `wait` seconds."""
+    if not group_alive(pgid):
+        return
+    try:
+        os.killpg(int(pgid), signal.SIGTERM)
+    except OSError:
+        return
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
+            return
+        time.sleep(0.05)
+    try:
+        os.killpg(int(pgid), signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
