@@ -11,8 +11,7 @@ The JSON document (schema ``hpclaunch.report/1``) is described in docs/report-sc
 from __future__ import annotations
 
 import json
-import math
-from typing import Any, Optional, Sequence, Union
+from typing import Optional, Union
 
 from hpclaunch.reports.document import build
 from hpclaunch.reports.fleet import FleetReport, build_fleet_report, render_fleet

@@ -122,3 +122,14 @@ def clean(x: Any) -> Any:
 def reasons_text(reasons: Dict[str, float]) -> str:
     """'sw_power_cap 180 s, hw_slowdown 3 s' for the text and HTML tables; '' for none."""
     return ", ".join(f"{r} {v:.0f} s" for r, v in reasons.items())
+
+
+def energy_text(j: Optional[float], nd: int = 1) -> str:
+    """Joules in the unit a reader wants: J, kJ, or kWh (two more decimals); n/a when unknown."""
+    if j is None:
+        return "n/a"
+    if abs(j) >= 3.6e5:
+        return f"{j / 3.6e6:,.{nd + 2}f} kWh"
+    if abs(j) >= 1e3:
+        return f"{j / 1e3:,.{nd}f} kJ"
+    return f"{j:,.{nd}f} J"

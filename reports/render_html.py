@@ -16,7 +16,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from hpclaunch.reports import xid as report_xid
-from hpclaunch.reports.model import SLOWDOWN_REASONS, reasons_text, throttle_by_reason_cell
+from hpclaunch.reports.model import energy_text, SLOWDOWN_REASONS, reasons_text, throttle_by_reason_cell
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
@@ -48,14 +48,7 @@ def _n(v, nd=1, unit=""):
     return f"{v}{unit}"
 
 
-def _energy(j):
-    if j is None:
-        return "n/a"
-    if abs(j) >= 3.6e5:
-        return f"{j / 3.6e6:,.3f} kWh"
-    if abs(j) >= 1e3:
-        return f"{j / 1e3:,.1f} kJ"
-    return f"{j:,.1f} J"
+_energy = energy_text
 
 
 def _ticks(lo: float, hi: float, n: int = 5) -> List[float]:

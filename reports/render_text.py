@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from hpclaunch.reports import xid as report_xid
-from hpclaunch.reports.model import throttle_by_reason_cell
+from hpclaunch.reports.model import energy_text, throttle_by_reason_cell
 
 SPARK = "▁▂▃▄▅▆▇█"
 MAX_GPU_ROWS = 24
@@ -53,14 +53,7 @@ def _n(v: Any, nd: int = 1, unit: str = "") -> str:
     return s + unit
 
 
-def _energy(j: Optional[float], nd: int = 1) -> str:
-    if j is None:
-        return "n/a"
-    if abs(j) >= 3.6e5:
-        return f"{j / 3.6e6:,.{nd + 2}f} kWh"
-    if abs(j) >= 1e3:
-        return f"{j / 1e3:,.{nd}f} kJ"
-    return f"{j:,.{nd}f} J"
+_energy = energy_text
 
 
 def _dur(s: Optional[float]) -> str:
