@@ -79,6 +79,20 @@ def _type_name(tp: Any) -> str:
     return str(tp)
 
 
+def wrong_kind(data: Any, cls: type, what: str) -> Optional[str]:
+    """Why a whole file is not a `what` (a job file, a profile), or None. Names only the kind of
+    content, never the content: the file may be any file the user (or a colleague's job file)
+    pointed at, e.g. `-o profile=/etc/shadow`."""
+    if not isinstance(data, dict):
+        return f"is not a {what}: it holds {_yaml_kind(data)}, and a {what} is a mapping of keys"
+    known = {f.name for f in fields(cls)}
+    if data and not any(isinstance(k, str) and k in known for k in data):
+        required = " and ".join(f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING)
+        return (f"is not a {what}: none of its {len(data)} top-level key(s) is a {what} key "
+                f"(a {what} is a mapping with keys such as {required})")
+    return None
+
+
 def _yaml_kind(value: Any) -> str:
     """What a YAML value is, with its article: "null", "an integer", "a list"."""
     if value is None:
