@@ -116,6 +116,7 @@ class Loader:
         self.sources = sources
         self.problems: list[Problem] = []
         self._nonfinite = False  # the field being converted allows NaN and infinities
+        self._unknown = 0  # unknown keys so far
 
     def problem(self, path: str, message: str, value: Any = None, fix: str = "",
                 has_value: bool = True) -> None:
@@ -144,8 +145,9 @@ class Loader:
 
     def _unknown_key(self, path: str, key: Any, value: Any, valid: list[str]) -> None:
         sub = f"{path}.{key}" if path else str(key)
-        import difflib  # only on errors
-        close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
+        self._unknown += 1
+        import difflib  # only on errors; not for thousands of them (a wrong file): ~70 us each
+        close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6) if self._unknown <= 50 else None
         where = f"under {path}" if path else "at the top level"
         if close:
             fix = f"did you mean '{close[0]}'?"

@@ -9,10 +9,14 @@ constructed; a 500-byte "billion laughs" is refused after a few hundred events).
 hpclaunch (merge, load, validate, render) then sees more than a bounded tree.
 
 The limits: a real job file is well under 10 KiB and 1,000 values, a large site profile under
-20 KiB. 1 MiB and 100,000 values leave two orders of magnitude above that, and keep the worst case
-(every later stage is at most linear in the tree, plus sweeps, bounded by their own rules) under a
-second and 200 MB. Depth 50 is five times the deepest real file (a sweep spec: 5 levels), and far
-below Python's recursion limit for the recursive stages after this one.
+20 KiB. 1 MiB of text and 20,000 values leave one to two orders of magnitude above that (a
+command of 10,000 file arguments still fits; sweeps of more values are written as ranges), and
+keep the worst case under a second and 200 MB: composing in Python costs ~7 us a value, and every
+later stage is at most linear in the tree (sweeps are bounded by their own rules). Alias expansion
+is bounded by the same counts, not by a count of alias uses: what costs is the expanded size, and
+a legitimate anchor used many times is cheap. Depth 50 is five times the deepest real file (a
+sweep spec: 5 levels), and far below Python's recursion limit for the recursive stages after
+this one.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from yaml.resolver import Resolver
 from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
 
 MAX_FILE_BYTES = 1 << 20      # 1 MiB: job files and profiles
-MAX_NODES = 100_000           # values (scalars, lists, mappings) after alias expansion
+MAX_NODES = 20_000            # values (scalars, lists, mappings) after alias expansion
 MAX_TEXT = 2 * MAX_FILE_BYTES  # characters of scalar text after alias expansion
 MAX_DEPTH = 50                # lists and mappings inside each other
 MAX_DIGITS = 100              # an integer's digits (no setting holds more than 19; str(int) stays cheap)
