@@ -39,6 +39,12 @@ def find_profile(ref: str, base_dir: str | None = None, cwd: str | None = None,
             if where:
                 raise InvalidInput([Problem(where[0], where[1], "no such profile file", display_path(path), fix)])
             raise HpclaunchError(f"{display_path(path)}: no such profile file \u2014 {fix}")
+        if os.path.isdir(path):  # named by the reference: the error belongs to the field that names it
+            fix = "name a profile YAML file, or use a profile name (see `hpclaunch profiles`)"
+            if where:
+                raise InvalidInput([Problem(where[0], where[1], "is a directory, not a profile file",
+                                            display_path(path), fix)])
+            raise HpclaunchError(f"{display_path(path)}: is a directory, not a profile file \u2014 {fix}")
         return os.path.abspath(path)
     for folder in search_dirs(cwd):
         for ext in (".yaml", ".yml"):

@@ -123,6 +123,16 @@ class _StrictLoader(_Parser, _BoundedComposer, SafeConstructor, Resolver):  # ty
         self.root_node = node  # to name the field path of a bad key
         return super().construct_document(node)
 
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, AttributeError, OverflowError, LookupError) as e:
+            # An explicit tag on a value it does not fit (`!!timestamp 2001-01-01x`, `!!float abc`):
+            # PyYAML's constructors raise whatever their parsing raised.
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            raise _Refused(node.start_mark, f"is not a valid {tag} value ({type(e).__name__})",
+                           "remove the tag, or quote the value", node, getattr(self, "root_node", None)) from None
+
     def construct_yaml_int(self, node: Any) -> Any:
         digits = sum(c.isdigit() for c in node.value)
         if digits > MAX_DIGITS:
