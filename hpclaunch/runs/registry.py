@@ -96,6 +96,66 @@ class JobRecord:
         return out
 
 
+# Each column's type as JobRecord holds it. SQLite keeps whatever a hand edit (or a bad tool)
+# wrote, so rows are read defensively: a value of another type becomes this type, or, where it
+# cannot, None (a nullable column) or the column's empty value.
+_COLUMNS = {"key": int, "backend": str, "cluster": str, "job_id": str, "name": str, "user": str, "host": str,
+            "submit_time": float, "job_file": str, "job_sha256": str, "profile": str, "partition": str,
+            "launcher": str, "nodes": int, "array_size": int, "run_dir": str, "resolved": str, "attempts": int,
+            "state": str, "exit_code": int, "end_time": float, "parent_key": int}
+_NOT_NULL = {"key": 0, "backend": "", "cluster": "", "job_id": "", "name": "", "user": "", "host": "",
+             "submit_time": 0.0, "run_dir": "", "attempts": 1, "state": "UNKNOWN"}
+
+
+def _as(kind: type, value: Any) -> Any:
+    if value is None or type(value) is kind:
+        return value
+    if kind is str:
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    try:
+        out = kind(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if kind is float and out != out:  # NaN
+        return None
+    return out
+
+
+def _record(row: sqlite3.Row) -> JobRecord:
+    data = dict(row)
+    values = {}
+    for name, kind in _COLUMNS.items():
+        value = _as(kind, data.get(name))
+        values[name] = _NOT_NULL.get(name) if value is None else value
+    return JobRecord(**values)
+
+
+class _Guard:
+    """Every use of the database: SQLite's errors become the user's one line, naming the file and
+    what to do (a damaged file is moved aside; a locked or unwritable one is waited for or fixed)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> bool:
+        if kind is not None and issubclass(kind, sqlite3.Error):
+            raise _broken(self.path, value) from None
+        return False
+
+
+def _broken(path: str, error: BaseException) -> HpclaunchError:
+    if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
+        return HpclaunchError(f"{path}: the job registry is damaged ({error}) \u2014 {_DAMAGED_FIX}")
+    return HpclaunchError(f"{path}: cannot use the job registry: {error} \u2014 check the disk and the file's "
+                          "permissions; if another hpclaunch holds it, try again")
+
+
+_DAMAGED_FIX = "move it aside; a new one is made (the old one keeps the history, for sqlite3 .recover)"
+
+
 class Registry:
     def __init__(self, path: str | None = None):
         folder = home() if path is None else os.path.dirname(path)
@@ -115,15 +175,45 @@ class Registry:
         except sqlite3.OperationalError:
             pass  # some network filesystems refuse WAL; rollback journals are still atomic
         self._db.execute("PRAGMA synchronous = FULL")
-        with self._tx():
+        self._check_version()
+        self._db.execute("BEGIN IMMEDIATE")  # SQLite's own errors here are _unusable()'s to explain
+        try:
             for statement in _DDL.split(";"):
                 if statement.strip():
                     self._db.execute(statement)
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
         try:
             os.chmod(self.path, 0o600)
         except OSError:
             pass
+
+    def _check_version(self) -> None:
+        """A registry another hpclaunch wrote: a newer one's is not ours to read or change."""
+        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone():
+            return  # new (the tables are made next)
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = _as(int, row[0]) if row is not None else SCHEMA_VERSION
+        if version is None:
+            raise HpclaunchError(f"{self.path}: the job registry is damaged (schema version {row[0]!r}) \u2014 "
+                                 f"{_DAMAGED_FIX}")
+        if version > SCHEMA_VERSION:
+            raise HpclaunchError(f"{self.path}: the job registry was written by a newer hpclaunch (schema "
+                                 f"{version}; this one reads {SCHEMA_VERSION}) \u2014 upgrade hpclaunch "
+                                 "(pip install -U hpclaunch), or set $HPCLAUNCH_HOME to use another registry")
+
+    def check(self) -> None:
+        """Read every page (SQLite's quick_check): a damaged registry is the user's one line *before*
+        a submission queues anything or makes a run directory, not a half-recorded job after."""
+        with _Guard(self.path):
+            rows = self._db.execute("PRAGMA quick_check(1)").fetchall()
+        if not rows or rows[0][0] != "ok":
+            why = "; ".join(line for line in str(rows[0][0]).splitlines() if not line.startswith("***")) \
+                if rows else "no answer"
+            raise HpclaunchError(f"{self.path}: the job registry is damaged ({why}) \u2014 {_DAMAGED_FIX}")
 
     def close(self) -> None:
         self._db.close()
@@ -131,12 +221,21 @@ class Registry:
     def _tx(self):
         db = self._db
 
+        path = self.path
+
         class _T:
             def __enter__(self_inner):
-                db.execute("BEGIN IMMEDIATE")
+                with _Guard(path):
+                    db.execute("BEGIN IMMEDIATE")
 
             def __exit__(self_inner, kind, value, tb):
-                db.execute("COMMIT" if kind is None else "ROLLBACK")
+                try:
+                    db.execute("COMMIT" if kind is None else "ROLLBACK")
+                except sqlite3.Error as e:
+                    if kind is None:
+                        raise _broken(path, e) from None
+                if kind is not None and issubclass(kind, sqlite3.Error):
+                    raise _broken(path, value) from None
                 return False
 
         return _T()
@@ -213,16 +312,23 @@ class Registry:
 
     # --- reads ----------------------------------------------------------------------------------
 
+    def _rows(self, sql: str, args: Any = ()) -> list[sqlite3.Row]:
+        with _Guard(self.path):
+            return self._db.execute(sql, args).fetchall()
+
     def get(self, key: int) -> JobRecord:
-        row = self._db.execute("SELECT * FROM jobs WHERE key = ?", (key,)).fetchone()
-        return JobRecord(**dict(row))
+        rows = self._rows("SELECT * FROM jobs WHERE key = ?", (key,))
+        if not rows:
+            raise HpclaunchError(f"{self.path}: job record {key} is missing from the job registry \u2014 "
+                                 "was the registry replaced? See `hpclaunch list --all`")
+        return _record(rows[0])
 
     def find(self, ref: str) -> list[JobRecord]:
         """Jobs matching a Slurm id, a local id, or a name (newest first)."""
-        rows = self._db.execute("SELECT * FROM jobs WHERE job_id = ? ORDER BY submit_time DESC", (ref,)).fetchall()
+        rows = self._rows("SELECT * FROM jobs WHERE job_id = ? ORDER BY submit_time DESC", (ref,))
         if not rows:
-            rows = self._db.execute("SELECT * FROM jobs WHERE name = ? ORDER BY submit_time DESC", (ref,)).fetchall()
-        return [JobRecord(**dict(r)) for r in rows]
+            rows = self._rows("SELECT * FROM jobs WHERE name = ? ORDER BY submit_time DESC", (ref,))
+        return [_record(r) for r in rows]
 
     def list(self, since: float | None = None, active_only: bool = False, limit: int | None = None) -> list[JobRecord]:
         sql = "SELECT * FROM jobs WHERE 1=1"
@@ -236,13 +342,13 @@ class Registry:
         sql += " ORDER BY submit_time DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [JobRecord(**dict(r)) for r in self._db.execute(sql, args).fetchall()]
+        return [_record(r) for r in self._rows(sql, args)]
 
     def events(self, key: int) -> Iterator[sqlite3.Row]:
-        return iter(self._db.execute("SELECT * FROM events WHERE job_key = ? ORDER BY id", (key,)).fetchall())
+        return iter(self._rows("SELECT * FROM events WHERE job_key = ? ORDER BY id", (key,)))
 
     def count(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+        return self._rows("SELECT COUNT(*) FROM jobs")[0][0]
 
 
 def _unusable(folder: str, db: str, default: bool, error: Exception) -> Exception:
@@ -254,8 +360,10 @@ def _unusable(folder: str, db: str, default: bool, error: Exception) -> Exceptio
         what, where = f"{blocker} is a file, not a folder", folder
     else:
         what, where = why, (db if os.path.isdir(folder) else folder)
+    if isinstance(error, HpclaunchError):
+        return error
     if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
-        fix = "it is not a registry (damaged, or another file): move it aside and a new one is made"
+        fix = f"it is not a registry (damaged, or another file): {_DAMAGED_FIX}"
     elif setting:
         fix = f"point {setting} at a folder you can write (or unset it)"
     else:

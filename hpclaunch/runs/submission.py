@@ -142,6 +142,7 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
     resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
     cwd = os.path.abspath(cwd or os.getcwd())
     reg = registry or Registry()
+    reg.check()  # a damaged registry is refused before anything is queued or a run directory made
     request = build_request(resolved)
     script = render_script(request)
     root = request.runs_root if os.path.isabs(request.runs_root) else os.path.join(cwd, request.runs_root)

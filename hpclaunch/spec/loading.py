@@ -11,9 +11,9 @@ from hpclaunch.spec.merge import merge_into, set_path
 from hpclaunch.common.model import model
 from hpclaunch.spec.overrides import parse_override
 from hpclaunch.spec.profiles import LoadedProfile, load_profile
-from hpclaunch.spec.typedload import Loader, SourceMap, _yaml_kind, to_plain
+from hpclaunch.spec.typedload import Loader, SourceMap, _yaml_kind, to_plain, wrong_kind
 from hpclaunch.spec.validate import job_problems
-from hpclaunch.spec.yamlio import display_path, load_yaml_file, load_yaml_text
+from hpclaunch.spec.yamlio import display_path, load_yaml_bytes, read_input_file
 
 OVERRIDE_LABEL = "command line"
 
@@ -44,19 +44,18 @@ class Resolved:
 
 def resolve_job(job_path: str, overrides: list[str] | tuple[str, ...] = (), cwd: str | None = None) -> Resolved:
     shown = display_path(job_path)
-    with_bytes = _read_bytes(job_path)
-    data = load_yaml_text(with_bytes.decode("utf-8", "replace"), shown) if with_bytes is not None \
-        else load_yaml_file(job_path, "job file")
-    if not isinstance(data, dict):
-        raise InvalidInput([Problem(shown, "", "a job file must be a mapping", data,
-                                    "start from `hpclaunch init`")])
+    source = read_input_file(job_path, "job file")  # bounded: a regular file, at most 1 MiB
+    data = load_yaml_bytes(source, shown)
+    found = wrong_kind(data, Job, "job file")
+    if found:
+        raise InvalidInput([Problem(shown, "", found, fix="start from `hpclaunch init`", has_value=False)])
     parsed = [parse_override(o) for o in overrides]
     data = copy.deepcopy(data)
     for key, value in parsed:
         set_path(data, key, value)
     origins = {key: f"{OVERRIDE_LABEL} (-o {key})" for key, _ in parsed}
     return resolve_data(data, shown, os.path.dirname(os.path.abspath(job_path)), cwd, origins,
-                        job_path=job_path, source_bytes=with_bytes or b"")
+                        job_path=job_path, source_bytes=source)
 
 
 def resolve_data(data: dict, shown: str, base_dir: str, cwd: str | None = None,
@@ -83,11 +82,3 @@ def resolve_data(data: dict, shown: str, base_dir: str, cwd: str | None = None,
     if problems:
         raise InvalidInput(problems)
     return Resolved(job, profile, job_path or os.path.join(base_dir, shown), origins, source_bytes)
-
-
-def _read_bytes(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return None  # load_yaml_file turns the same failure into a clear message

@@ -12,8 +12,9 @@ def merge_into(base: dict, layer: dict, origins: dict[str, str], label: str, pre
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             merge_into(base[key], value, origins, label, path)
         else:
+            if isinstance(base.get(key), dict):  # only a mapping replaced has origins below it
+                _forget_below(origins, path)
             base[key] = copy.deepcopy(value)
-            _forget_below(origins, path)
             origins[path] = label
 
 

@@ -14,13 +14,21 @@ _STRINGY = (str, Scalar)
 
 
 def parse_override(text: str) -> tuple[str, Any]:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # argv bytes that are not UTF-8 arrive as lone surrogates
+        bad = text[e.start]
+        byte = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"{bad!r}"
+        shown = text[:e.start].encode("utf-8", "replace").decode("utf-8")
+        raise HpclaunchError(f"command line: -o {shown!r}...: not UTF-8 text ({byte} at character {e.start}) "
+                             "\u2014 pass the value as UTF-8") from None
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:
         raise HpclaunchError(f"command line: -o {text!r}: expected KEY=VALUE \u2014 e.g. -o resources.nodes=4")
     target = field_type(key)
     if target is UNKNOWN:
-        raise HpclaunchError(f"command line: -o {key}: unknown key \u2014 {suggest(key)}")
+        raise HpclaunchError(f"command line: -o {_esc(key)}: unknown key \u2014 {_esc(suggest(key))}")
     if _is_stringy(target):
         return key, raw  # names and env values stay exactly as typed (no YAML guessing: 007, yes, 1e3)
     try:
@@ -31,6 +39,11 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 UNKNOWN = object()
+
+
+def _esc(text: str) -> str:
+    """A piece of the command line in a one-line message: control characters escaped."""
+    return text if text.isprintable() else repr(text)
 
 
 def field_type(dotted: str) -> Any:

@@ -8,13 +8,44 @@ and what the site allows. Job keys the profile wants to default go under
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from hpclaunch.spec.job import _mem_check, _slurm_word, _time_check, runs_root_problem
 from hpclaunch.common.model import model
 from hpclaunch.spec.typedload import Scalar, field
 
 _HOST_PART = re.compile(r"[A-Za-z0-9.-]*")  # fullmatch: `$` would pass a final newline
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9._-]+")
+
+
+# Every profile string that reaches the script or a terminal is checked here, as a field check, so
+# the templates need no quoting of their own for it: the name is written into comment lines
+# ("# ... profile 'NAME'"), where a newline would start a command; setup lines are trusted site
+# code but one line each; arguments are quoted, but no argument can carry a NUL.
+def _plain_word(value: str) -> Optional[Tuple[str, str]]:
+    if not _PLAIN_WORD.fullmatch(value):
+        return ("is not a plain name", "use letters, digits and . _ - only, e.g. my-cluster")
+    return None
+
+
+def _one_line(value: str) -> Optional[Tuple[str, str]]:
+    if not value.isprintable():
+        return ("must be one line of printable text", "remove the newlines and control characters")
+    return None
+
+
+def _lines(value: List[str]) -> Optional[Tuple[str, str]]:
+    for line in value:
+        if any(c in line for c in "\n\r\x00") or not line.replace("\t", " ").isprintable():
+            return ("each entry must be one line, without control characters",
+                    "write one shell line per list entry")
+    return None
+
+
+def _arguments(value: List[str]) -> Optional[Tuple[str, str]]:
+    if any("\x00" in arg for arg in value):
+        return ("has an argument with a NUL character, which no process argument can carry", "remove it")
+    return None
 
 
 @model
@@ -24,7 +55,7 @@ class NodeShape:
     cpus: int = field(help="CPU cores per node", minimum=1, example=64)
     mem: Optional[str] = field(None, help="usable memory per node (Slurm form, e.g. 500G)", check=_mem_check)
     gpus: int = field(0, help="GPUs per node", minimum=0)
-    gpu_model: Optional[str] = field(None, help="GPU model, for reports")
+    gpu_model: Optional[str] = field(None, help="GPU model, for reports", check=_one_line)
     gpu_mem_gib: Optional[float] = field(None, help="memory per GPU in GiB", minimum=0)
 
 
@@ -45,7 +76,8 @@ class MpiSettings:
 
     starter: Literal["srun", "mpirun"] = field("srun", help="srun --mpi=... or mpirun with a host list")
     srun_mpi: str = field("pmix", help="srun --mpi plugin (pmix, pmi2, none)", check=_slurm_word("MPI plugin"))
-    mpirun_args: List[str] = field(default_factory=list, help="extra mpirun arguments (e.g. --oversubscribe)")
+    mpirun_args: List[str] = field(default_factory=list, help="extra mpirun arguments (e.g. --oversubscribe)",
+                                   check=_arguments)
 
 
 @model
@@ -56,7 +88,7 @@ class HorovodSettings:
         "horovodrun", help="horovodrun (reaches the other nodes with ssh) or srun (srun --mpi=<mpi.srun_mpi> "
         "starts the ranks, hvd.init() uses MPI: no ssh, needs Horovod built with MPI)")
     controller: Literal["gloo", "mpi"] = field("gloo", help="horovodrun --gloo or --mpi (srun starter: local backend only)")
-    extra_args: List[str] = field(default_factory=list, help="extra horovodrun arguments")
+    extra_args: List[str] = field(default_factory=list, help="extra horovodrun arguments", check=_arguments)
 
 
 @model
@@ -103,9 +135,9 @@ class MonitorSettings:
 class Profile:
     """An hpclaunch cluster profile."""
 
-    name: str = field(help="profile name", example="my-cluster")
+    name: str = field(help="profile name (letters, digits, . _ -)", example="my-cluster", check=_plain_word)
     node: NodeShape = field(help="the shape of one compute node", example="{cpus: 64}")
-    description: str = field("", help="one line shown by `hpclaunch profiles`")
+    description: str = field("", help="one line shown by `hpclaunch profiles`", check=_one_line)
     extends: Optional[str] = field(None, help="profile this one starts from (name or path)")
     defaults: Dict[str, Any] = field(default_factory=dict, help="defaults for job keys, in the job file's shape")
     gpu_request: Literal["gpus-per-node", "gres", "none"] = field("gpus-per-node", help="how GPUs are requested")
@@ -113,7 +145,8 @@ class Profile:
     memory_request: Literal["per-node", "omit"] = field("per-node", help="send --mem, or leave memory to the site")
     network: Network = field(default_factory=Network)
     env: Dict[str, Scalar] = field(default_factory=dict, help="site environment for every job (e.g. NCCL settings)")
-    setup: List[str] = field(default_factory=list, help="shell lines run first in every job (module loads); trusted site code")
+    setup: List[str] = field(default_factory=list, check=_lines,
+                             help="shell lines run first in every job (module loads); trusted site code, one line each")
     mpi: MpiSettings = field(default_factory=MpiSettings)
     horovod: HorovodSettings = field(default_factory=HorovodSettings)
     rendezvous: RendezvousSettings = field(default_factory=RendezvousSettings)

@@ -10,7 +10,7 @@ from hpclaunch.spec.job import env_entry_problem
 from hpclaunch.spec.merge import merge_into
 from hpclaunch.common.model import model
 from hpclaunch.spec.profile import Profile
-from hpclaunch.spec.typedload import Loader, SourceMap
+from hpclaunch.spec.typedload import Loader, SourceMap, wrong_kind
 from hpclaunch.spec.yamlio import display_path, load_yaml_file
 
 
@@ -34,11 +34,17 @@ def find_profile(ref: str, base_dir: str | None = None, cwd: str | None = None,
     reference that names nothing is reported like any other bad value of that file."""
     if ref.endswith((".yaml", ".yml")) or os.sep in ref:
         path = ref if os.path.isabs(ref) else os.path.join(base_dir or os.getcwd(), ref)
-        if not os.path.isfile(path):
+        if not os.path.exists(path):  # a FIFO or a device: read_input_file names what it is
             fix = "check the path, or use a profile name (see `hpclaunch profiles`)"
             if where:
                 raise InvalidInput([Problem(where[0], where[1], "no such profile file", display_path(path), fix)])
             raise HpclaunchError(f"{display_path(path)}: no such profile file \u2014 {fix}")
+        if os.path.isdir(path):  # named by the reference: the error belongs to the field that names it
+            fix = "name a profile YAML file, or use a profile name (see `hpclaunch profiles`)"
+            if where:
+                raise InvalidInput([Problem(where[0], where[1], "is a directory, not a profile file",
+                                            display_path(path), fix)])
+            raise HpclaunchError(f"{display_path(path)}: is a directory, not a profile file \u2014 {fix}")
         return os.path.abspath(path)
     for folder in search_dirs(cwd):
         for ext in (".yaml", ".yml"):
@@ -91,9 +97,10 @@ def load_profile(ref: str, base_dir: str | None = None, cwd: str | None = None,
                                  f"({cycle}) \u2014 remove one `extends:`")
         chain.append(current)
         data = load_yaml_file(current, "profile file")
-        if not isinstance(data, dict):
-            raise InvalidInput([Problem(display_path(current), "", "a profile must be a mapping", data,
-                                        "write `name:`, `node:` and other keys")])
+        found = wrong_kind(data, Profile, "profile")
+        if found:  # the file's content is never shown: it may be any file a path named
+            raise InvalidInput([Problem(display_path(current), "", found, has_value=False,
+                                        fix="name a profile file (see `hpclaunch profiles`)")])
         layers.append((current, data))
         parent = data.get("extends")
         if parent is None:

@@ -12,6 +12,14 @@ from hpclaunch.spec.job import env_entry_problem
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _KINDS = ("range", "choice", "uniform", "loguniform")
+# Bounds, checked before anything is enumerated: a sweep is one job array of at most MAX_POINTS
+# tasks (validate.py refuses more); a range's ends are integers a shell and a program can read; and
+# the text a sweep writes into the script (every task repeats the command with its point filled in)
+# is at most MAX_SCRIPT_TEXT: a 1 MiB file must not render a GB script.
+MAX_POINTS = 100_000
+MAX_RANGE_END = 10 ** 15
+MAX_SCRIPT_TEXT = 32 << 20
+_SCALARS = (str, int, float, bool)
 
 
 def _text(value: Any) -> str:
@@ -57,6 +65,12 @@ def check(sweep, command: list[str], env: dict[str, str], bad) -> None:
             _nul_problem(spec) if "." not in name else None
         if found:
             bad_param(name, *found)
+    if not reported and sweep.parameters and sweep.method in ("grid", "random"):
+        size = script_text(sweep, command, env)
+        if size > MAX_SCRIPT_TEXT:
+            bad("sweep.parameters", f"its tasks would write about {size >> 20} MiB into the job script (each "
+                "repeats the command with its point filled in); tasks", count(sweep),
+                f"use fewer points or shorter values (at most {MAX_SCRIPT_TEXT >> 20} MiB)")
     if sweep.method == "random" and sweep.samples is None:
         bad("sweep.samples", "random search needs a number of points", None, "add `samples: 20`")
     used = set()
@@ -175,7 +189,7 @@ def _listed(spec: Any) -> list:
 
 def _spec_problem(spec: Any, method: str) -> Optional[tuple[str, str]]:
     if isinstance(spec, list):
-        return None if spec else ("has no values", "list at least one value")
+        return _values_problem(spec) if spec else ("has no values", "list at least one value")
     if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in _KINDS:
         return ("is not a parameter spec", "use a list, or one of {range: [0, 10]}, {choice: [...]}, "
                 "{uniform: [a, b]}, {loguniform: [a, b]}")
@@ -184,20 +198,77 @@ def _spec_problem(spec: Any, method: str) -> Optional[tuple[str, str]]:
         if not (isinstance(args, list) and 1 <= len(args) <= 3 and all(isinstance(a, int) and not isinstance(a, bool)
                                                                           for a in args)):
             return ("range takes [stop], [start, stop] or [start, stop, step] integers", "e.g. {range: [0, 100]}")
-        if len(range(*args)) == 0:
+        if any(abs(a) > MAX_RANGE_END for a in args):
+            return ("range ends and step must be between -10**15 and 10**15", "e.g. {range: [0, 100]}")
+        if len(args) == 3 and args[2] == 0:
+            return ("range step is 0", "use a step of 1 or more (or below 0 to count down)")
+        n = len(range(*args))
+        if n == 0:
             return ("range is empty", "make stop greater than start")
+        if n > MAX_POINTS:
+            return (f"range has {n} values; a sweep has at most {MAX_POINTS} points",
+                    "use a larger step or a shorter range")
         return None
     if kind == "choice":
-        return None if isinstance(args, list) and args else ("choice needs a non-empty list", "e.g. {choice: [a, b]}")
+        if not (isinstance(args, list) and args):
+            return ("choice needs a non-empty list", "e.g. {choice: [a, b]}")
+        return _values_problem(args)
     if method != "random":
         return (f"{kind} draws random values", "use method: random, or a list of values")
     ok = isinstance(args, list) and len(args) == 2 and all(isinstance(a, (int, float)) and not isinstance(a, bool)
-                                                            for a in args) and args[0] < args[1]
+                                                            and abs(a) <= 1e300 and math.isfinite(a) for a in args) \
+        and args[0] < args[1]
     if not ok:
         return (f"{kind} takes [low, high] with low < high", "e.g. {uniform: [0.0, 1.0]}")
     if kind == "loguniform" and args[0] <= 0:
         return ("loguniform needs low > 0", "e.g. {loguniform: [1.0e-5, 1.0e-1]}")
     return None
+
+
+def _values_problem(values: list) -> Optional[tuple[str, str]]:
+    """A listed value must be one word of text for a command line: a string, a number or a boolean."""
+    if len(values) > MAX_POINTS:
+        return (f"has {len(values)} values; a sweep has at most {MAX_POINTS} points", "list fewer values")
+    for value in values:
+        if not isinstance(value, _SCALARS):
+            kind = "null" if value is None else type(value).__name__
+            kind = {"list": "a list", "dict": "a mapping"}.get(kind, kind)
+            return (f"has a value that is {kind}, not a string, number or true/false",
+                    "list plain values; quote one that is text, e.g. '[1, 2]'")
+    return None
+
+
+def script_text(sweep, command: list[str], env: dict[str, str]) -> int:
+    """About how many characters the sweep's tasks write into the script, without enumerating them:
+    every task repeats the command and the varying env entries, its point filled in, and the point
+    as JSON. Specs must be well-formed (_spec_problem)."""
+    n = count(sweep)
+    if n == 0 or n > MAX_POINTS:
+        return 0
+    uses: dict[str, int] = {name: 1 for name in sweep.parameters}  # the point's JSON
+    base = 0
+    for text in list(command) + [v for v in env.values() if _PLACEHOLDER.search(v)]:
+        base += len(text) + 3
+        for m in _PLACEHOLDER.finditer(text):
+            base -= len(m.group(0))
+            if m.group(1) in uses:
+                uses[m.group(1)] += 1
+    total = n * base
+    for name, spec in sweep.parameters.items():
+        lengths = _text_lengths(spec, sweep.method)
+        if name.startswith("env."):
+            uses[name] += 1
+        per_task = (sum(lengths) * (n // len(lengths)) if sweep.method == "grid" else max(lengths) * n)
+        total += uses[name] * per_task + n * (len(name) + 8)
+    return total
+
+
+def _text_lengths(spec: Any, method: str) -> list[int]:
+    kind = next(iter(spec)) if isinstance(spec, dict) else None
+    if kind in ("uniform", "loguniform"):
+        return [24]  # a float's repr
+    values = range(*spec["range"]) if kind == "range" else _listed(spec)
+    return [len(_text(v)) for v in values]
 
 
 def points(sweep) -> list[dict[str, str]]:
@@ -243,5 +314,13 @@ def count(sweep) -> int:
         return sweep.samples or 0
     n = 1
     for spec in sweep.parameters.values():
-        n *= len(_values(spec)) if _spec_problem(spec, "grid") is None else 1
+        n *= _length(spec) if _spec_problem(spec, "grid") is None else 1
     return n
+
+
+def _length(spec: Any) -> int:
+    """How many values a well-formed grid spec has, without listing them."""
+    if isinstance(spec, list):
+        return len(spec)
+    kind, args = next(iter(spec.items()))
+    return len(range(*args)) if kind == "range" else len(args)

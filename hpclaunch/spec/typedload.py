@@ -8,6 +8,7 @@ the conversion too, but costs more import time than the whole renderer's budget
 """
 from __future__ import annotations
 
+import math
 import typing
 from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Union
 
@@ -18,10 +19,16 @@ from hpclaunch.common.model import field as _field
 Check = Callable[[Any], Optional[Tuple[str, str]]]  # value -> (message, fix) or None
 
 
+# Every integer field without a maximum of its own holds at most what a signed 64-bit integer
+# holds (SQLite, Slurm and C all stop there); every number field refuses NaN and infinities
+# unless it says `nonfinite=True`: `.nan` passes every `minimum`/`maximum` comparison.
+INT_LIMIT = 2 ** 63 - 1
+
+
 def meta(help: str = "", *, minimum: float | None = None, maximum: float | None = None,
-         check: Check | None = None, example: Any = None) -> dict:
+         check: Check | None = None, example: Any = None, nonfinite: bool = False) -> dict:
     return {"help": help, "minimum": minimum, "maximum": maximum, "check": check,
-            "example": example}
+            "example": example, "nonfinite": nonfinite}
 
 
 def field(default: Any = MISSING, *, default_factory: Any = MISSING,
@@ -79,6 +86,20 @@ def _type_name(tp: Any) -> str:
     return str(tp)
 
 
+def wrong_kind(data: Any, cls: type, what: str) -> Optional[str]:
+    """Why a whole file is not a `what` (a job file, a profile), or None. Names only the kind of
+    content, never the content: the file may be any file the user (or a colleague's job file)
+    pointed at, e.g. `-o profile=/etc/shadow`."""
+    if not isinstance(data, dict):
+        return f"is not a {what}: it holds {_yaml_kind(data)}, and a {what} is a mapping of keys"
+    known = {f.name for f in fields(cls)}
+    if data and not any(isinstance(k, str) and k in known for k in data):
+        required = " and ".join(f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING)
+        return (f"is not a {what}: none of its {len(data)} top-level key(s) is a {what} key "
+                f"(a {what} is a mapping with keys such as {required})")
+    return None
+
+
 def _yaml_kind(value: Any) -> str:
     """What a YAML value is, with its article: "null", "an integer", "a list"."""
     if value is None:
@@ -94,6 +115,8 @@ class Loader:
     def __init__(self, sources: SourceMap):
         self.sources = sources
         self.problems: list[Problem] = []
+        self._nonfinite = False  # the field being converted allows NaN and infinities
+        self._unknown = 0  # unknown keys so far
 
     def problem(self, path: str, message: str, value: Any = None, fix: str = "",
                 has_value: bool = True) -> None:
@@ -122,8 +145,9 @@ class Loader:
 
     def _unknown_key(self, path: str, key: Any, value: Any, valid: list[str]) -> None:
         sub = f"{path}.{key}" if path else str(key)
-        import difflib  # only on errors
-        close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
+        self._unknown += 1
+        import difflib  # only on errors; not for thousands of them (a wrong file): ~70 us each
+        close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6) if self._unknown <= 50 else None
         where = f"under {path}" if path else "at the top level"
         if close:
             fix = f"did you mean '{close[0]}'?"
@@ -132,7 +156,11 @@ class Loader:
         self.problem(sub, "unknown key", key, fix, has_value=False)
 
     def convert(self, tp: Any, value: Any, path: str, md: Any = None) -> Any:
-        out = self._convert(tp, value, path)
+        saved, self._nonfinite = self._nonfinite, bool(md and md.get("nonfinite"))
+        try:
+            out = self._convert(tp, value, path)
+        finally:
+            self._nonfinite = saved
         if out is not _BAD and md:
             self._check(md, out, path)
         return None if out is _BAD else out
@@ -206,13 +234,22 @@ class Loader:
             return value
         if tp is float:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return float(value)
+                if isinstance(value, int) and abs(value) > _FLOAT_INT_LIMIT:
+                    return self._out_of_range(value, path, f"use a number between -{_FLOAT_INT_LIMIT:.0e} "
+                                              f"and {_FLOAT_INT_LIMIT:.0e}")
+                out = float(value)
+                if not math.isfinite(out) and not self._nonfinite:
+                    self.problem(path, "must be a finite number", value, "write a number (not .nan or .inf)")
+                    return _BAD
+                return out
             return self._wrong(tp, value, path)
         if tp is int:
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
             if isinstance(value, float) and value.is_integer():
-                return int(value)
+                value = int(value)
+            if isinstance(value, int) and not isinstance(value, bool):
+                if abs(value) > INT_LIMIT:
+                    return self._out_of_range(value, path, f"use a value between -{INT_LIMIT} and {INT_LIMIT}")
+                return value
             return self._wrong(tp, value, path)
         if tp is bool or tp is str:
             if type(value) is tp:
@@ -225,6 +262,11 @@ class Loader:
                 return str(value)
             return self._wrong(tp, value, path, fix="quote it, e.g. \"1\"")
         raise TypeError(f"unsupported schema type {tp!r}")
+
+    def _out_of_range(self, value: int, path: str, fix: str) -> Any:
+        digits = int(value.bit_length() * 0.30103) + 1  # never str(): Python refuses it past 4,300 digits
+        self.problem(path, f"is out of range (about {digits} digits)", None, fix, has_value=False)
+        return _BAD
 
     def _wrong(self, tp: Any, value: Any, path: str, fix: str = "") -> Any:
         want = _type_name(tp)
@@ -264,6 +306,7 @@ def _fits(tp: Any, value: Any) -> bool:
 
 
 _BAD = object()
+_FLOAT_INT_LIMIT = 1e300  # an integer written for a number field: float() of more overflows
 
 
 def _num(x: float) -> str:

@@ -7,11 +7,13 @@ TIME_FORMATS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 
 # Whole strings (fullmatch), nothing stripped: a job's mem goes into its #SBATCH --mem line as
 # written, where a trailing newline or space would break the header.
+# Numbers are bounded in the pattern, before int(): Slurm keeps minutes and megabytes in 32 and
+# 64 bits, and a 400-digit memory size overflowed float() (a traceback).
 _TIME = re.compile(
-    r"(?:(?P<days>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
-    r"|(?P<a>\d+)(?::(?P<b>\d+)(?::(?P<c>\d+))?)?)"
+    r"(?:(?P<days>\d{1,9})-(?P<dh>\d{1,9})(?::(?P<dm>\d{1,9})(?::(?P<ds>\d{1,9}))?)?"
+    r"|(?P<a>\d{1,9})(?::(?P<b>\d{1,9})(?::(?P<c>\d{1,9}))?)?)"
 )
-_MEM = re.compile(r"(?P<n>\d+)(?P<unit>[KMGTkmgt]?)")
+_MEM = re.compile(r"(?P<n>\d{1,15})(?P<unit>[KMGTkmgt]?)")
 _MEM_FACTOR = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 

@@ -1,20 +1,148 @@
-"""Reading YAML safely: the C loader when present, duplicate keys refused, one-line errors."""
+"""Reading YAML safely and boundedly: the C parser when present, duplicate keys refused, one-line errors.
+
+Job files and profiles are read by people who did not write them (a shared profile folder, a job
+file from a colleague, a path typed into `-o profile=`), so reading is bounded before any work is
+done on the content: only regular files, at most MAX_FILE_BYTES, UTF-8, nested at most MAX_DEPTH
+deep, and at most MAX_NODES values and MAX_TEXT characters *after* alias expansion (an alias is
+counted as the whole subtree it stands for, while the document is composed, before anything is
+constructed; a 500-byte "billion laughs" is refused after a few hundred events). Nothing later in
+hpclaunch (merge, load, validate, render) then sees more than a bounded tree.
+
+The limits: a real job file is well under 10 KiB and 1,000 values, a large site profile under
+20 KiB. 1 MiB of text and 20,000 values leave one to two orders of magnitude above that (a
+command of 10,000 file arguments still fits; sweeps of more values are written as ranges), and
+keep the worst case under a second and 200 MB: composing in Python costs ~7 us a value, and every
+later stage is at most linear in the tree (sweeps are bounded by their own rules). Alias expansion
+is bounded by the same counts, not by a count of alias uses: what costs is the expanded size, and
+a legitimate anchor used many times is cheap. Depth 50 is five times the deepest real file (a
+sweep spec: 5 levels), and far below Python's recursion limit for the recursive stages after
+this one.
+"""
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStartEvent
+from yaml.resolver import Resolver
 
 from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
 
-_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MAX_FILE_BYTES = 1 << 20      # 1 MiB: job files and profiles
+MAX_NODES = 20_000            # values (scalars, lists, mappings) after alias expansion
+MAX_TEXT = 2 * MAX_FILE_BYTES  # characters of scalar text after alias expansion
+MAX_DEPTH = 50                # lists and mappings inside each other
+MAX_DIGITS = 100              # an integer's digits (no setting holds more than 19; str(int) stays cheap)
+
+try:  # the C parser gives the events; composing (where the bounds are counted) is ours, in Python
+    from yaml.cyaml import CParser as _Parser
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    from yaml.parser import Parser
+    from yaml.reader import Reader
+    from yaml.scanner import Scanner
+
+    class _Parser(Reader, Scanner, Parser):  # type: ignore[no-redef]
+        def __init__(self, stream: Any) -> None:
+            Reader.__init__(self, stream)
+            Scanner.__init__(self)
+            Parser.__init__(self)
 
 
-class _StrictLoader(_Base):  # type: ignore[misc, valid-type]
+class _Refused(Exception):
+    """A bound or rule broken while reading: where (a mark, or a node to name by its field path) and why."""
+
+    def __init__(self, mark: Any, message: str, fix: str, node: Any = None, root: Any = None):
+        super().__init__(message)
+        self.mark, self.message, self.fix, self.node, self.root = mark, message, fix, node, root
+
+
+class _BoundedComposer(Composer):
+    """PyYAML's composer, counting each alias as the subtree it stands for, and the depth."""
+
+    def compose_document(self) -> Any:
+        self._nodes = self._text = self._depth = 0
+        self._aliases = False
+        self._weight: dict[int, tuple[int, int]] = {}
+        return super().compose_document()
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(AliasEvent):
+            event = self.peek_event()
+            node = self.anchors.get(event.anchor)
+            if node is not None:
+                weight = self._weight.get(id(node))
+                if weight is None:  # `&a [*a]`: the alias is inside its own anchor
+                    raise _Refused(event.start_mark, f"alias *{event.anchor} refers to a value that contains it",
+                                   "a job file or profile cannot be recursive: write the value out")
+                self._aliases = True
+                self._add(weight[0], weight[1], event.start_mark)
+            return super().compose_node(parent, index)
+        event = self.peek_event()
+        nodes, text = self._nodes, self._text
+        if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
+            self._depth += 1
+            if self._depth > MAX_DEPTH:
+                raise _Refused(event.start_mark, f"lists and mappings are nested more than {MAX_DEPTH} deep",
+                               "flatten it (no setting is deeper than a few levels)")
+        node = super().compose_node(parent, index)
+        if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
+            self._depth -= 1
+        self._add(1, len(node.value) if isinstance(event, ScalarEvent) else 0, event.start_mark)
+        self._weight[id(node)] = (self._nodes - nodes, self._text - text)
+        return node
+
+    def _add(self, nodes: int, text: int, mark: Any) -> None:
+        self._nodes += nodes
+        self._text += text
+        if self._nodes > MAX_NODES or self._text > MAX_TEXT:
+            what = (f"more than {MAX_NODES} values" if self._nodes > MAX_NODES
+                    else f"more than {MAX_TEXT // (1 << 20)} MiB of text")
+            if self._aliases:
+                raise _Refused(mark, f"aliases (*name) expand the document to {what}",
+                               "write the values out, or use fewer aliases (is it an alias bomb?)")
+            raise _Refused(mark, f"the document holds {what}", "split it or shorten it")
+
+
+class _StrictLoader(_Parser, _BoundedComposer, SafeConstructor, Resolver):  # type: ignore[misc, valid-type]
+    def __init__(self, stream: Any) -> None:
+        _Parser.__init__(self, stream)
+        _BoundedComposer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+
+    # The composer is ours (bounded), not the C parser's own.
+    get_single_node = Composer.get_single_node
+    get_node = Composer.get_node
+    check_node = Composer.check_node
+
     def construct_document(self, node: Any) -> Any:
         self.root_node = node  # to name the field path of a bad key
         return super().construct_document(node)
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, AttributeError, OverflowError, LookupError) as e:
+            # An explicit tag on a value it does not fit (`!!timestamp 2001-01-01x`, `!!float abc`):
+            # PyYAML's constructors raise whatever their parsing raised.
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            raise _Refused(node.start_mark, f"is not a valid {tag} value ({type(e).__name__})",
+                           "remove the tag, or quote the value", node, getattr(self, "root_node", None)) from None
+
+    def construct_yaml_int(self, node: Any) -> Any:
+        digits = sum(c.isdigit() for c in node.value)
+        if digits > MAX_DIGITS:
+            raise _Refused(node.start_mark, f"is a number of {digits} digits",
+                           "no setting takes more than 19 digits (quote it if it is text)",
+                           node, getattr(self, "root_node", None))
+        return super().construct_yaml_int(node)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 
 class _KeyNotString(Exception):
@@ -43,28 +171,98 @@ def _mapping(loader: Any, node: Any, deep: bool = False) -> dict:
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def read_input_file(path: str, what: str = "file", limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a job file or profile the user named: a regular file of at most `limit` bytes,
+    else one HpclaunchError line naming the file and what it is (never its content)."""
+    shown = display_path(path)
+    try:
+        _check_kind(os.stat(path), shown, what, limit)  # before open(): opening a device can act
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise HpclaunchError(f"{shown}: no such {what} \u2014 check the path") from None
+    except PermissionError:
+        raise HpclaunchError(f"{shown}: cannot read the {what}: permission denied \u2014 check its permissions") from None
+    except OSError as e:
+        raise HpclaunchError(f"{shown}: cannot read the {what}: {e.strerror or e} \u2014 check the path") from None
+    try:
+        _check_kind(os.fstat(fd), shown, what, limit)  # the file opened is the file checked
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as e:
+        raise HpclaunchError(f"{shown}: cannot read the {what}: {e.strerror or e} \u2014 check the file") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit:  # it grew while being read
+        _too_big(shown, what, len(data), limit)
+    return data
+
+
+def _check_kind(st: os.stat_result, shown: str, what: str, limit: int) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise HpclaunchError(f"{shown}: is a directory, not a {what} \u2014 name a YAML file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a file")
+        raise HpclaunchError(f"{shown}: is {kind}, not a regular file \u2014 name a YAML file")
+    if st.st_size > limit:
+        _too_big(shown, what, st.st_size, limit)
+
+
+def _too_big(shown: str, what: str, size: int, limit: int) -> None:
+    raise HpclaunchError(f"{shown}: is {size} bytes or more; a {what} may be at most {_size(limit)} \u2014 "
+                         "is it the right file?")
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n} bytes"
+
+
+def decode_input(data: bytes, shown: str) -> str:
+    """UTF-8 text, or one line naming the first byte that is not (never replaced silently)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise HpclaunchError(f"{shown}:{line}:{column}: not UTF-8 text: byte {e.start} (0x{data[e.start]:02x}) "
+                             f"{e.reason} \u2014 save the file as UTF-8") from None
+
+
 def load_yaml_file(path: str, what: str = "file") -> Any:
     """Parse a YAML file; any problem is one HpclaunchError line naming the file and place."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise HpclaunchError(f"{path}: no such {what} \u2014 check the path") from None
-    except IsADirectoryError:
-        raise HpclaunchError(f"{path}: is a directory, not a {what} \u2014 name a YAML file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise HpclaunchError(f"{path}: cannot read the {what}: {e} \u2014 check its permissions and encoding (UTF-8)") from None
-    return load_yaml_text(text, path)
+    return load_yaml_bytes(read_input_file(path, what), display_path(path))
+
+
+def load_yaml_bytes(data: bytes, label: str) -> Any:
+    return load_yaml_text(decode_input(data, label), label)
 
 
 def load_yaml_text(text: str, label: str) -> Any:
+    if len(text) > MAX_FILE_BYTES:  # text not from a file (an override): the same bound
+        raise HpclaunchError(f"{label}: is {len(text)} characters; at most {_size(MAX_FILE_BYTES)} \u2014 shorten it")
+    loader = _StrictLoader(text)
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return loader.get_single_data()
+    except _Refused as e:
+        mark = e.mark
+        where = _path_to(e.root, e.node) if e.node is not None and e.root is not None else None
+        raise InvalidInput([Problem(f"{label}:{mark.line + 1}:{mark.column + 1}", where or "", e.message,
+                                    has_value=False, fix=e.fix)]) from None
     except _KeyNotString as e:
         mark = e.key_node.start_mark
         where = _path_to(e.root, e.mapping) if e.root is not None else None
         kind = "list" if isinstance(e.key_node, yaml.SequenceNode) else "mapping"
         key = _node_text(e.key_node)
+        key = key if len(key) <= 60 else key[:57] + "..."
         raise InvalidInput([Problem(
             f"{label}:{mark.line + 1}:{mark.column + 1}", where or "",
             f"keys must be strings, got a {kind} ({key})", has_value=False,
@@ -73,7 +271,13 @@ def load_yaml_text(text: str, label: str) -> Any:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f"{label}:{mark.line + 1}:{mark.column + 1}" if mark else label
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise HpclaunchError(f"{where}: YAML syntax error: {problem} \u2014 fix the YAML at that line") from None
+        raise HpclaunchError(f"{where}: YAML syntax error: {_escaped(problem)} \u2014 fix the YAML at that line") from None
+    finally:
+        loader.dispose()
+
+
+def _escaped(text: str) -> str:
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _path_to(node: Any, target: Any, path: str = "") -> str | None:
