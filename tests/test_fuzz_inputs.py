@@ -96,7 +96,9 @@ class Run:
 
     def _judge(self, code, out, err):
         if code == 0:
-            return None if not err else f"exit 0 with stderr: {err!r}"
+            # validate may warn (a '$' in an env value is exported literally): one line each, said as such
+            stray = [line for line in err.splitlines() if not line.startswith("warning: ")]
+            return None if not stray else f"exit 0 with stderr: {err!r}"
         out = ""  # a refusal's stdout was checked by the CLI cases; the direct ones have none
         if code != 2:
             return f"exit {code}: {err!r}"
@@ -194,8 +196,10 @@ def _run_generated(run, deadline):
     bases = st.sampled_from(["name: base\nnode: {cpus: 2}\n", "name: base\nextends: ./site.yaml\nnode: {cpus: 2}\n",
                              f"name: base\nsetup: ['touch {canary}']\nnode: {{cpus: 2}}\n", "[base]\n", ""])
 
+    # derandomize: CI runs the same cases every time (a found bug is a test to fix, not a flake);
+    # the mutations below use a fixed seed too. HPCLAUNCH_FUZZ_RANDOM=1 explores new cases.
     @settings(max_examples=GENERATED, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+              suppress_health_check=list(HealthCheck), derandomize=not os.environ.get("HPCLAUNCH_FUZZ_RANDOM"))
     @given(case=job, profile=_profile(canary), base=bases, ov=overrides,
            command=st.sampled_from(["validate", "render"]))
     def one(case, profile, base, ov, command):
