@@ -1,6 +1,7 @@
 """Hostile input (issue 15): every bad job file, profile, override or registry is refused in one line
 per problem naming the file, the field, the value (escaped) and the fix, exit 2, no traceback, in
 bounded time and memory, with nothing half-written."""
+import json
 import os
 import re
 import resource
@@ -37,28 +38,35 @@ def run(*args, cwd=None, env=None, timeout=30, cap=AS_CAP):
     return proc.returncode, out, err, wall
 
 
+# hpclaunch runs as the child of a small interpreter that reports its rusage. Spawned straight from
+# this test process (torch loaded by earlier tests: hundreds of MB), its max RSS would count the
+# parent's pages: Linux records the old mm's high-water mark at exec, and a fork copies it.
+_MEASURE = """
+import json, os, resource, sys
+pid = os.fork()
+if pid == 0:
+    resource.setrlimit(resource.RLIMIT_AS, (%d, %d))
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.execv(sys.executable, [sys.executable, "-m", "hpclaunch"] + sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(json.dumps([os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, usage.ru_maxrss]))
+"""
+
+
 def measure(*args, cwd=None, timeout=30):
     """(rc, stderr, cpu seconds, max RSS MiB, wall seconds) of one `hpclaunch ARGS`, from wait4."""
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (AS_CAP, AS_CAP))
-
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "hpclaunch", *args], cwd=cwd, stdout=subprocess.DEVNULL,
-                            stderr=open(os.path.join(cwd or ".", "stderr.txt"), "w"), preexec_fn=limit)
-    deadline = start + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            proc.kill()
-            os.wait4(proc.pid, 0)
+    with open(os.path.join(cwd or ".", "stderr.txt"), "w") as err_file:
+        try:
+            proc = subprocess.run([sys.executable, "-S", "-c", _MEASURE % (AS_CAP, AS_CAP), *args], cwd=cwd,
+                                  stdout=subprocess.PIPE, stderr=err_file, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
             pytest.fail(f"hpclaunch {' '.join(args)} did not finish in {timeout} s")
-        time.sleep(0.01)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    rc, cpu, maxrss_kib = json.loads(proc.stdout)
     with open(os.path.join(cwd or ".", "stderr.txt")) as f:
         err = f.read()
-    return proc.returncode, err, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, time.monotonic() - start
+    return rc, err, cpu, maxrss_kib / 1024, time.monotonic() - start
 
 
 def refused(rc, err, *words):
