@@ -199,8 +199,11 @@ class SlurmBackend(Backend):
         out = []
         for ref in refs:
             if ref.array_size:
-                recs = slurmcli.show("job", ref.job_id) if ended is None else []
-                counts = slurm_status.array_counts(ref.job_id, live, ended, recs)
+                counts = slurm_status.array_counts(ref.job_id, live, ended, [])
+                if sum(counts.values()) < ref.array_size:
+                    # sacct may not know tasks that just ended yet (slurmdbd lags): ask the controller
+                    recs = slurmcli.show("job", ref.job_id)
+                    counts = slurm_status.array_counts(ref.job_id, live, ended, recs)
                 out.append(JobStatus(State.UNKNOWN, tasks=counts, source="squeue+sacct"))
             elif ref.job_id in live:
                 out.append(slurm_status.from_squeue(live[ref.job_id], self._restarts(ref.job_id)))

@@ -72,18 +72,17 @@ def from_scontrol(rec: Dict[str, str]) -> JobStatus:
 
 def array_counts(job_id: str, squeue_rows: Dict[str, List[str]], sacct_rows: Optional[Dict[str, List[List[str]]]],
                  scontrol_recs: List[Dict[str, str]]) -> Dict[State, int]:
-    """Counts per state over one array's tasks: ended ones from sacct (else scontrol), live ones
-    from squeue, which wins for a task both know. Rows of other jobs are ignored."""
+    """Counts per state over one array's tasks. Each source lays over the one before: scontrol
+    (the controller's memory), sacct (ended tasks; it lags the controller while slurmdbd catches
+    up), squeue (live tasks). Rows of other jobs and pending ranges ("2-3%2") are ignored."""
     per: Dict[str, State] = {}
     prefix = f"{job_id}_"
-    if sacct_rows is not None:
-        for jid, rows in sacct_rows.items():
-            if jid.startswith(prefix) and "[" not in jid:
-                per[jid] = state_of(rows[-1][0])
-    else:
-        for rec in scontrol_recs:
-            if rec.get("ArrayJobId") == job_id and rec.get("ArrayTaskId", "").isdigit():
-                per[f"{job_id}_{rec['ArrayTaskId']}"] = state_of(rec.get("JobState"))
+    for rec in scontrol_recs:
+        if rec.get("ArrayJobId") == job_id and rec.get("ArrayTaskId", "").isdigit():
+            per[f"{job_id}_{rec['ArrayTaskId']}"] = state_of(rec.get("JobState"))
+    for jid, rows in (sacct_rows or {}).items():
+        if jid.startswith(prefix) and "[" not in jid:
+            per[jid] = state_of(rows[-1][0])
     for jid, row in squeue_rows.items():
         if jid.startswith(prefix):
             per[jid] = state_of(row[0])
