@@ -117,7 +117,7 @@ def build_request(resolved: Resolved) -> BatchRequest:
         d.append(("exclusive", None))
     runs_root = job.runs_root or profile.runs_root
     sweep_tasks, varying = _sweep_tasks(job)
-    d.append(("output", _log_path(runs_root, slug(job.name), array=bool(sweep_tasks))))
+    d.append(("output", _log_path(slug(job.name), array=bool(sweep_tasks))))
     d.append(("open-mode", "append"))
     rq = job.requeue
     by_program = rq.by == "program"
@@ -215,8 +215,8 @@ def _has_placeholder(text: str) -> bool:
     return re.search(r"\{[A-Za-z_][A-Za-z0-9_]*\}", text) is not None
 
 
-def _log_path(runs_root: str, name_slug: str, array: bool) -> str:
-    # Relative paths in #SBATCH resolve against the submit directory, as the run directory does.
-    if array:  # one log folder per sweep; %A_%a names each task's log
-        return f"{runs_root.rstrip('/')}/{name_slug}-%A/logs/slurm-%A_%a.out"
-    return f"{runs_root.rstrip('/')}/{name_slug}-%j/logs/slurm.out"
+def _log_path(name_slug: str, array: bool) -> str:
+    # The submit directory, which exists when Slurm opens the log: the script given straight to
+    # `sbatch` runs too (Slurm creates no folders), and links the log into its run directory.
+    # `hpclaunch submit` names the run directory's log on sbatch's command line instead.
+    return f"slurm-{name_slug}-%A_%a.out" if array else f"slurm-{name_slug}-%j.out"

@@ -53,3 +53,64 @@ def test_status_shows_a_job_that_just_ended_and_numbers_attempts_as_on_disk(hpc_
     db.commit()
     db.close()
     assert "none ended in the last hour" in hl("status", cwd="/").stdout
+
+
+def _submit_at_once(job, homes_and_dirs):
+    procs = []
+    for home, cwd in homes_and_dirs:
+        procs.append(subprocess.Popen([sys.executable, "-m", "hpclaunch", "submit", str(job), "--backend", "local",
+                                       "--wait", "--json"], cwd=str(cwd), env=dict(os.environ, HPCLAUNCH_HOME=str(home)),
+                                      text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    subs = []
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, (out, err)
+        subs.append(json.loads(out))
+    return subs
+
+
+def test_two_registries_start_torchrun_jobs_at_once_and_both_complete(tmp_path):
+    # Job ids restart at 1 in every registry: ports derived from them collided (issue 14, item 6).
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: twin\nlauncher: torchrun\ncommand: [python, {ROOT}/examples/ddp_check.py, '3']\n"
+                   "resources: {nodes: 1, tasks_per_node: 2}\nmonitor: {interval: 0}\n")
+    for who in ("alice", "bob"):
+        (tmp_path / who).mkdir()
+    subs = _submit_at_once(job, [(tmp_path / who / "home", tmp_path / who) for who in ("alice", "bob")])
+    assert [s["job_id"] for s in subs] == ["1", "1"], subs
+    ports = []
+    for sub in subs:
+        state = open(os.path.join(sub["run_dir"], ".hpclaunch", "state")).read()
+        ports.append(state.split(" port=")[1].split()[0])
+        rank0 = open(os.path.join(sub["run_dir"], "logs", "attempt0", "rank0.log")).read()
+        assert "params identical: True" in rank0, rank0
+    assert ports[0] != ports[1], ports
+
+
+def test_two_registries_in_one_folder_never_share_a_run_directory(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("name: same place\nlauncher: srun\ncommand: [bash, -c, 'sleep 1; echo $SLURM_JOB_ID >> mine']\n"
+                   "workdir: .\nmonitor: {interval: 0}\n")
+    subs = _submit_at_once(job, [(tmp_path / f"home{n}", tmp_path) for n in range(3)])
+    run_dirs = sorted(s["run_dir"] for s in subs)
+    assert len(set(run_dirs)) == 3 and not list(tmp_path.glob("runs/*.prev*")), run_dirs
+    for sub in subs:
+        assert os.path.isfile(os.path.join(sub["run_dir"], "script.sbatch"))
+        assert json.loads(hl("status", sub["job_id"], "--json", env=dict(
+            os.environ, HPCLAUNCH_HOME=str(tmp_path / f"home{subs.index(sub)}"))).stdout)["state"] == "COMPLETED"
+
+
+def test_a_failing_site_setup_line_stops_the_job_named(hpc_home, tmp_path):
+    (tmp_path / "hpc_profiles").mkdir()
+    (tmp_path / "hpc_profiles" / "site.yaml").write_text(
+        "name: site\nextends: local\nsetup: ['export A=1', 'module load cuda/99', 'touch setup-went-on']\n")
+    (tmp_path / "job.yaml").write_text("name: setup fails\nprofile: site\nlauncher: srun\n"
+                                       "command: [touch, program-ran]\nmonitor: {interval: 0}\n")
+    done = hl("submit", "job.yaml", "--backend", "local", "--wait", "--json", cwd=str(tmp_path), check=False)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    sub = json.loads(done.stdout)
+    assert json.loads(hl("status", sub["job_id"], "--json").stdout)["state"] == "FAILED"
+    assert not (tmp_path / "setup-went-on").exists() and not (tmp_path / "program-ran").exists()
+    log = open(os.path.join(sub["run_dir"], "logs", "slurm.out")).read()
+    assert ("hpclaunch: site setup of profile site failed at line 2: module load cuda/99 (exit 127); "
+            "the job stops here") in log, log

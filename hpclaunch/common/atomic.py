@@ -46,3 +46,17 @@ def file_in_the_way(path: str) -> str | None:
     while not os.path.exists(probe) and os.path.dirname(probe) != probe:
         probe = os.path.dirname(probe)
     return probe if os.path.exists(probe) and not os.path.isdir(probe) else None
+
+
+def make_private_dirs(path: str) -> None:
+    """os.makedirs, but each folder it creates is 0700 (makedirs' mode covers the last one only).
+    Folders that exist are left as their owner made them."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:  # another submitter made it first
+            pass

@@ -10,7 +10,7 @@ import os
 import shutil
 from typing import Optional, Sequence
 
-from hpclaunch.common.atomic import file_in_the_way, write_atomic
+from hpclaunch.common.atomic import file_in_the_way, make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
 from hpclaunch.launchers.backends import get_backend
 from hpclaunch.launchers.backends.base import JobRef
@@ -78,23 +78,17 @@ def make_run_dir(run_dir: str, resolved: Resolved, script: str, tasks: int = 0) 
                              "check the space and permissions where runs_root points") from None
 
 
-def _make_private_dirs(path: str) -> None:
-    """os.makedirs, but each folder it creates is 0700 (makedirs' mode covers the last one only).
-    Folders that exist are left as their owner made them."""
-    missing = []
-    while path and not os.path.isdir(path):
-        missing.append(path)
-        path = os.path.dirname(path)
-    for folder in reversed(missing):
-        try:
-            os.mkdir(folder, 0o700)
-        except FileExistsError:  # another submitter made it first
-            pass
+def _claimed(run_dir: str) -> bool:
+    """An empty folder the backend made for this job (the local backend claims its run directory)."""
+    try:
+        return os.path.isdir(run_dir) and not os.path.islink(run_dir) and not os.listdir(run_dir)
+    except OSError:
+        return False
 
 
 def _make_run_dir(run_dir: str, resolved: Resolved, script: str, tasks: int = 0) -> None:
-    _make_private_dirs(os.path.dirname(run_dir))
-    if os.path.exists(run_dir):
+    make_private_dirs(os.path.dirname(run_dir))
+    if os.path.lexists(run_dir) and not _claimed(run_dir):
         # Job ids restart when a cluster's state is reset: keep the older run, never overwrite it.
         n = 1
         while os.path.exists(f"{run_dir}.prev{n}"):

@@ -16,7 +16,7 @@ import time
 
 from typing import Callable, List, Optional, Sequence
 
-from hpclaunch.common.atomic import write_atomic
+from hpclaunch.common.atomic import make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
 from hpclaunch.launchers.backends.local_runner import end_group, group_alive, open_private_log, read_state, record_state
@@ -44,8 +44,21 @@ class LocalBackend(Backend):
 
     def queue(self, request: BatchRequest, script: str, args: Sequence[str], *, cwd: str,
               new_id: Callable[[], str]) -> List[tuple]:
-        """Nothing to hold: the job starts at release(). Its id comes from the registry's counter."""
-        return [(new_id(), request.array_size)]
+        """Nothing to hold: the job starts at release(). Its id comes from the registry's counter,
+        which restarts in every registry (HPCLAUNCH_HOME): an id whose run directory another
+        registry's job holds is skipped, and the free one is claimed by an exclusive mkdir, so two
+        submitters in one folder never share (or rename) a run directory."""
+        root = request.runs_root if os.path.isabs(request.runs_root) else os.path.join(cwd, request.runs_root)
+        make_private_dirs(root)
+        for _ in range(10_000):
+            job_id = new_id()
+            try:
+                os.mkdir(os.path.join(root, f"{request.slug}-{job_id}"), 0o700)
+            except FileExistsError:
+                continue
+            return [(job_id, request.array_size)]
+        raise HpclaunchError(f"{root}: 10000 run directories named {request.slug}-<id> exist — "
+                             "move old runs away or set runs_root")
 
     def release(self, ref: JobRef, request: BatchRequest, *, cwd: str) -> None:
         self.start(request, ref.run_dir, ref.job_id, cwd)

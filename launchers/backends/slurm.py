@@ -115,7 +115,7 @@ class SlurmBackend(Backend):
         """Held jobs: one, or for a sweep one array per MaxArraySize chunk. Every chunk is held until
         all are queued, so a sweep is queued whole or not at all (the caller abandons on failure)."""
         if not request.array_size:
-            return [(self.sbatch(script, list(args) + ["--hold"], cwd), 0)]
+            return [(self.sbatch(script, list(args) + [f"--output={self._run_log(request, cwd)}", "--hold"], cwd), 0)]
         size = max(1, self.max_array_size())
         n, par = request.array_size, request.parallelism
         chunks = [(off, min(size, n - off)) for off in range(0, n, size)]
@@ -124,11 +124,11 @@ class SlurmBackend(Backend):
         ids: List[str] = []
         try:
             for k, (off, count) in enumerate(chunks):
-                extra = [f"--array={array_spec(count, par)}"]
+                extra = [f"--array={array_spec(count, par)}",
+                         f"--output={self._sweep_log(request, cwd, ids[0] if k else '%A')}"]
                 deps = list(user_dep)
                 if k:
-                    extra += [f"--export=ALL,HPCLAUNCH_ARRAY_OFFSET={off},HPCLAUNCH_SWEEP_ID={ids[0]}",
-                              f"--output={self._sweep_log(request, cwd, ids[0])}"]
+                    extra.append(f"--export=ALL,HPCLAUNCH_ARRAY_OFFSET={off},HPCLAUNCH_SWEEP_ID={ids[0]}")
                     if par:  # %parallelism is per array: chained, the chunks never run more than it at once
                         deps.append(f"afterany:{ids[-1]}")
                 if deps:
@@ -140,9 +140,17 @@ class SlurmBackend(Backend):
         return [(job_id, count) for job_id, (_, count) in zip(ids, chunks)]
 
     @staticmethod
-    def _sweep_log(request: BatchRequest, cwd: str, first_id: str) -> str:
-        root = request.runs_root if os.path.isabs(request.runs_root) else os.path.join(cwd, request.runs_root)
-        return os.path.join(root, f"{request.slug}-{first_id}", "logs", "slurm-%A_%a.out")
+    def _root(request: BatchRequest, cwd: str) -> str:
+        return request.runs_root if os.path.isabs(request.runs_root) else os.path.join(cwd, request.runs_root)
+
+    @classmethod
+    def _run_log(cls, request: BatchRequest, cwd: str) -> str:
+        """Slurm's log in the run directory, which submit has made by the time the job starts."""
+        return os.path.join(cls._root(request, cwd), f"{request.slug}-%j", "logs", "slurm.out")
+
+    @classmethod
+    def _sweep_log(cls, request: BatchRequest, cwd: str, first_id: str) -> str:
+        return os.path.join(cls._root(request, cwd), f"{request.slug}-{first_id}", "logs", "slurm-%A_%a.out")
 
     def release(self, ref: JobRef, request: Optional[BatchRequest] = None, *, cwd: str = "") -> None:
         slurmcli.run(["scontrol", "release", ref.job_id])
