@@ -87,10 +87,11 @@ class BatchRequest:
 def build_request(resolved: Resolved) -> BatchRequest:
     job, profile = resolved.job, resolved.profile.profile
     r, s = job.resources, job.slurm
-    torchrun = job.launcher == "torchrun"
-    # torchrun is one Slurm task per node that forks the ranks; the others are one task per rank.
-    step_tasks = 1 if torchrun else r.tasks_per_node
-    step_cpus = r.cpus_per_task * r.tasks_per_node if torchrun else r.cpus_per_task
+    # torchrun is one Slurm task per node that forks the ranks, ray one per node (a Ray node with the
+    # node's share); the others are one task per rank.
+    per_node = job.launcher in ("torchrun", "ray")
+    step_tasks = 1 if per_node else r.tasks_per_node
+    step_cpus = r.cpus_per_task * r.tasks_per_node if per_node else r.cpus_per_task
     seconds = parse_time_seconds(r.time)
 
     d: list[tuple[str, Optional[str]]] = [

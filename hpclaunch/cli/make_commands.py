@@ -22,6 +22,6 @@ def cmd_init(args: argparse.Namespace) -> int:
     if os.path.exists(args.file) and not args.force:
         raise HpclaunchError(f"{args.file}: already exists \u2014 pick another name or add --force")
     name = args.name or os.path.splitext(os.path.basename(args.file))[0] or "job"
-    write_user_file(args.file, starter_job(args.profile, name, where=("command line", "--profile")), "job file")
+    write_user_file(args.file, starter_job(args.profile, name, where=("command line", "--profile"), mode=args.launcher), "job file")
     print(f"wrote {args.file} for profile '{args.profile}'; check it with: hpclaunch validate {args.file}")
     return 0

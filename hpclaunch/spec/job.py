@@ -13,8 +13,8 @@ from hpclaunch.spec.train import Train
 from hpclaunch.spec.typedload import Scalar, field
 from hpclaunch.spec.units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
 
-LAUNCHERS = ("torchrun", "horovod", "mpi", "srun")
-Launcher = Literal["torchrun", "horovod", "mpi", "srun"]
+LAUNCHERS = ("torchrun", "horovod", "mpi", "srun", "ray")
+Launcher = Literal["torchrun", "horovod", "mpi", "srun", "ray"]
 REQUEUE_SIGNALS = ("USR1", "USR2")
 SECRET_MARKERS = ("TOKEN", "KEY", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
 

@@ -11,7 +11,28 @@ def _y(value: object) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def starter_job(profile_ref: str, name: str, where: tuple[str, str] | None = None) -> str:
+TRAIN_ENTRY = '[python, -m, hpclaunch.train_entry, --data, digits.csv, --epochs, "5"]'
+
+# Per launch mode: the launcher, what each rank (or Ray's driver) runs, and a note on how the
+# program finds its peers. JAX and Lightning read Slurm's variables themselves: launcher srun.
+MODES = {
+    "torchrun": ("torchrun", TRAIN_ENTRY, "torchrun forks tasks_per_node ranks per node; they meet at the head node"),
+    "horovod": ("horovod", "[python, train.py]", "horovodrun starts the ranks; hvd.init() finds them"),
+    "mpi": ("mpi", "[python, train.py]", "mpirun or srun --mpi starts the ranks; MPI.COMM_WORLD spans them"),
+    "srun": ("srun", "[python, train.py]", "srun starts tasks_per_node ranks per node; SLURM_PROCID is the rank"),
+    "ray": ("ray", "[python, driver.py]",
+            "a Ray head on the first node, a worker on each other node; this command is the driver, on the "
+            "head node, with RAY_ADDRESS set (ray.init() joins). The job ends when the driver does"),
+    "jax": ("srun", "[python, train.py]",
+            "one process per node (tasks_per_node: 1); jax.distributed.initialize() with no arguments reads "
+            "Slurm's variables"),
+    "lightning": ("srun", "[python, train.py]",
+                  "tasks_per_node = Trainer(devices=...), nodes = Trainer(num_nodes=...); Lightning's "
+                  "SLURMEnvironment reads Slurm's variables"),
+}
+
+
+def starter_job(profile_ref: str, name: str, where: tuple[str, str] | None = None, mode: str = "") -> str:
     lp = load_profile(profile_ref, where=where)
     p = lp.profile
     d = p.defaults
@@ -19,15 +40,19 @@ def starter_job(profile_ref: str, name: str, where: tuple[str, str] | None = Non
     slurm = d.get("slurm", {})
     part = slurm.get("partition") or (p.limits.partitions[0] if p.limits.partitions else None)
     tasks = res.get("tasks_per_node", max(p.node.gpus, 1))
+    launcher, command, note = MODES[mode] if mode else (d.get("launcher", "torchrun"), TRAIN_ENTRY, "")
+    if mode in ("ray", "jax"):
+        tasks = 1  # one Ray node / one JAX process per node, with the node's devices
+    note = "".join(f"\n# {line}" for line in _wrap(f"{mode}: {note}")) if note else ""
     return f"""\
 # hpclaunch job file. Check it with `hpclaunch validate {name}.yaml`, see the script with
 # `hpclaunch render {name}.yaml`, run it with `hpclaunch submit {name}.yaml`.
 # Every key: `hpclaunch schema`. Any key can be overridden: -o resources.nodes=2
 name: {_y(name)}
 profile: {_y(profile_ref)}           # {p.description or p.name}
-launcher: {_y(d.get("launcher", "torchrun"))}         # torchrun | horovod | mpi | srun
+launcher: {_y(launcher)}         # torchrun | horovod | mpi | srun | ray{note}
 # What each rank runs (a list: no shell parsing, every argument arrives as written).
-command: [python, -m, hpclaunch.train_entry, --data, digits.csv, --epochs, "5"]
+command: {command}
 
 resources:
   nodes: {_y(res.get("nodes", 1))}
@@ -55,3 +80,14 @@ requeue:
   signal: USR1           # sent to the batch shell `grace` seconds before the time limit
   grace: 120
 """
+
+
+def _wrap(text: str, width: int = 96) -> list[str]:
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return lines + [line] if line else lines

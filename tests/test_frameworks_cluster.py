@@ -1,0 +1,102 @@
+"""Launch modes for the rest of the field (issue 16), each a real 2-node job on the test cluster with
+a program that knows nothing of hpclaunch: Ray (launcher: ray), JAX and Lightning (launcher: srun)."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+from hlcli import hl
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def submit_wait(tmp_path, text, check=True):
+    (tmp_path / "job.yaml").write_text(text)
+    proc = hl("submit", "job.yaml", "--backend", "slurm", "--wait", cwd=str(tmp_path), check=False, timeout=400)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = [line.split(": ", 1)[1].strip() for line in proc.stdout.splitlines() if "run directory" in line][0]
+    return proc, run_dir
+
+
+def rank_log(run_dir, rank):
+    return open(os.path.join(run_dir, "logs", "attempt0", f"rank{rank}.log")).read()
+
+
+def ray_left():
+    """Ray processes still on this machine (the test nodes are namespaces of it)."""
+    out = subprocess.run(["pgrep", "-af", r"raylet|gcs_server|ray::|ray start|hpclaunch-ray-"],
+                         capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def test_ray_two_nodes_driver_sees_the_allocation_and_nothing_is_left(slurm, hpc_home, tmp_path):
+    assert not ray_left(), ray_left()
+    proc, run_dir = submit_wait(tmp_path, f"""
+name: ray-two
+profile: testcluster
+launcher: ray
+command: [python, {EXAMPLES}/ray_hosts.py, "4"]
+resources: {{nodes: 2, tasks_per_node: 1, cpus_per_task: 2, time: "00:05:00"}}
+monitor: {{interval: 1}}
+""")
+    log = rank_log(run_dir, 0)
+    assert "cpus 4 nodes 2 hosts c1 c2 driver c1" in log, log
+    job_id = json.loads(hl("status", run_dir, "--json").stdout)["job_id"]
+    # COMPLETED within 30 s of the driver's end (rank0.exit: its exit code and time)
+    rc, driver_end = open(os.path.join(run_dir, "logs", "attempt0", "rank0.exit")).read().split()
+    end = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,End", "--noconvert"],
+                         capture_output=True, text=True).stdout.strip().split("|")
+    assert rc == "0" and end[0] == "COMPLETED", end
+    ended = time.mktime(time.strptime(end[1], "%Y-%m-%dT%H:%M:%S"))
+    assert ended - float(driver_end) < 30, (end, driver_end)
+    assert not ray_left(), ray_left()
+    assert not [p for p in os.listdir("/tmp") if p.startswith(f"hpclaunch-ray-{os.getuid()}-{job_id}-")]
+    assert {"ray-c1.log", "ray-c2.log"} <= set(os.listdir(os.path.join(run_dir, "logs", "attempt0")))
+
+
+def test_ray_driver_that_raises_fails_the_job_with_its_exit_code(slurm, hpc_home, tmp_path):
+    (tmp_path / "bad.py").write_text("import ray, sys\nray.init()\nprint('about to fail', flush=True)\nsys.exit(7)\n")
+    proc, run_dir = submit_wait(tmp_path, f"""
+name: ray-bad
+profile: testcluster
+launcher: ray
+command: [python, {tmp_path}/bad.py]
+resources: {{nodes: 2, tasks_per_node: 1, time: "00:05:00"}}
+monitor: {{interval: 0}}
+""", check=False)
+    assert proc.returncode == 7, proc.stdout + proc.stderr
+    st = json.loads(hl("status", run_dir, "--json").stdout)
+    assert st["state"] == "FAILED" and st["exit_code"] == 7, st
+    assert "about to fail" in rank_log(run_dir, 0)
+    assert not ray_left(), ray_left()
+
+
+def test_jax_distributed_initialize_with_no_arguments(slurm, hpc_home, tmp_path):
+    _, run_dir = submit_wait(tmp_path, f"""
+name: jax-two
+profile: testcluster
+launcher: srun
+command: [python, {EXAMPLES}/jax_allgather.py]
+resources: {{nodes: 2, tasks_per_node: 1, time: "00:05:00"}}
+monitor: {{interval: 0}}
+""")
+    assert "process 0/2 host c1 sum 1" in rank_log(run_dir, 0)
+    assert "process 1/2 host c2 sum 1" in rank_log(run_dir, 1)
+
+
+def test_lightning_ddp_two_nodes_two_devices(slurm, hpc_home, tmp_path):
+    _, run_dir = submit_wait(tmp_path, f"""
+name: lightning-two
+profile: testcluster
+launcher: srun
+command: [python, {EXAMPLES}/lightning_ddp.py, "2", "2"]
+resources: {{nodes: 2, tasks_per_node: 2, time: "00:05:00"}}
+monitor: {{interval: 0}}
+""")
+    assert "world size 4 ok" in rank_log(run_dir, 0)
+    hosts = {r: rank_log(run_dir, r).split(" host ")[1].split()[0] for r in range(4)}
+    assert hosts == {0: "c1", 1: "c1", 2: "c2", 3: "c2"}, hosts
