@@ -114,3 +114,13 @@ def test_a_failing_site_setup_line_stops_the_job_named(hpc_home, tmp_path):
     log = open(os.path.join(sub["run_dir"], "logs", "slurm.out")).read()
     assert ("hpclaunch: site setup of profile site failed at line 2: module load cuda/99 (exit 127); "
             "the job stops here") in log, log
+
+
+def test_wait_says_something_during_a_long_run(hpc_home, tmp_path):
+    (tmp_path / "job.yaml").write_text("name: quiet\nlauncher: srun\nmonitor: {interval: 0}\ncommand: [python, -c, "
+                                       "\"import time; print('epoch 1 \\x1b[31mloss\\x1b[0m 0.5', flush=True); "
+                                       "time.sleep(5)\"]\n")
+    env = dict(os.environ, HPCLAUNCH_HEARTBEAT_S="2")
+    done = hl("submit", "job.yaml", "--backend", "local", "--wait", cwd=str(tmp_path), env=env)
+    beats = [line for line in done.stderr.splitlines() if "RUNNING, attempt 0: " in line]
+    assert beats and beats[-1].endswith("RUNNING, attempt 0: epoch 1 [31mloss [0m 0.5"), done.stderr

@@ -55,8 +55,21 @@ def _follow(job, quiet: bool = False) -> int:
         print(f"  [{_time.monotonic() - start:6.0f} s] {st.state}{where} attempt {st.attempts - 1}{extra}",
               file=sys.stderr, flush=True)
 
+    said = [start]
+
+    def heartbeat(st) -> None:
+        # A long RUNNING stretch is not silent: every minute, the time and the newest log line.
+        now = _time.monotonic()
+        if quiet or st.state != State.RUNNING or now - said[0] < HEARTBEAT_S:
+            return
+        said[0] = now
+        line = _newest_line(job)
+        print(f"  [{now - start:6.0f} s] {st.state}, attempt {st.attempts - 1}" + (f": {line}" if line else ""),
+              file=sys.stderr, flush=True)
+
     try:
-        st = job.wait(poll=1.0, on_change=show)
+        st = job.wait(poll=1.0, on_change=lambda st: (said.__setitem__(0, _time.monotonic()), show(st)),
+                      on_poll=heartbeat)
     except KeyboardInterrupt:
         last = f" (last seen {seen[0].state})" if seen[0] is not None else ""
         print(f"\ninterrupted: stopped following; {job.record.backend} job {job.id} ({job.name}) goes on{last}.\n"
@@ -67,6 +80,30 @@ def _follow(job, quiet: bool = False) -> int:
         for line in failure_summary(job, st):
             print(line, file=sys.stderr)
     return st.exit_code if st.exit_code is not None else exit_code_for(st.state)
+
+
+def _heartbeat_s() -> float:
+    try:
+        return max(1.0, float(os.environ.get("HPCLAUNCH_HEARTBEAT_S", "60")))
+    except ValueError:
+        return 60.0
+
+
+HEARTBEAT_S = _heartbeat_s()
+
+
+def _newest_line(job) -> str:
+    """The newest non-empty line of rank 0's log of the newest attempt, else of the batch log, cut to fit."""
+    logs = os.path.join(job.run_dir, "logs")
+    attempts = sorted((d for d in os.listdir(logs) if d.startswith("attempt") and d[7:].isdigit()),
+                      key=lambda d: int(d[7:])) if os.path.isdir(logs) else []
+    for path in ([os.path.join(logs, attempts[-1], "rank0.log")] if attempts else []) + [batch_log(job)]:
+        lines = [x for x in last_lines(path, 5) if x.strip()]
+        if lines:
+            # the program's text, not its terminal escapes
+            text = " ".join("".join(c if c.isprintable() else " " for c in lines[-1]).split())
+            return text if len(text) <= 100 else text[:99] + "…"
+    return ""
 
 
 def _where(job, st) -> str:

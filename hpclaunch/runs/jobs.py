@@ -109,7 +109,8 @@ class Job:
         return _array_summary(counts, sum(r.array_size or 0 for r in chunks))
 
     def wait(self, poll: float = 2.0, timeout: Optional[float] = None,
-             on_change: Optional[Callable[[object], None]] = None, resubmit_on_node_failure: bool = True):
+             on_change: Optional[Callable[[object], None]] = None, resubmit_on_node_failure: bool = True,
+             on_poll: Optional[Callable[[object], None]] = None):
         """Follow the job to its end. A node that fails under it (the job ends NODE_FAIL, or is stuck
         pending on a node that went down, or failed while one of its nodes is down) makes hpclaunch
         resubmit it without that node, into the same run directory, so it resumes from its checkpoint;
@@ -129,6 +130,8 @@ class Job:
             key = (st.state, st.attempts, tuple(sorted(st.tasks.items())))
             if on_change and key != last:
                 on_change(st)
+            elif on_poll:
+                on_poll(st)
             last = key
             if st.final:
                 return st
