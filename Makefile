@@ -6,9 +6,10 @@ SLURM_STATE ?= /tmp/hpclaunch-slurm
 # Debian packages, checked one by one on every run (never a stamp: a stamp in a clone or a used machine
 # says nothing about this one). Open MPI and its headers (mpi.h for `make horovod`); libpmix-dev for
 # Slurm's mpi/pmix plugin, which dlopens the unversioned libpmix.so that only the -dev package ships;
-# cmake and g++ for the Horovod build; Chromium to check the HTML report renders.
+# cmake and g++ for the Horovod build; Chromium to check the HTML report renders; podman and runc for
+# the container test (runc: crun refuses this machine kind's hybrid cgroups, docs/containers.md).
 # The Slurm packages are installed by tests/cluster/slurm-up.sh itself.
-APT_PACKAGES := openmpi-bin libopenmpi-dev libpmix-dev cmake g++ chromium
+APT_PACKAGES := openmpi-bin libopenmpi-dev libpmix-dev cmake g++ chromium podman runc
 
 .PHONY: all venv deps check-deps test test-fast demo golden cluster-up cluster-down bench clean horovod
 

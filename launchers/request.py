@@ -11,6 +11,7 @@ import re
 from typing import Optional, Tuple
 
 from hpclaunch.common.model import field, model
+from hpclaunch.launchers.container import ContainerPlan, container_plan
 from hpclaunch.spec.loading import Resolved
 from hpclaunch.spec.sweep import fill, points
 from hpclaunch.spec.units import format_time, parse_time_seconds
@@ -72,6 +73,7 @@ class BatchRequest:
     requeue_by: str = "hpclaunch"      # who requeues: hpclaunch, or the program (`scontrol requeue`)
     signal_ranks: bool = False         # the batch shell passes the requeue signal on to every rank process
     warn_signal: bool = False          # Slurm sends requeue_signal `requeue_grace` s before the time limit
+    container: Optional[ContainerPlan] = None  # each rank's program in a container (launchers/container.py)
     array: Optional[str] = None        # "0-49%10" for sweeps
     array_size: int = 0
     parallelism: Optional[int] = None
@@ -185,6 +187,8 @@ def build_request(resolved: Resolved) -> BatchRequest:
         horovod_args=tuple(profile.horovod.extra_args),
         horovod_starter=profile.horovod.starter,
         gpu_directive=gpu_directive,
+        container=container_plan(job.container, profile.container, [k for k, _ in env] + list(varying),
+                                 r.gpus_per_node or 0),
         array=array_spec(len(sweep_tasks), job.sweep.parallelism) if sweep_tasks else None,
         array_size=len(sweep_tasks),
         parallelism=job.sweep.parallelism if job.sweep else None,

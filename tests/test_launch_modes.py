@@ -33,3 +33,13 @@ def test_ray_on_the_local_backend_ends_with_the_driver(hpc_home, tmp_path):
     assert json.loads(hl("status", run_dir, "--json").stdout)["state"] == "COMPLETED"
     left = subprocess.run(["pgrep", "-af", "raylet|gcs_server|ray::"], capture_output=True, text=True).stdout
     assert not [line for line in left.splitlines() if "pgrep" not in line], left
+
+
+def test_pyxis_needs_slurm_and_the_local_backend_says_so(hpc_home, tmp_path):
+    (tmp_path / "pyx.yaml").write_text("name: pyx\nextends: local\ncontainer: {runtime: pyxis}\n")
+    (tmp_path / "job.yaml").write_text(f"name: boxed\nprofile: {tmp_path}/pyx.yaml\nlauncher: srun\n"
+                                       "command: [hostname]\ncontainer: {image: 'nvcr.io#nvidia/pytorch:24.05-py3'}\n")
+    proc = hl("submit", "job.yaml", "--backend", "local", cwd=str(tmp_path), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "pyxis runs containers through Slurm's srun" in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists() or not os.listdir(tmp_path / "runs")

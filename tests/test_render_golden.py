@@ -84,3 +84,34 @@ def test_extra_directives_and_mpirun():
     text = render_job(resolve_job(JOB, ["launcher=mpi", "slurm.extra=[--reservation=maint, --mail-type=END]"]))
     assert "#SBATCH --reservation=maint\n#SBATCH --mail-type=END\n" in text
     assert 'mpirun -np 2 -H "$hl_hosts"' in text  # the local profile starts MPI with mpirun
+
+
+CONTAINER_RUNTIMES = ["pyxis", "apptainer", "podman"]
+
+
+def _render_container(runtime, launcher):
+    prof = os.path.join(GOLDEN, "profiles", f"ctr-{runtime}.yaml")
+    return render_job(resolve_job(JOB, [f"profile={prof}", f"launcher={launcher}",
+                                        "container={image: 'nvcr.io#nvidia/pytorch:24.05-py3', "
+                                        "mounts: ['/data:/data:ro'], env: [WANDB_MODE]}"]))
+
+
+@pytest.mark.parametrize("runtime", CONTAINER_RUNTIMES)
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_golden_container(runtime, launcher, tmp_path):
+    text = _render_container(runtime, launcher)
+    path = os.path.join(GOLDEN, f"container-{runtime}-{launcher}.sbatch")
+    if os.environ.get("UPDATE_GOLDEN"):
+        with open(path, "w") as f:
+            f.write(text)
+    assert text == open(path).read(), f"{path} differs; if the change is intended run `make golden`"
+    script = tmp_path / "s.sbatch"
+    script.write_text(text)
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    # the monitor never runs in the container; the rank program always does
+    monitor = [line for line in text.splitlines() if "hpclaunch.monitors" in line]
+    assert monitor and not any("hl_ctr" in line or "nvcr.io" in line for line in monitor)
+    if runtime == "pyxis":
+        assert "--container-image='nvcr.io#nvidia/pytorch:24.05-py3'" in text and "--container-remap-root" in text
+    else:
+        assert '"${hl_rank_log[@]}" "${hl_ctr[@]}" "${hl_cmd[@]}"' in text

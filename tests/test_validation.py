@@ -178,7 +178,7 @@ def test_wrong_type_cases_cover_every_top_level_key():
     assert {key for key, _, _ in WRONG_TYPES} == {f.name for f in fields(Job)}
     # the derivation from the schema sorts the sections right (a slip would test them as words)
     mappings = {key for key, _, words in WRONG_TYPES if words.startswith("expected a mapping")}
-    assert mappings == {"resources", "slurm", "env", "monitor", "requeue", "rendezvous", "train", "sweep"}
+    assert mappings == {"resources", "slurm", "env", "monitor", "requeue", "rendezvous", "train", "sweep", "container"}
     assert [key for key, _, words in WRONG_TYPES if words.startswith("expected a list")] == ["command"]
 
 
@@ -384,3 +384,24 @@ def test_a_trailing_newline_from_the_command_line_is_refused(run_cli, write):
     code, lines, _ = _problems(run_cli, write, GOOD, "slurm.partition=debug\n")
     assert code == 2 and lines == ["command line (-o slurm.partition): slurm.partition: is not a valid partition "
                                    "name ('debug\\n') \u2014 use letters, digits and _ . , : + @ % = - only"], lines
+
+
+@pytest.mark.parametrize("profile,container,words", [
+    ("local", "{image: img}", "container: profile 'local' names no container runtime"),
+    ("PODMAN", "{image: img, mounts: ['data:/data']}", "container.mounts: entry 'data:/data' is not a mount"),
+    ("PODMAN", "{image: 'img; rm -rf /'}", "container.image: is not an image reference"),
+    ("PODMAN", "{image: img, env: ['A B']}", "container.env: entry 'A B' is not a variable name"),
+    ("PODMAN", "{image: img, workdir: rel}", "container.workdir: is not an absolute plain path"),
+    ("PYXIS", "{image: img}", "pyxis containers start with srun, but profile 'pyx' starts mpi ranks with mpirun"),
+])
+def test_container_refusals_are_one_line(write, profile, container, words):
+    pod = write("hpc_profiles/pod.yaml", "name: pod\nextends: local\ncontainer: {runtime: podman}\n")
+    pyx = write("hpc_profiles/pyx.yaml", "name: pyx\nextends: local\ncontainer: {runtime: pyxis}\n"
+                                         "mpi: {starter: mpirun}\n")
+    profile = {"PODMAN": pod, "PYXIS": pyx}.get(profile, profile)
+    path = write("job.yaml", f"name: j\nprofile: {profile}\nlauncher: mpi\ncommand: [python, t.py]\n"
+                             f"container: {container}\n")
+    proc = _validate_in_a_process(path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], lines

@@ -9,6 +9,7 @@ import re
 from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple
 
 from hpclaunch.common.model import model
+from hpclaunch.spec.container import Container
 from hpclaunch.spec.train import Train
 from hpclaunch.spec.typedload import Scalar, field
 from hpclaunch.spec.units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
@@ -170,6 +171,7 @@ class Job:
     workdir: Optional[str] = field(None, help="directory the ranks start in (default: the submit directory)",
                                    check=_no_nul)
     sweep: Optional[Sweep] = field(None, help="run the job once per parameter point, as a job array")
+    container: Optional[Container] = field(None, help="run each rank's program in a container (docs/containers.md)")
     runs_root: Optional[str] = field(None, help="where run directories go (default: the profile's, else ./runs)",
                                      check=lambda v: runs_root_problem(v))
 

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from hpclaunch.spec.job import _mem_check, _slurm_word, _time_check, runs_root_problem
 from hpclaunch.common.model import model
+from hpclaunch.spec.container import ContainerRuntime
 from hpclaunch.spec.typedload import Scalar, field
 
 _HOST_PART = re.compile(r"[A-Za-z0-9.-]*")  # fullmatch: `$` would pass a final newline
@@ -153,5 +154,6 @@ class Profile:
     limits: Limits = field(default_factory=Limits)
     training: Training = field(default_factory=Training)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
+    container: ContainerRuntime = field(default_factory=ContainerRuntime)
     runs_root: str = field("runs", help="where run directories go, relative to the submit directory or absolute",
                            check=lambda v: runs_root_problem(v))

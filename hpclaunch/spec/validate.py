@@ -126,6 +126,19 @@ def _launcher_rules(job: Job, profile: Profile, bad) -> None:
     if launcher == "torchrun" and job.command and job.command[0] in ("torchrun", "srun", "mpirun", "horovodrun"):
         bad("command[0]", f"the {launcher} launcher already starts ranks; the command is what each rank runs",
             job.command[0], "drop the launcher from command, e.g. [python, train.py]")
+    if job.container is not None:
+        if profile.container.runtime is None:
+            bad("container", f"profile '{profile.name}' names no container runtime", job.container.image,
+                "set container.runtime (pyxis, apptainer or podman) in the profile, or drop container:")
+        elif launcher == "ray":
+            bad("container", "launcher ray runs no container yet (its driver runs on the head node's host)",
+                job.container.image, "drop container: or use launcher srun/torchrun")
+        elif profile.container.runtime == "pyxis" and (
+                (launcher == "mpi" and profile.mpi.starter != "srun")
+                or (launcher == "horovod" and profile.horovod.starter != "srun")):
+            bad("container", f"pyxis containers start with srun, but profile '{profile.name}' starts {launcher} "
+                "ranks with " + ("mpirun" if launcher == "mpi" else "horovodrun"), job.container.image,
+                f"set {launcher}.starter: srun in the profile, or use launcher srun/torchrun")
 
 
 def _requeue_rules(job: Job, seconds: int | None, bad) -> None:

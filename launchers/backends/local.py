@@ -33,6 +33,10 @@ class LocalBackend(Backend):
     def check(self, request: BatchRequest, args: Sequence[str], sources) -> None:
         if any(a.startswith("--dependency=") for a in args):
             raise HpclaunchError("--after: dependencies need Slurm \u2014 submit with --backend slurm")
+        if request.container is not None and request.container.runtime == "pyxis":
+            raise HpclaunchError(f"{sources.of('container')}: container: pyxis runs containers through Slurm's "
+                                 "srun — submit with --backend slurm, or use a profile whose "
+                                 "container.runtime is apptainer or podman")
         if request.nodes != 1:
             raise HpclaunchError(f"{sources.of('resources.nodes')}: resources.nodes: the local backend runs one node "
                                  f"({request.nodes}) \u2014 use -o resources.nodes=1, "
