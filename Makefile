@@ -11,7 +11,7 @@ SLURM_STATE ?= /tmp/hpclaunch-slurm
 # The Slurm packages are installed by tests/cluster/slurm-up.sh itself.
 APT_PACKAGES := openmpi-bin libopenmpi-dev libpmix-dev cmake g++ chromium podman runc
 
-.PHONY: all venv deps check-deps test test-fast demo golden cluster-up cluster-down bench clean horovod
+.PHONY: all venv deps check-deps test test-fast demo golden cluster-up cluster-down bench clean horovod tf-venv
 
 all: venv
 
@@ -53,8 +53,16 @@ cluster-up:
 cluster-down:
 	@bash tests/cluster/slurm-down.sh -d $(SLURM_STATE)
 
+# TensorFlow in a venv of its own (~30 s from cached wheels): a user's program environment need not
+# hold hpclaunch, and TensorFlow's pins (protobuf, numpy) stay out of the main venv. Checked by import.
+TF_VENV := .venv-tf
+tf-venv:
+	@if (cd / && $(abspath $(TF_VENV))/bin/python -c 'import tensorflow') 2>/dev/null; then exit 0; fi; \
+	echo "tf-venv: installing tensorflow-cpu into $(TF_VENV)"; \
+	set -e; python3 -m venv $(TF_VENV); $(TF_VENV)/bin/pip install -q tensorflow-cpu
+
 # Installs everything, starts the test cluster (the tests' session fixture reuses it) and runs the tests.
-test: venv deps
+test: venv deps tf-venv
 	bash tests/cluster/slurm-up.sh -d $(SLURM_STATE) >/dev/null
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs
 

@@ -17,7 +17,7 @@ from hpclaunch.common.model import model
 # hpclaunch's and every launcher's rank variables, and the threading/accelerator settings.
 PASSED = ("SLURM_*", "HPCLAUNCH_*", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE",
           "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_*", "OMPI_*",
-          "PMIX_*", "PMI_*", "HOROVOD_*", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NCCL_*", "GLOO_*")
+          "PMIX_*", "PMI_*", "HOROVOD_*", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NCCL_*", "GLOO_*", "TF_CONFIG")
 
 
 @model(frozen=True)

@@ -100,3 +100,23 @@ monitor: {{interval: 0}}
     assert "world size 4 ok" in rank_log(run_dir, 0)
     hosts = {r: rank_log(run_dir, r).split(" host ")[1].split()[0] for r in range(4)}
     assert hosts == {0: "c1", 1: "c1", 2: "c2", 3: "c2"}, hosts
+
+
+def test_tensorflow_multiworker_variables_agree_across_nodes(slurm, hpc_home, tmp_path):
+    # TensorFlow lives in a venv of its own (make tf-venv): the program's environment need not hold hpclaunch
+    python = os.path.join(os.path.dirname(EXAMPLES), ".venv-tf", "bin", "python")
+    assert os.path.exists(python), "TensorFlow's venv is missing: make tf-venv (make test runs it)"
+    _, run_dir = submit_wait(tmp_path, f"""
+name: tf-two
+profile: testcluster
+launcher: tensorflow
+command: [{python}, {EXAMPLES}/tf_multiworker.py]
+resources: {{nodes: 2, tasks_per_node: 1, time: "00:05:00"}}
+monitor: {{interval: 0}}
+""")
+    lines = [rank_log(run_dir, r).strip().splitlines()[-1] for r in (0, 1)]
+    assert lines[0].startswith("worker 0/2 host c1 ") and lines[1].startswith("worker 1/2 host c2 "), lines
+    sums = [line.split("checksum ")[1] for line in lines]
+    assert sums[0] == sums[1], lines   # each worker trained on its own data: equal only if all-reduced
+    script = open(os.path.join(run_dir, "script.sbatch")).read()
+    assert "TF_CONFIG" in script

@@ -15,7 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "golden")
 JOB = os.path.join(GOLDEN, "job.yaml")
 PROFILES = ["local", "a100-hpc", "testcluster", "jetson-orin", "workstation"]
-LAUNCHERS = ["torchrun", "horovod", "mpi", "srun", "ray"]
+LAUNCHERS = ["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow"]
 
 
 def _render(profile, launcher):

@@ -51,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("file", nargs="?", default="job.yaml", help="where to write it (default: job.yaml)")
     c.add_argument("--profile", default="local", help="cluster profile (default: local)")
     c.add_argument("--name", default=None, help="job name (default: from the file name)")
-    c.add_argument("--launcher", default="", choices=["torchrun", "horovod", "mpi", "srun", "ray", "jax", "lightning"],
+    c.add_argument("--launcher", default="", choices=["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow", "jax",
+                                                      "lightning"],
                    help="a starter for this launch mode (jax and lightning run under launcher: srun)")
     c.add_argument("--force", action="store_true", help="replace an existing file")
 

@@ -14,8 +14,8 @@ from hpclaunch.spec.train import Train
 from hpclaunch.spec.typedload import Scalar, field
 from hpclaunch.spec.units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
 
-LAUNCHERS = ("torchrun", "horovod", "mpi", "srun", "ray")
-Launcher = Literal["torchrun", "horovod", "mpi", "srun", "ray"]
+LAUNCHERS = ("torchrun", "horovod", "mpi", "srun", "ray", "tensorflow")
+Launcher = Literal["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow"]
 REQUEUE_SIGNALS = ("USR1", "USR2")
 SECRET_MARKERS = ("TOKEN", "KEY", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
 

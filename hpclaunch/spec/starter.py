@@ -23,6 +23,9 @@ MODES = {
     "ray": ("ray", "[python, driver.py]",
             "a Ray head on the first node, a worker on each other node; this command is the driver, on the "
             "head node, with RAY_ADDRESS set (ray.init() joins). The job ends when the driver does"),
+    "tensorflow": ("tensorflow", "[python, train.py]",
+                   "srun starts one worker per rank, each with a TF_CONFIG naming every worker and its own index: "
+                   "tf.distribute.MultiWorkerMirroredStrategy() needs no arguments"),
     "jax": ("srun", "[python, train.py]",
             "one process per node (tasks_per_node: 1); jax.distributed.initialize() with no arguments reads "
             "Slurm's variables"),
@@ -50,7 +53,7 @@ def starter_job(profile_ref: str, name: str, where: tuple[str, str] | None = Non
 # Every key: `hpclaunch schema`. Any key can be overridden: -o resources.nodes=2
 name: {_y(name)}
 profile: {_y(profile_ref)}           # {p.description or p.name}
-launcher: {_y(launcher)}         # torchrun | horovod | mpi | srun | ray{note}
+launcher: {_y(launcher)}         # torchrun | horovod | mpi | srun | ray | tensorflow{note}
 # What each rank runs (a list: no shell parsing, every argument arrives as written).
 command: {command}
 
