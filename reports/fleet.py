@@ -58,7 +58,52 @@ def _in_order(reasons: Dict[str, float]) -> Dict[str, float]:
     return {r: round(reasons[r], 2) for r in SLOWDOWN_REASONS if r in reasons}
 
 
+def logs_signature(run_dir: str) -> str:
+    """Names, sizes and change times of what a report reads (monitor/, metrics/, each attempt's
+    ranks.tsv): a ledger entry with another signature is stale. "" when none can be read."""
+    import hashlib
+    import os
+    parts = []
+    for sub in ("monitor", "metrics", "logs"):
+        try:
+            with os.scandir(os.path.join(run_dir, sub)) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            path = e.path
+            if sub == "logs":
+                if not e.name.startswith("attempt"):
+                    continue
+                path = os.path.join(e.path, "ranks.tsv")
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            parts.append(f"{sub}/{e.name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32] if parts else ""
+
+
+def job_summary(run_dir: str, engine: str = "auto") -> Dict[str, Any]:
+    """What the fleet view needs of one job's report, small enough to keep in the registry's ledger
+    (a few hundred bytes per GPU) and shaped like the report, so both feed the same code."""
+    rep = build(run_dir, engine=engine, bins=8).data
+    gpu_keys = ("host", "index", "uuid", "avg_temp_c", "max_temp_c", "time_near_slowdown_s", "throttle_s")
+    return {
+        "energy_j": {k: rep["energy_j"][k] for k in ("total", "gpu", "cpu", "complete")},
+        "duration_s": rep["duration_s"], "idle": {"energy_j": rep["idle"]["energy_j"]},
+        "throttle_total_s": rep["throttle_total_s"],
+        "gpus": [dict({k: g[k] for k in gpu_keys}, coverage={"sampled_s": g["coverage"]["sampled_s"]})
+                 for g in rep["gpus"]],
+        "nodes": [{"host": n["host"], "energy_j": {"total": n["energy_j"]["total"]},
+                   "max_gpu_temp_c": n.get("max_gpu_temp_c"), "max_cpu_temp_c": n.get("max_cpu_temp_c")}
+                  for n in rep["nodes"]],
+        "warnings": list(rep["warnings"]),
+    }
+
+
 def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetReport:
+    """Rows carrying a `summary` (the registry's ledger) are not re-read from their logs."""
     warnings: List[str] = []
     jobs: List[dict] = []
     by_user: Dict[str, dict] = {}
@@ -70,7 +115,7 @@ def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetRe
         jid = row.get("id")
         rd = row.get("run_dir")
         try:
-            rep = build(rd, engine=engine, bins=8).data
+            rep = row.get("summary") or job_summary(rd, engine)
         except Exception as e:  # noqa: BLE001 - one broken run dir must not hide the fleet
             warnings.append(f"job {jid}: report failed: {type(e).__name__}: {e}")
             continue
@@ -162,7 +207,9 @@ def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetRe
 
 def render_fleet(fleet: FleetReport, fmt: str = "text", *, width: int = 120, color: bool = False) -> str:
     if fmt == "json":
-        return json.dumps(clean(fleet.data), indent=2, allow_nan=False) + "\n"
+        # indented for a reader; a large fleet compact, through the C encoder (indent needs the Python one)
+        indent = 2 if fleet.data["jobs_count"] <= 200 else None
+        return json.dumps(clean(fleet.data), indent=indent, allow_nan=False) + "\n"
     if fmt == "text":
         return _fleet_text(fleet, width, color)
     if fmt == "html":

@@ -100,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="default: text, or from the -o suffix (.json, .html)")
     c.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
     c.add_argument("--since", metavar="AGE", help="fleet view over jobs submitted within AGE, e.g. 7d")
+    c.add_argument("--refresh", action="store_true",
+                   help="fleet view: check every job's logs against its ledger summary (by default only "
+                   "jobs that ended in the last day are checked)")
 
     c = sub.add_parser("schema", help="print the JSON Schema of job files (or profiles), for editors")
     c.add_argument("--profile", action="store_true", help="the schema of profile files instead")

@@ -10,6 +10,7 @@ from hpclaunch.cli.output import parse_age, write_user_file
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.reports import build_fleet_report, build_report, render, render_fleet
 from hpclaunch.runs.jobs import find_job
+from hpclaunch.runs.ledger import fleet_rows
 from hpclaunch.runs.registry import Registry
 
 
@@ -20,9 +21,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         fmt = {".json": "json", ".html": "html", ".htm": "html"}.get(suffix, "text")
     if args.since:
         since = _time.time() - parse_age(args.since)
-        rows = [{"id": r.job_id, "name": r.name, "user": r.user, "partition": r.partition or "",
-                 "run_dir": r.run_dir, "submit_time": r.submit_time} for r in Registry().list(since=since)]
-        out = render_fleet(build_fleet_report(rows), fmt)
+        out = render_fleet(build_fleet_report(fleet_rows(Registry(), since, refresh=args.refresh)), fmt)
     else:
         if not args.job:
             raise HpclaunchError("report: which job? — give a job id, name or run directory, or --since 7d")

@@ -11,7 +11,7 @@ import os
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 from hpclaunch.common.atomic import file_in_the_way
 from hpclaunch.common.errors import HpclaunchError
@@ -58,6 +58,12 @@ CREATE TABLE IF NOT EXISTS events (
     detail   TEXT
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS ledger (
+    job_key    INTEGER PRIMARY KEY REFERENCES jobs(key),
+    signature  TEXT NOT NULL,
+    summary    TEXT NOT NULL,
+    made       REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
@@ -343,6 +349,26 @@ class Registry:
         if limit:
             sql += f" LIMIT {int(limit)}"
         return [_record(r) for r in self._rows(sql, args)]
+
+    def ledger(self, keys: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """The fleet ledger's entries of these jobs: {key: (logs signature, summary JSON)}."""
+        out: dict[int, tuple[str, str]] = {}
+        keys = list(keys)
+        for i in range(0, len(keys), 900):  # SQLite's bound-parameter limit
+            chunk = keys[i:i + 900]
+            for row in self._rows("SELECT job_key, signature, summary FROM ledger WHERE job_key IN (%s)"
+                                  % ",".join("?" * len(chunk)), chunk):
+                out[row[0]] = (row[1], row[2])
+        return out
+
+    def put_ledger(self, entries: Sequence[tuple[int, str, str]]) -> None:
+        """Write (key, logs signature, summary JSON) entries, replacing older ones, in one transaction."""
+        if not entries:
+            return
+        now = time.time()
+        with self._tx():
+            self._db.executemany("INSERT OR REPLACE INTO ledger VALUES (?, ?, ?, ?)",
+                                 [(k, sig, summary, now) for k, sig, summary in entries])
 
     def events(self, key: int) -> Iterator[sqlite3.Row]:
         return iter(self._rows("SELECT * FROM events WHERE job_key = ? ORDER BY id", (key,)))

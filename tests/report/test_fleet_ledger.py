@@ -1,0 +1,105 @@
+"""The fleet ledger (issue 17): `report --since` reads each ended job's summary from the registry,
+with the same totals as the log-based path; a job whose logs change is summarised again; a job
+still running is not ledgered."""
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from synth import GpuSpec, HostSpec, T0, write_run  # noqa: E402
+
+from hpclaunch.reports import build_fleet_report, render_fleet  # noqa: E402
+from hpclaunch.reports import fleet as fleet_mod  # noqa: E402
+from hpclaunch.runs import ledger  # noqa: E402
+from hpclaunch.runs.registry import Registry  # noqa: E402
+
+
+def _job(tmp_path, reg, k, state="COMPLETED"):
+    rd = tmp_path / f"job-{k}"
+    specs = [GpuSpec(h, i, a=200 + 10 * i + k, b=50, phase=0.3 * i, ranks=str(i), throttle_window=(100, 130))
+             for h in ("n1", "n2") for i in range(2)]
+    write_run(rd, specs, hosts=[HostSpec("n1"), HostSpec("n2")], duration=300, jitter=0.2, metrics=None)
+    rec = reg.add(backend="slurm", cluster="c", job_id=str(100 + k), name=f"job{k}", run_dir=str(rd),
+                  partition="gpu")
+    if state != "PENDING":
+        reg.update_state(rec.key, state, exit_code=0)
+    return rec
+
+
+def _plain_rows(reg):
+    return [{"id": r.job_id, "name": r.name, "user": r.user, "partition": r.partition or "",
+             "run_dir": r.run_dir, "submit_time": r.submit_time} for r in reg.list()]
+
+
+def _same(a, b):
+    return json.loads(render_fleet(a, "json")) == json.loads(render_fleet(b, "json"))
+
+
+def test_ledger_gives_the_log_based_totals_and_is_read_not_rebuilt(hpc_home, tmp_path, monkeypatch):
+    reg = Registry()
+    for k in range(3):
+        _job(tmp_path, reg, k)
+    from_logs = build_fleet_report(_plain_rows(reg))
+    first = build_fleet_report(ledger.fleet_rows(reg))
+    assert _same(first, from_logs)
+    assert len(reg.ledger([r.key for r in reg.list()])) == 3
+    # the second view reads the ledger only: summarising would fail now
+    monkeypatch.setattr(ledger, "job_summary", lambda *a, **k: pytest.fail("re-summarised an unchanged job"))
+    monkeypatch.setattr(fleet_mod, "job_summary", lambda *a, **k: pytest.fail("read the logs"))
+    second = build_fleet_report(ledger.fleet_rows(reg))
+    assert _same(second, from_logs)
+    assert second.data["energy_j"] == pytest.approx(from_logs.data["energy_j"], rel=0, abs=1e-6)
+
+
+def test_changed_logs_are_summarised_again_and_running_jobs_never_ledgered(hpc_home, tmp_path):
+    reg = Registry()
+    done = _job(tmp_path, reg, 0)
+    running = _job(tmp_path, reg, 1, state="PENDING")
+    ledger.fleet_rows(reg)
+    assert set(reg.ledger([done.key, running.key])) == {done.key}
+    before = json.loads(reg.ledger([done.key])[done.key][1])["energy_j"]["total"]
+    # the job's GPU log gains a later row (a straggling monitor flush): its summary is made again
+    gpu_csv = next(p for p in (tmp_path / "job-0" / "monitor").iterdir() if "gpu" in p.name)
+    lines = [line for line in gpu_csv.read_text().splitlines() if not line.startswith("#")]
+    header, last = lines[0].split(","), lines[-1].split(",")
+    t = header.index("time_unix")
+    last[t] = f"{float(last[t]) + 1.0:.3f}"
+    energy = [i for i, name in enumerate(header) if name.startswith("energy")]
+    for i in energy:
+        if last[i]:
+            last[i] = str(int(float(last[i]) + 300_000))  # +300 J over that second
+    with open(gpu_csv, "a") as f:
+        f.write(",".join(last) + "\n")
+    os.utime(gpu_csv, ns=(0, os.stat(gpu_csv).st_mtime_ns + 10**9))
+    ledger.fleet_rows(reg)
+    after = json.loads(reg.ledger([done.key])[done.key][1])["energy_j"]["total"]
+    assert after > before
+
+
+def test_report_since_cli_uses_the_ledger(hpc_home, tmp_path):
+    from hlcli import hl
+    reg = Registry()
+    for k in range(2):
+        _job(tmp_path, reg, k)
+    reg.close()
+    out = json.loads(hl("report", "--since", "1d", "--format", "json", cwd="/").stdout)
+    assert out["jobs_count"] == 2
+    reg = Registry()
+    assert len(reg.ledger([r.key for r in reg.list()])) == 2
+
+
+def test_settled_jobs_are_trusted_unless_refreshed(hpc_home, tmp_path, monkeypatch):
+    reg = Registry()
+    rec = _job(tmp_path, reg, 0)
+    ledger.fleet_rows(reg)
+    reg._db.execute("UPDATE jobs SET end_time = end_time - 2 * 86400")  # ended two days ago
+    calls = []
+    monkeypatch.setattr(ledger, "logs_signature", lambda rd: calls.append(rd) or "changed")
+    monkeypatch.setattr(ledger, "job_summary", lambda rd: {"energy_j": {"total": 1.0}})
+    ledger.fleet_rows(reg)
+    assert calls == []
+    ledger.fleet_rows(reg, refresh=True)
+    assert calls == [rec.run_dir]
+    assert json.loads(reg.ledger([rec.key])[rec.key][1]) == {"energy_j": {"total": 1.0}}
