@@ -103,3 +103,19 @@ def test_settled_jobs_are_trusted_unless_refreshed(hpc_home, tmp_path, monkeypat
     ledger.fleet_rows(reg, refresh=True)
     assert calls == [rec.run_dir]
     assert json.loads(reg.ledger([rec.key])[rec.key][1]) == {"energy_j": {"total": 1.0}}
+
+
+def test_slurm_comment_line_is_compact_json_of_the_report(tmp_path):
+    from hpclaunch.reports import build_report
+    from hpclaunch.reports.slurm_comment import comment, main
+    rd = tmp_path / "run"
+    write_run(rd, [GpuSpec("n1", i, ranks=str(i)) for i in range(2)], hosts=[HostSpec("n1")], duration=120,
+              jitter=0.2, metrics=None)
+    line = comment(str(rd))
+    assert " " not in line and "|" not in line   # one sacct field, whatever the delimiter
+    data = json.loads(line)
+    total = build_report(str(rd)).data["energy_j"]["total"]
+    assert data["energy_j"] == pytest.approx(total, abs=0.1) and data["gpus"] == 2
+    empty = tmp_path / "empty"
+    (empty / "monitor").mkdir(parents=True)
+    assert main([str(empty)]) == 1
