@@ -37,8 +37,12 @@ def to_json(report: Report, indent: Optional[int] = 2) -> str:
     return json.dumps(clean(report.data), indent=indent, allow_nan=False) + "\n"
 
 
-def render(report: Report, fmt: str = "text", *, width: int = 120, color: bool = False) -> Union[str, bytes]:
-    """Render a report: "text" (rich tables + sparklines), "json", "html" (one self-contained file)."""
+def render(report: Report, fmt: str = "text", *, width: Optional[int] = None, color: bool = False) -> Union[str, bytes]:
+    """Render a report: "text" (rich tables + sparklines), "json", "html" (one self-contained file).
+    Text fits `width` columns: by default the terminal's ($COLUMNS, else 120), at least 60."""
+    if width is None:
+        import shutil
+        width = max(60, min(200, shutil.get_terminal_size((120, 24)).columns))
     if fmt == "json":
         return to_json(report)
     if fmt == "text":

@@ -26,7 +26,7 @@ from hpclaunch.monitors import schema
 from hpclaunch.reports import readers, xid
 from hpclaunch.reports.gpu_stats import gpu_rows, gpu_stats, index_gpu_tables
 from hpclaunch.reports.hosts import host_stats
-from hpclaunch.reports.metrics import job_info, metrics_summary
+from hpclaunch.reports.metrics import job_info, metrics_summary, rank_hosts
 from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, REPORT_SCHEMA, Report, SERIES_BINS, STRAGGLER_RATIO, add_or_none, host_from_filename, nanmax, rounded
 
 def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
@@ -50,7 +50,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
     if skipped:
         warnings.append(f"{skipped} malformed row(s) skipped (unterminated last lines or cell-count mismatches)")
     keys, segs, fcols, txt, mstats = index_gpu_tables(gtabs)
-    hosts = host_stats(htabs, warnings)
+    hosts = host_stats(htabs, warnings, readers.unavailable_sources(files["events"]))
     # job window
     starts, ends = [], []
     for fc in fcols:
@@ -161,7 +161,8 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
             rank_gpus.setdefault(r, []).append(g)
     if gpus and not rank_gpus:
         warnings.append("no rank-to-GPU mapping in the GPU logs (ranks column empty): per-rank energy unknown")
-    all_ranks = set(rank_gpus) | (set(met["per_rank"]) if met else set())
+    started = rank_hosts(run_dir)  # every program's ranks, from the job script's record
+    all_ranks = set(rank_gpus) | (set(met["per_rank"]) if met else set()) | set(started)
     ranks: List[dict] = []
     med_all = None
     if met:
@@ -175,7 +176,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
             e = None if any(x is None for x in parts) else sum(parts)
         mr = met["per_rank"].get(r) if met else None
         rd: Dict[str, Any] = {
-            "rank": r, "host": gl[0]["host"] if gl else None,
+            "rank": r, "host": gl[0]["host"] if gl else started.get(r),
             "gpus": [f"{g['host']}/{g['index']}" for g in gl],
             "energy_j": rounded(e), "gpu_shared_by": max((len(g["ranks"]) for g in gl), default=None),
             "energy_split": "even share of a shared GPU" if any(g["shared"] for g in gl) else
@@ -214,6 +215,10 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
             "peak_gpu_power_w": rounded(node_peak.get(h)),
             "max_gpu_temp_c": rounded(max((g["max_temp_c"] for g in gl if g["max_temp_c"] is not None), default=None), 2),
             "max_cpu_temp_c": hd.get("max_cpu_temp_c"), "avg_cpu_pct": hd.get("avg_cpu_pct"),
+            "max_cpu_pct": hd.get("max_cpu_pct"),
+            "mem_used_mib": {"avg": hd.get("avg_host_mem_used_mib"), "max": hd.get("max_host_mem_used_mib"),
+                             "total": hd.get("host_mem_total_mib")},
+            "load1": {"avg": hd.get("avg_load1"), "max": hd.get("max_load1")},
             "monitor": {"cpu_s": hd.get("monitor_cpu_s"), "cpu_pct_of_core": hd.get("monitor_cpu_pct_of_core"),
                         "max_rss_mib": hd.get("monitor_max_rss_mib")},
         })

@@ -36,8 +36,10 @@ class FleetReport:
 
 def _acc(d: Dict[str, dict], key, e_total, e_gpu, e_cpu, gpu_h, complete):
     a = d.setdefault(str(key), {"jobs": 0, "energy_j": 0.0, "gpu_energy_j": 0.0, "cpu_energy_j": 0.0,
-                                "gpu_hours": 0.0, "incomplete_jobs": 0})
+                                "gpu_hours": 0.0, "incomplete_jobs": 0, "unknown_energy_jobs": 0})
     a["jobs"] += 1
+    if e_total is None:
+        a["unknown_energy_jobs"] += 1
     a["energy_j"] += e_total or 0.0
     a["gpu_energy_j"] += e_gpu or 0.0
     a["cpu_energy_j"] += e_cpu or 0.0
@@ -187,10 +189,12 @@ def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetRe
             v["energy_kwh"] = round(v["energy_j"] / 3.6e6, 6)
             for k in ("energy_j", "gpu_energy_j", "cpu_energy_j", "gpu_hours"):
                 v[k] = round(v[k], 3)
-    total = sum(j["energy_j"] or 0.0 for j in jobs)
+    known = [j["energy_j"] for j in jobs if j["energy_j"] is not None]
+    total = sum(known) if known else None  # unknown is never 0
     data = {
-        "schema": FLEET_SCHEMA, "jobs_count": len(jobs), "energy_j": round(total, 3),
-        "energy_kwh": round(total / 3.6e6, 6), "throttle_s": _in_order(fleet_throttle),
+        "schema": FLEET_SCHEMA, "jobs_count": len(jobs), "energy_j": None if total is None else round(total, 3),
+        "energy_kwh": None if total is None else round(total / 3.6e6, 6),
+        "unknown_energy_jobs": len(jobs) - len(known), "throttle_s": _in_order(fleet_throttle),
         "by_user": dict(sorted(by_user.items(), key=lambda kv: -kv[1]["energy_j"])),
         "by_partition": dict(sorted(by_part.items(), key=lambda kv: -kv[1]["energy_j"])),
         "jobs": jobs, "hottest_nodes": node_rows[:20],
@@ -235,15 +239,19 @@ def _fleet_text(fleet: FleetReport, width: int, color: bool) -> str:
     buf = io.StringIO()
     con = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
                   highlight=False)
-    con.print(f"[bold]Fleet energy[/bold]: {d['jobs_count']} jobs, {d['energy_kwh']:.3f} kWh")
+    unknown = d.get("unknown_energy_jobs") or 0
+    energy = "unknown" if d["energy_kwh"] is None else f"{d['energy_kwh']:.3f} kWh"
+    con.print(f"[bold]Fleet energy[/bold]: {d['jobs_count']} jobs, {energy}"
+              + (f" ({unknown} job(s) with unknown energy not counted)" if unknown and d["energy_kwh"] is not None else ""))
     con.print("GPU throttle over all jobs: " + (reasons_text(d["throttle_s"]) or "none"))
     for title, grp in (("By user", d["by_user"]), ("By partition", d["by_partition"])):
         t = Table(title=title, title_justify="left")
         for c in ("", "jobs", "kWh", "GPU kWh", "CPU kWh", "GPU h", "incomplete"):
             t.add_column(c, justify="right" if c else "left")
         for k, v in grp.items():
-            t.add_row(k, str(v["jobs"]), f"{v['energy_j'] / 3.6e6:.3f}", f"{v['gpu_energy_j'] / 3.6e6:.3f}",
-                      f"{v['cpu_energy_j'] / 3.6e6:.3f}", f"{v['gpu_hours']:.1f}", str(v["incomplete_jobs"]))
+            known = v["jobs"] > v.get("unknown_energy_jobs", 0)  # else the sums are 0 of nothing: n/a
+            kwh = [f"{v[c] / 3.6e6:.3f}" if known else "n/a" for c in ("energy_j", "gpu_energy_j", "cpu_energy_j")]
+            t.add_row(k, str(v["jobs"]), *kwh, f"{v['gpu_hours']:.1f}", str(v["incomplete_jobs"]))
         con.print(t)
     t = Table(title="Jobs by energy", title_justify="left")
     for c in ("job", "name", "user", "partition", "kWh", "GPUs", "max °C", "idle kWh", "complete", "throttle"):

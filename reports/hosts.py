@@ -9,7 +9,11 @@ from hpclaunch.reports import readers
 from hpclaunch.reports.energy import counter_total
 from hpclaunch.reports.model import host_from_filename, nanmax, nanmean, rounded
 
-def host_stats(tables: List[readers.Table], warnings) -> Dict[str, dict]:
+def host_stats(tables: List[readers.Table], warnings, unavailable: Dict[str, Dict[str, str]] | None = None
+               ) -> Dict[str, dict]:
+    """Per host: CPU energy (RAPL), CPU, memory and load over the job, temperatures, the monitor's
+    own cost. `unavailable` ({host: {source: reason}}, from the events logs) says why RAPL is missing."""
+    unavailable = unavailable or {}
     rows: Dict[str, List[Tuple[readers.Table, np.ndarray]]] = {}
     for tb in tables:
         if tb.n == 0:
@@ -48,8 +52,8 @@ def host_stats(tables: List[readers.Table], warnings) -> Dict[str, dict]:
             d["cpu_energy_j"] = None
             d["cpu_energy_source"] = None
             d["cpu_window_s"] = None
-            warnings.append(f"{h}: no RAPL energy in the host log (not readable without privileges?): "
-                            "CPU energy unknown")
+            why = unavailable.get(h, {}).get("rapl") or "the host log has no RAPL readings"
+            warnings.append(f"{h}: CPU energy unknown: {why}")
         mc = counter_total(t, cols["monitor_cpu_s"])
         span = float(t[-1] - t[0]) if t.size > 1 else None
         d["monitor_cpu_s"] = rounded(mc["total"], 3)
@@ -57,7 +61,12 @@ def host_stats(tables: List[readers.Table], warnings) -> Dict[str, dict]:
         d["monitor_max_rss_mib"] = rounded(nanmax(cols["monitor_rss_mib"]), 1)
         d["max_cpu_temp_c"] = rounded(nanmax(cols["cpu_temp_c"]), 1)
         d["avg_cpu_pct"] = rounded(nanmean(cols["cpu_pct"]), 2)
+        d["max_cpu_pct"] = rounded(nanmax(cols["cpu_pct"]), 2)
+        d["avg_host_mem_used_mib"] = rounded(nanmean(cols["mem_used_mib"]), 1)
         d["max_host_mem_used_mib"] = rounded(nanmax(cols["mem_used_mib"]), 1)
+        d["host_mem_total_mib"] = rounded(nanmax(cols["mem_total_mib"]), 1)
+        d["avg_load1"] = rounded(nanmean(cols["load1"]), 2)
+        d["max_load1"] = rounded(nanmax(cols["load1"]), 2)
         out[h] = d
     return out
 

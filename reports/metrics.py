@@ -111,3 +111,27 @@ def job_info(run_dir: Path, warnings) -> dict:
 # ---------------------------------------------------------------------------- build
 
 
+
+
+def rank_hosts(run_dir) -> Dict[int, str]:
+    """Rank -> host from the newest attempt's logs/attempt<N>/ranks.tsv ("rank<TAB>host<TAB>pid" per
+    rank, written by the job script for every program, train_entry or not)."""
+    logs = Path(run_dir) / "logs"
+    try:
+        attempts = sorted((p for p in logs.iterdir() if p.name.startswith("attempt") and p.name[7:].isdigit()),
+                          key=lambda p: int(p.name[7:]), reverse=True)
+    except OSError:
+        return {}
+    for a in attempts:
+        try:
+            text = (a / "ranks.tsv").read_text(errors="replace")
+        except OSError:
+            continue
+        out: Dict[int, str] = {}
+        for line in text.splitlines()[:100_000]:
+            cols = line.split("\t")
+            if len(cols) >= 2 and cols[0].isdigit():
+                out[int(cols[0])] = cols[1][:255]
+        if out:
+            return out
+    return {}

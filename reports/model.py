@@ -133,3 +133,29 @@ def energy_text(j: Optional[float], nd: int = 1) -> str:
     if abs(j) >= 1e3:
         return f"{j / 1e3:,.{nd}f} kJ"
     return f"{j:,.{nd}f} J"
+
+
+def duration_text(s: Optional[float]) -> str:
+    """Seconds in the unit a reader wants: 16 s, 4 min 05 s, 2 h 07 min, 3 d 04 h; n/a when unknown."""
+    if s is None:
+        return "n/a"
+    s = float(s)
+    if s < 60:
+        return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60):02d} s"
+    if s < 86400:
+        return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+    return f"{int(s // 86400)} d {int(s % 86400 // 3600):02d} h"
+
+
+def sources_text(sources: Dict[str, int]) -> str:
+    """{'counter': 4} -> 'counter: 4 GPU(s)'; 'none' when empty."""
+    return ", ".join(f"{k}: {v} GPU(s)" for k, v in (sources or {}).items()) or "none"
+
+
+def crosscheck_text(xc: Optional[Dict[str, float]]) -> str:
+    """The counter-vs-integrated-power spread, '+0.12..+0.80 %'; 'n/a' without both sources."""
+    if not xc or xc.get("min") is None or xc.get("max") is None:
+        return "n/a"
+    return f"{xc['min']:+.2f}..{xc['max']:+.2f} %"

@@ -458,3 +458,31 @@ def recorded_intervals(paths) -> Dict[str, float]:
                 if math.isfinite(value) and value > 0:
                     out[rec.get("host") or fname_host] = value
     return out
+
+
+def unavailable_sources(paths) -> Dict[str, Dict[str, str]]:
+    """Why each host's daemon could not read a source (its last ``source_unavailable`` event per
+    source, unless a later ``source_available`` says it came back): {host: {source: reason}}."""
+    out: Dict[str, Dict[str, str]] = {}
+    for p in paths:
+        fname_host = Path(p).name[: -len(".events.jsonl")] if str(p).endswith(".events.jsonl") else ""
+        try:
+            f = open(p, "r", errors="replace")
+        except OSError:
+            continue
+        with f:
+            for line in f:
+                if '"source_' not in line or not line.endswith("\n"):
+                    continue
+                try:
+                    rec = json.loads(line)
+                    detail = rec.get("detail") or {}
+                    source, kind = str(detail.get("source")), rec.get("kind")
+                except (ValueError, TypeError, AttributeError):
+                    continue
+                host = out.setdefault(str(rec.get("host") or fname_host), {})
+                if kind == "source_unavailable":
+                    host[source] = " ".join(str(detail.get("reason") or "unavailable").split())[:300]
+                elif kind == "source_available":
+                    host.pop(source, None)
+    return out

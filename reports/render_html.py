@@ -16,7 +16,8 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from hpclaunch.reports import xid as report_xid
-from hpclaunch.reports.model import energy_text, SLOWDOWN_REASONS, reasons_text, throttle_by_reason_cell
+from hpclaunch.reports.model import (SLOWDOWN_REASONS, crosscheck_text, duration_text, energy_text, reasons_text,
+                                     sources_text, throttle_by_reason_cell)
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
@@ -49,6 +50,12 @@ def _n(v, nd=1, unit=""):
 
 
 _energy = energy_text
+
+
+def _mem_gib(node) -> str:
+    mem = node.get("mem_used_mib") or {}
+    used, total = mem.get("max"), mem.get("total")
+    return f"{_n(None if used is None else used / 1024, 1)} / {_n(None if total is None else total / 1024, 1)}"
 
 
 def _ticks(lo: float, hi: float, n: int = 5) -> List[float]:
@@ -264,7 +271,7 @@ def render_html(report) -> str:
     ef = d["efficiency"]
     eps = (ef.get("energy_per_sample_j") or {})
     cards = [
-        ("Duration", _n((d["duration_s"] or 0) / 3600 if d["duration_s"] is not None else None, 2, " h")),
+        ("Duration", duration_text(d["duration_s"])),
         ("Energy total" + ("" if e["complete"] else " (incomplete)"), _energy(e["total"])),
         ("GPU energy", _energy(e["gpu"])), ("CPU energy (RAPL)", _energy(e["cpu"])),
         ("GPU power avg / peak", f"{_n(d['power_w']['gpu_avg'], 0)} / {_n(d['power_w']['gpu_peak'], 0)} W"),
@@ -318,10 +325,14 @@ def render_html(report) -> str:
     # tables
     parts.append("<h2>Nodes</h2>")
     parts.append(_table(("host", "GPUs", "GPU energy", "CPU energy", "total", "GPU avg W", "GPU peak W",
-                         "max GPU °C", "max CPU °C", "monitor CPU % of a core", "monitor RSS MiB"),
+                         "max GPU °C", "max CPU °C", "CPU % avg / max", "memory used GiB max / total",
+                         "load avg / max", "monitor CPU % of a core", "monitor RSS MiB"),
                         [(n["host"], len(n["gpus"]), _energy(n["energy_j"]["gpu"]), _energy(n["energy_j"]["cpu"]),
                           _energy(n["energy_j"]["total"]), _n(n["avg_power_w"]["gpu"], 0), _n(n["peak_gpu_power_w"], 0),
-                          _n(n["max_gpu_temp_c"]), _n(n["max_cpu_temp_c"]), _n(n["monitor"]["cpu_pct_of_core"], 3),
+                          _n(n["max_gpu_temp_c"]), _n(n["max_cpu_temp_c"]),
+                          f"{_n(n.get('avg_cpu_pct'), 0)} / {_n(n.get('max_cpu_pct'), 0)}", _mem_gib(n),
+                          f"{_n((n.get('load1') or {}).get('avg'), 1)} / {_n((n.get('load1') or {}).get('max'), 1)}",
+                          _n(n["monitor"]["cpu_pct_of_core"], 3),
                           _n(n["monitor"]["max_rss_mib"], 0)) for n in d["nodes"]]))
     parts.append("<h2>GPUs</h2><p class=\"note\">Energy source: <i>counter</i> = differences of the driver's "
                  "energy counter (resets start a new segment); <i>integrated_power</i> = trapezoid of sampled power. "
@@ -359,7 +370,8 @@ def render_html(report) -> str:
     cov = d["coverage"]
     mo = d["monitor_overhead"]
     parts.append("<h2>Coverage and honesty</h2><ul class=\"note\">"
-                 f"<li>energy sources: {_e(cov['energy_sources'])}; cross-check {_e(cov['crosscheck_pct'])}</li>"
+                 f"<li>energy sources: {_e(sources_text(cov['energy_sources']))}; counter vs integrated power "
+                 f"{_e(crosscheck_text(cov['crosscheck_pct']))}</li>"
                  f"<li>{cov['gpu_rows_read']} GPU rows read, {cov['duplicate_rows_removed']} duplicates removed, "
                  f"{cov['malformed_rows_skipped']} malformed rows skipped; {cov['n_gaps']} gap(s) longer than "
                  f"{_e(cov['gap_threshold'])}; minimum GPU coverage {_n(cov['min_gpu_coverage_pct'], 2, ' %')}</li>"
@@ -373,17 +385,22 @@ def render_html(report) -> str:
     return "".join(parts)
 
 
+def _group_kwh(v) -> list:
+    """A user's or partition's kWh columns; n/a when none of its jobs has a known energy."""
+    known = v["jobs"] > v.get("unknown_energy_jobs", 0)
+    return [f"{v[c] / 3.6e6:.3f}" if known else "n/a" for c in ("energy_j", "gpu_energy_j", "cpu_energy_j")]
+
+
 def render_fleet_html(fleet) -> str:
     d = fleet.data
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hpclaunch fleet report</title>"
              f"<style>{CSS}</style></head><body><h1>Fleet energy: {d['jobs_count']} jobs, "
-             f"{d['energy_kwh']:.3f} kWh</h1>",
+             f"{'unknown' if d['energy_kwh'] is None else format(d['energy_kwh'], '.3f') + ' kWh'}</h1>",
              f"<p class=\"note\">GPU throttle over all jobs: {_e(reasons_text(d['throttle_s']) or 'none')}</p>"]
     for title, grp in (("By user", d["by_user"]), ("By partition", d["by_partition"])):
         parts.append(f"<h2>{title}</h2>")
         parts.append(_table(("", "jobs", "kWh", "GPU kWh", "CPU kWh", "GPU h", "incomplete"),
-                            [(k, v["jobs"], f"{v['energy_j'] / 3.6e6:.3f}", f"{v['gpu_energy_j'] / 3.6e6:.3f}",
-                              f"{v['cpu_energy_j'] / 3.6e6:.3f}", f"{v['gpu_hours']:.1f}", v["incomplete_jobs"])
+                            [(k, v["jobs"], *_group_kwh(v), f"{v['gpu_hours']:.1f}", v["incomplete_jobs"])
                              for k, v in grp.items()]))
     parts.append("<h2>Jobs</h2>")
     parts.append(_table(("job", "name", "user", "partition", "kWh", "GPUs", "max °C", "complete", "throttle"),

@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from hpclaunch.reports import xid as report_xid
-from hpclaunch.reports.model import energy_text, throttle_by_reason_cell
+from hpclaunch.reports.model import crosscheck_text, duration_text, energy_text, sources_text, throttle_by_reason_cell
 
 SPARK = "▁▂▃▄▅▆▇█"
 MAX_GPU_ROWS = 24
@@ -117,76 +117,35 @@ def _xids(con, d, Table, box) -> None:
         con.print(line, markup=False)
 
 
-def render_text(report, width: int = 120, color: bool = False) -> str:
-    from rich.console import Console
-    from rich import box
-    from rich.table import Table
-
-    d = report.data
-    ser = report.series
-    buf = io.StringIO()
-    con = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
-                  highlight=False, emoji=False)
-    job = d["job"]
-    e = d["energy_j"]
-    title = f"hpclaunch report — job {job.get('id') or '?'} ({job.get('name') or '?'})"
-    con.print(f"[bold]{title}[/bold]")
-    con.print(f"run dir {job.get('run_dir')}   duration {_dur(d['duration_s'])}   "
-              f"{len(d['nodes'])} node(s), {len(d['gpus'])} GPU(s), {len(d['ranks'])} rank(s)")
-    pw = d["power_w"]
-    lines = [
-        f"Energy  total {_energy(e['total'])}{'' if e['complete'] else ' (incomplete, see warnings)'}"
-        f" = GPU {_energy(e['gpu'])} + CPU {_energy(e['cpu'])}",
-        f"Power   GPU avg {_n(pw['gpu_avg'], 0, ' W')}, peak {_n(pw['gpu_peak'], 0, ' W')};"
-        f" CPU avg {_n(pw['cpu_avg'], 0, ' W')}",
-    ]
-    ef = d["efficiency"]
-    if ef.get("steps"):
-        eps = ef["energy_per_step_j"] or {}
-        epsm = ef["energy_per_sample_j"] or {}
-        lines.append(f"Work    {ef['steps']:,} steps, {_n(ef['samples'], 0)} samples; "
-                     f"per step {_n(eps.get('total') if eps.get('total') is not None else eps.get('gpu'), 1, ' J')}"
-                     f"{'' if eps.get('total') is not None else ' (GPU only)'}, per sample "
-                     f"{_n(epsm.get('total') if epsm.get('total') is not None else epsm.get('gpu'), 3, ' J')}")
-    idle = d["idle"]
-    lines.append(f"Idle    {_energy(idle['energy_j'])} drawn by allocated GPUs at ≤{idle['util_threshold_pct']:g} % "
-                 f"utilisation ({_n(idle['share_of_gpu_pct'], 1, ' %')} of GPU energy, {_dur(idle['gpu_s'])} GPU-time)")
-    tt = d["throttle_total_s"]
-    if tt:
-        lines.append(f"Throttle (GPU-seconds) power {_n(tt.get('power'), 1)}, thermal {_n(tt.get('thermal'), 1)}, "
-                     f"any slowdown (bitmask) {_n(tt.get('any_slowdown'), 1)}")
-    st = d.get("stragglers")
-    if st:
-        lines.append(f"Steps   median step {_n(st['median_step_time_s'], 4, ' s')}; slowest rank {st['slowest_rank']} "
-                     f"at {_n(st['slowest_ratio'], 3)}× median; spread {_n(st['spread_pct'], 1, ' %')}")
-    for ln in lines:
-        con.print(ln, markup=False)
-    p = _sum_series(ser, "power", "sum")
-    tmax = _sum_series(ser, "temp", "max")
-    sw = max(20, min(80, width - 40))
-    if p is not None:
-        con.print(f"GPU power  {sparkline(p, sw)}  {_n(float(np.nanmin(p)), 0)}–{_n(float(np.nanmax(p)), 0)} W",
-                  markup=False)
-    if tmax is not None and np.any(~np.isnan(tmax)):
-        con.print(f"Max temp   {sparkline(tmax, sw)}  {_n(float(np.nanmin(tmax)), 0)}–{_n(float(np.nanmax(tmax)), 0)} °C",
-                  markup=False)
-
-    # nodes
+def _nodes_table(con, d, Table, box) -> None:
+    """One row per node: GPU columns when the job had GPUs, and always the host's CPU, memory and load
+    (a CPU-only job, or any program not built on train_entry, still has those)."""
+    has_gpus = bool(d["gpus"])
     t = Table(title="Nodes", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
-    for c in ("host", "GPUs", "GPU energy", "CPU energy", "total", "GPU avg W", "GPU peak W", "max GPU °C",
-              "monitor CPU %", "monitor RSS"):
+    cols = ["host"] + (["GPUs", "GPU energy", "GPU avg W", "GPU peak W", "max GPU °C"] if has_gpus else []) + \
+        ["CPU energy", "CPU %", "mem GiB", "load", "mon %"]
+    for c in cols:
         t.add_column(c, justify="left" if c == "host" else "right", no_wrap=True)
     for nd in d["nodes"][:MAX_NODE_ROWS]:
-        ne = nd["energy_j"]
-        t.add_row(nd["host"], str(len(nd["gpus"])), _energy(ne["gpu"]), _energy(ne["cpu"]), _energy(ne["total"]),
-                  _n(nd["avg_power_w"]["gpu"], 0), _n(nd["peak_gpu_power_w"], 0), _n(nd["max_gpu_temp_c"], 1),
-                  _n(nd["monitor"]["cpu_pct_of_core"], 2), _n(nd["monitor"]["max_rss_mib"], 0, " MiB"))
+        ne, mem, load = nd["energy_j"], nd.get("mem_used_mib") or {}, nd.get("load1") or {}
+        gib = [None if v is None else v / 1024 for v in (mem.get("max"), mem.get("total"))]
+        row = [nd["host"]]
+        if has_gpus:
+            row += [str(len(nd["gpus"])), _energy(ne["gpu"]), _n(nd["avg_power_w"]["gpu"], 0),
+                    _n(nd["peak_gpu_power_w"], 0), _n(nd["max_gpu_temp_c"], 1)]
+        row += [_energy(ne["cpu"]), f"{_n(nd.get('avg_cpu_pct'), 0)}/{_n(nd.get('max_cpu_pct'), 0)}",
+                f"{_n(gib[0], 1)}/{_n(gib[1], 1)}", f"{_n(load.get('avg'), 1)}/{_n(load.get('max'), 1)}",
+                _n(nd["monitor"]["cpu_pct_of_core"], 2)]
+        t.add_row(*row)
     con.print(t)
+    con.print("CPU % and load: avg/max over the job; mem GiB: max used/total; mon %: the monitor's own CPU "
+              "(% of one core).", markup=False, style="dim")
     if len(d["nodes"]) > MAX_NODE_ROWS:
         con.print(f"... {len(d['nodes']) - MAX_NODE_ROWS} more nodes (see --format json/html)")
 
-    # GPUs: hottest first
-    gpus = sorted(d["gpus"], key=lambda g: -(g["max_temp_c"] if g["max_temp_c"] is not None else -1e9))
+
+def _gpu_table(con, gpus, ser, Table, box) -> None:
+    """GPUs, hottest first, with the legend of their columns."""
     t = Table(title="GPUs (hottest first)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
               padding=(0, 1, 0, 1), collapse_padding=True)
     for c in ("gpu", "ranks", "energy", "W avg/max", "hdrm", "°C avg/max", "HBM", "margin", "near",
@@ -212,6 +171,69 @@ def render_text(report, width: int = 120, color: bool = False) -> str:
               markup=False, style="dim")
     if len(gpus) > MAX_GPU_ROWS:
         con.print(f"... {len(gpus) - MAX_GPU_ROWS} more GPUs (see --format json/html)")
+
+
+def render_text(report, width: int = 120, color: bool = False) -> str:
+    from rich.console import Console
+    from rich import box
+    from rich.table import Table
+
+    d = report.data
+    ser = report.series
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
+                  highlight=False, emoji=False)
+    job = d["job"]
+    e = d["energy_j"]
+    title = f"hpclaunch report — job {job.get('id') or '?'} ({job.get('name') or '?'})"
+    con.print(f"[bold]{title}[/bold]")
+    con.print(f"run dir {job.get('run_dir')}   duration {duration_text(d['duration_s'])}   "
+              f"{len(d['nodes'])} node(s), {len(d['gpus'])} GPU(s), {len(d['ranks'])} rank(s)")
+    pw = d["power_w"]
+    lines = [
+        f"Energy  total {_energy(e['total'])}{'' if e['complete'] else ' (incomplete, see warnings)'}"
+        f" = GPU {_energy(e['gpu'])} + CPU {_energy(e['cpu'])}",
+        f"Power   GPU avg {_n(pw['gpu_avg'], 0, ' W')}, peak {_n(pw['gpu_peak'], 0, ' W')};"
+        f" CPU avg {_n(pw['cpu_avg'], 0, ' W')}",
+    ]
+    ef = d["efficiency"]
+    if ef.get("steps"):
+        eps = ef["energy_per_step_j"] or {}
+        epsm = ef["energy_per_sample_j"] or {}
+        lines.append(f"Work    {ef['steps']:,} steps, {_n(ef['samples'], 0)} samples; "
+                     f"per step {_n(eps.get('total') if eps.get('total') is not None else eps.get('gpu'), 1, ' J')}"
+                     f"{'' if eps.get('total') is not None else ' (GPU only)'}, per sample "
+                     f"{_n(epsm.get('total') if epsm.get('total') is not None else epsm.get('gpu'), 3, ' J')}")
+    idle = d["idle"]
+    if not d["gpus"]:  # a CPU-only job: no GPU power or idle-GPU lines of n/a
+        lines.pop(1)
+    else:
+        lines.append(f"Idle    {_energy(idle['energy_j'])} drawn by allocated GPUs at ≤{idle['util_threshold_pct']:g} % "
+                     f"utilisation ({_n(idle['share_of_gpu_pct'], 1, ' %')} of GPU energy, {_dur(idle['gpu_s'])} GPU-time)")
+    tt = d["throttle_total_s"]
+    if tt:
+        lines.append(f"Throttle (GPU-seconds) power {_n(tt.get('power'), 1)}, thermal {_n(tt.get('thermal'), 1)}, "
+                     f"any slowdown (bitmask) {_n(tt.get('any_slowdown'), 1)}")
+    st = d.get("stragglers")
+    if st:
+        lines.append(f"Steps   median step {_n(st['median_step_time_s'], 4, ' s')}; slowest rank {st['slowest_rank']} "
+                     f"at {_n(st['slowest_ratio'], 3)}× median; spread {_n(st['spread_pct'], 1, ' %')}")
+    for ln in lines:
+        con.print(ln, markup=False)
+    p = _sum_series(ser, "power", "sum")
+    tmax = _sum_series(ser, "temp", "max")
+    sw = max(20, min(80, width - 40))
+    if p is not None:
+        con.print(f"GPU power  {sparkline(p, sw)}  {_n(float(np.nanmin(p)), 0)}–{_n(float(np.nanmax(p)), 0)} W",
+                  markup=False)
+    if tmax is not None and np.any(~np.isnan(tmax)):
+        con.print(f"Max temp   {sparkline(tmax, sw)}  {_n(float(np.nanmin(tmax)), 0)}–{_n(float(np.nanmax(tmax)), 0)} °C",
+                  markup=False)
+
+    _nodes_table(con, d, Table, box)
+    gpus = sorted(d["gpus"], key=lambda g: -(g["max_temp_c"] if g["max_temp_c"] is not None else -1e9))
+    if gpus:
+        _gpu_table(con, gpus, ser, Table, box)
     _throttle_by_reason(con, gpus)
     _xids(con, d, Table, box)
 
@@ -231,8 +253,8 @@ def render_text(report, width: int = 120, color: bool = False) -> str:
     # honesty
     cov = d["coverage"]
     xc = cov.get("crosscheck_pct")
-    con.print(f"Sources: {', '.join(f'{k}: {v} GPU(s)' for k, v in cov['energy_sources'].items()) or 'none'}; "
-              f"counter vs integrated power {('%+.2f..%+.2f %%' % (xc['min'], xc['max'])) if xc else 'n/a'}; "
+    con.print(f"Sources: {sources_text(cov['energy_sources'])}; "
+              f"counter vs integrated power {crosscheck_text(xc)}; "
               f"min coverage {_n(cov['min_gpu_coverage_pct'], 2, ' %')}; {cov['n_gaps']} gap(s) > {cov['gap_threshold']}; "
               f"{cov['duplicate_rows_removed']} duplicate and {cov['malformed_rows_skipped']} malformed rows dropped",
               markup=False)
