@@ -29,6 +29,7 @@ ELSEWHERE = {
     "pip install '.[train]'": "make venv",
     "pip install '.[report]'": "make venv",
     "pip install '.[mpi]'": "make venv",
+    "pip install '.[export]'": "make venv",
 }
 
 

@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from hpclaunch.spec.train import LR_SCALINGS, PRECISIONS
+from hpclaunch.spec.train import EXPORT_FORMATS, EXPORT_PRECISIONS, LR_SCALINGS, PRECISIONS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sync-checkpoints", dest="async_checkpoint", action="store_false", default=None,
                    help="the step waits until each checkpoint is durable (default: fsync and publish "
                         "run beside the next steps)")
+    g.add_argument("--export", action="append", choices=EXPORT_FORMATS, metavar="FORMAT",
+                   help="at the end, rank 0 exports the last checkpoint to RUN_DIR/exports/model.onnx + model.json "
+                        "(onnx; needs hpclaunch[export])")
+    g.add_argument("--export-precision", choices=EXPORT_PRECISIONS,
+                   help="dtype of the exported graph (default fp32, whatever --precision trained in)")
     g.add_argument("--no-resume", dest="resume", action="store_false", default=None,
                    help="ignore existing checkpoints")
     g.add_argument("--backend", choices=["auto", "gloo", "nccl", "horovod"], help="default auto")
@@ -84,6 +89,11 @@ def main(argv=None) -> int:
         from .distenv import detect
 
         derive(cfg, detect(os.environ).world_size)
+        if cfg.export:  # before training, on every rank: not after hours, on rank 0 alone
+            from .export import require_extra
+
+            for fmt in cfg.export:
+                require_extra(fmt)
         from .digits import BUILTIN_DATA
 
         if not cfg.data or not (os.path.isfile(cfg.data) or cfg.data in BUILTIN_DATA):

@@ -13,7 +13,8 @@ import dataclasses
 import os
 from typing import Any, Mapping, Optional
 
-from hpclaunch.spec.train import DEFAULTS, LR_SCALINGS, PRECISIONS, Train, scaled_lr, train_problems
+from hpclaunch.spec.train import (DEFAULTS, EXPORT_FORMATS, EXPORT_PRECISIONS, LR_SCALINGS, PRECISIONS, Train,
+                                  scaled_lr, train_problems)
 
 
 class ConfigError(ValueError):
@@ -70,6 +71,8 @@ class TrainConfig:
     name: Optional[str] = None
     tensorboard: bool = True                 # used only if the package is installed
     mlflow: bool = True
+    export: list = dataclasses.field(default_factory=list)  # formats rank 0 writes to exports/ at the end
+    export_precision: str = "fp32"           # the exported graph's dtype, whatever --precision trained with
     limits: Limits = dataclasses.field(default_factory=Limits)
 
 
@@ -83,6 +86,7 @@ _KEYMAP = {
     "label_column": "label_column", "val_fraction": "val_fraction", "model": "model",
     "deterministic": "deterministic", "dist_timeout": "dist_timeout", "workers": "workers",
     "log_every": "log_every", "async_checkpoint": "async_checkpoint",
+    "export": "export", "export_precision": "export_precision",
 }
 
 
@@ -164,6 +168,11 @@ def _coerce(name: str, value: Any) -> Any:
     default = getattr(TrainConfig(), name)
     if value is None:
         return None
+    if name == "export":  # a list (train.export: [onnx], --export onnx), or a sweep point's text "onnx,..."
+        items = value.split(",") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else None
+        if items is None:
+            raise ConfigError(f"train.export must be a list of formats ({', '.join(EXPORT_FORMATS)}), got {value!r}")
+        return [str(v).strip() for v in items if str(v).strip()]
     if isinstance(default, bool):
         if isinstance(value, str):
             return value.strip().lower() in ("1", "true", "yes", "on")
@@ -213,6 +222,11 @@ def derive(cfg: TrainConfig, world_size: int) -> Derived:
     """Validate against the limits and compute accumulation steps and the effective LR."""
     if cfg.precision not in PRECISIONS:
         raise ConfigError(f"--precision must be {_either(PRECISIONS)}, got {cfg.precision!r}")
+    bad = [f for f in cfg.export if f not in EXPORT_FORMATS]
+    if bad:
+        raise ConfigError(f"--export {bad[0]}: not a format hpclaunch exports; use {_either(EXPORT_FORMATS)}")
+    if cfg.export_precision not in EXPORT_PRECISIONS:
+        raise ConfigError(f"--export-precision must be {_either(EXPORT_PRECISIONS)}, got {cfg.export_precision!r}")
     if cfg.lr_scaling not in LR_SCALINGS:
         raise ConfigError(f"--lr-scaling must be {_either(LR_SCALINGS)}, got {cfg.lr_scaling!r}")
     if cfg.epochs < 1:
@@ -248,4 +262,4 @@ _FLAGS = {"train.epochs": "--epochs", "train.batch_per_gpu": "--batch-size", "tr
 
 
 def _either(choices: tuple) -> str:
-    return ", ".join(choices[:-1]) + " or " + choices[-1]
+    return ", ".join(choices[:-1]) + " or " + choices[-1] if len(choices) > 1 else choices[0]

@@ -119,9 +119,21 @@ class _Run:
         dist = init_distributed(backend=cfg.backend, timeout_s=cfg.dist_timeout, seed=cfg.seed)
         self.dist = dist
         try:
-            return self._run(dist)
+            result = self._run(dist)
         finally:
             dist.shutdown()
+        if cfg.export and dist.rank == 0:  # after `finished`: a model that will not export loses no training
+            from .export import ExportError, export_run
+
+            for fmt in cfg.export:
+                try:
+                    desc = export_run(result.run_dir, step=result.step, fmt=fmt, precision=cfg.export_precision)
+                except ExportError as exc:
+                    raise ExportError(f"training finished at step {result.step}, but the export failed: {exc}; "
+                                      f"`hpclaunch export {result.run_dir}` retries it") from None
+                log.info("exported step %d to %s (%s)", desc["step"], os.path.join(result.run_dir, "exports",
+                                                                                 desc["file"]), desc["check"])
+        return result
 
     def _run(self, dist: Dist) -> TrainResult:
         cfg, rank, world = self.cfg, dist.rank, dist.world_size
@@ -164,6 +176,11 @@ class _Run:
         # -- model / optimizer / schedule / precision --------------------------------------------
         torch.manual_seed(cfg.seed)  # same init on every rank (DDP/horovod broadcast anyway)
         model = build_model(cfg.model, data.num_features, data.num_classes, cfg.hidden, cfg.dropout).to(device)
+        # in every manifest: what `hpclaunch export` needs to rebuild the model and describe its input
+        self._model_info = {"spec": cfg.model, "hidden": cfg.hidden, "dropout": cfg.dropout,
+                            "in_features": data.num_features, "num_classes": data.num_classes,
+                            "feature_names": data.feature_names, "classes": data.classes,
+                            "data": cfg.data, "label_column": cfg.label_column, "precision": cfg.precision}
         torch.manual_seed(cfg.seed + rank)  # back to the per-rank stream (dropout)
         if cfg.optimizer == "adamw":
             opt = torch.optim.AdamW(model.parameters(), lr=der.lr, weight_decay=cfg.weight_decay)
@@ -290,7 +307,7 @@ class _Run:
                 finished_epoch = state["batch_in_epoch"] + der.accum_steps > steps_per_epoch * der.accum_steps
                 if finished_epoch:
                     state.update(epoch=epoch + 1, batch_in_epoch=0, ep_loss=0.0, ep_correct=0.0, ep_count=0.0)
-                last_ckpt = self._save()
+                last_ckpt = self._save(val)
                 done = state["epoch"] >= cfg.epochs or state["step"] >= total_steps
                 hook = cfg.stop_after_step is not None and state["step"] == cfg.stop_after_step
                 if not done and self._agree_stop(hook, sync=True):
@@ -378,9 +395,10 @@ class _Run:
             pending.commit(self.dist.any)
             pending.wait()
 
-    def _save(self) -> str:
+    def _save(self, val=None) -> str:
         """Collective. Training stops only while the files are written into the page cache
-        (the state is captured at this step); fsync and publishing run beside the next steps."""
+        (the state is captured at this step); fsync and publishing run beside the next steps.
+        ``val`` = (loss, accuracy) of the validation just run at this step, kept in the manifest."""
         self._complete_save()  # at most one in flight: checkpoints are published in step order
         s, rank = self.state, self.dist.rank
         shared = {}
@@ -393,7 +411,10 @@ class _Run:
                                                 "state": dict(s)}),
             }
         per_rank = {f"rng-rank{rank}.pt": ckpt.torch_bytes(ckpt.rng_state())}
-        meta = {"epoch": s["epoch"], "batch_in_epoch": s["batch_in_epoch"], "world_size": self.dist.world_size}
+        meta = {"epoch": s["epoch"], "batch_in_epoch": s["batch_in_epoch"], "world_size": self.dist.world_size,
+                "model": self._model_info}
+        if val is not None and val[1] is not None:
+            meta.update(val_loss=val[0], val_accuracy=val[1])
         if not self.cfg.async_checkpoint:
             return self.store.save(s["step"], shared, per_rank, meta, agree_failed=self.dist.any)
         self._inflight = self.store.begin(s["step"], shared, per_rank, meta)

@@ -17,7 +17,7 @@ _COMMANDS = {
     "validate": "spec_commands", "render": "make_commands", "profiles": "spec_commands",
     "init": "make_commands", "schema": "spec_commands",
     "submit": "run_commands", "status": "run_commands", "list": "run_commands", "logs": "run_commands",
-    "cancel": "run_commands", "report": "report_commands",
+    "cancel": "run_commands", "report": "report_commands", "export": "export_commands",
 }
 
 
@@ -103,6 +103,18 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--refresh", action="store_true",
                    help="fleet view: check every job's logs against its ledger summary (by default only "
                    "jobs that ended in the last day are checked)")
+
+    c = sub.add_parser("export", help="export a run's checkpoint to ONNX (RUN_DIR/exports/model.onnx + model.json)",
+                       description="Export a train_entry run's checkpoint (the newest that verifies, or --step N) "
+                                   "to ONNX, with a model.json describing its input, classes and source. "
+                                   "Needs hpclaunch[export].")
+    c.add_argument("job", metavar="RUN_DIR|JOB", help="the run directory (it holds checkpoints/), or a job id or name")
+    c.add_argument("--step", type=int, default=None, help="export the checkpoint of this step (default: the newest)")
+    c.add_argument("--format", choices=["onnx"], default="onnx", help="default: onnx")
+    c.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32",
+                   help="dtype of the graph (default fp32, whatever the run trained in)")
+    c.add_argument("-o", "--output", metavar="DIR", help="write into DIR (it must exist) instead of RUN_DIR/exports")
+    c.add_argument("--json", action="store_true", help="print model.json's content")
 
     c = sub.add_parser("schema", help="print the JSON Schema of job files (or profiles), for editors")
     c.add_argument("--profile", action="store_true", help="the schema of profile files instead")

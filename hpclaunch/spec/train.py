@@ -11,13 +11,15 @@ nothing else of the spec layer (docs/train-entry.md, "Limits: one schema at subm
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Optional
+from typing import Any, List, Literal, Optional
 
 from hpclaunch.common.model import model
 from hpclaunch.spec.typedload import field
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCALINGS = ("none", "linear", "sqrt")
+EXPORT_FORMATS = ("onnx",)
+EXPORT_PRECISIONS = ("fp32", "fp16", "bf16")
 
 # What train_entry uses for a key that neither job.yaml nor its command line sets.
 DEFAULTS: dict[str, Any] = {
@@ -42,6 +44,11 @@ class Train:
     async_checkpoint: Optional[bool] = field(None, help="fsync and publish checkpoints beside training "
                                              "(default true; false: the step waits)")
     log_every: Optional[int] = field(None, help="a step record every N optimizer steps (default 10)", minimum=1)
+    export: Optional[List[Literal[EXPORT_FORMATS]]] = field(
+        None, help="formats rank 0 exports the last checkpoint to at the end of the run (exports/ in the run "
+                   "directory; needs hpclaunch[export])")
+    export_precision: Optional[Literal[EXPORT_PRECISIONS]] = field(
+        None, help="dtype of the exported graph (default fp32, also after mixed-precision training)")
 
 
 def lr_factor(scaling: str, world_size: int) -> float:
