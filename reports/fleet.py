@@ -48,10 +48,12 @@ def _acc(d: Dict[str, dict], key, e_total, e_gpu, e_cpu, gpu_h, complete):
         a["incomplete_jobs"] += 1
 
 
+_REASONS = frozenset(SLOWDOWN_REASONS)
+
+
 def _add_reasons(into: Dict[str, float], throttle_s: Dict[str, Any]) -> None:
-    for reason in SLOWDOWN_REASONS:
-        v = throttle_s.get(reason)
-        if v:
+    for reason, v in throttle_s.items():  # a ledger summary holds only the reasons with time
+        if v and reason in _REASONS:
             into[reason] = into.get(reason, 0.0) + v
 
 
@@ -90,13 +92,18 @@ def job_summary(run_dir: str, engine: str = "auto") -> Dict[str, Any]:
     """What the fleet view needs of one job's report, small enough to keep in the registry's ledger
     (a few hundred bytes per GPU) and shaped like the report, so both feed the same code."""
     rep = build(run_dir, engine=engine, bins=8).data
-    gpu_keys = ("host", "index", "uuid", "avg_temp_c", "max_temp_c", "time_near_slowdown_s", "throttle_s")
+    gpu_keys = ("host", "index", "uuid", "avg_temp_c", "max_temp_c", "time_near_slowdown_s")
+
+    def reasons(throttle, keep=()):
+        # the fleet adds up only reasons with time: zeros are left out (the ledger holds 10,000s of these)
+        return {k: v for k, v in throttle.items() if v or k in keep}
+
     return {
         "energy_j": {k: rep["energy_j"][k] for k in ("total", "gpu", "cpu", "complete")},
         "duration_s": rep["duration_s"], "idle": {"energy_j": rep["idle"]["energy_j"]},
-        "throttle_total_s": rep["throttle_total_s"],
-        "gpus": [dict({k: g[k] for k in gpu_keys}, coverage={"sampled_s": g["coverage"]["sampled_s"]})
-                 for g in rep["gpus"]],
+        "throttle_total_s": reasons(rep["throttle_total_s"], keep=("power", "thermal")),
+        "gpus": [dict({k: g[k] for k in gpu_keys}, throttle_s=reasons(g["throttle_s"]),
+                      coverage={"sampled_s": g["coverage"]["sampled_s"]}) for g in rep["gpus"]],
         "nodes": [{"host": n["host"], "energy_j": {"total": n["energy_j"]["total"]},
                    "max_gpu_temp_c": n.get("max_gpu_temp_c"), "max_cpu_temp_c": n.get("max_cpu_temp_c")}
                   for n in rep["nodes"]],
