@@ -86,9 +86,14 @@ def main(argv=None) -> int:
         derive(cfg, detect(os.environ).world_size)
         from .digits import BUILTIN_DATA
 
-        if not cfg.data or not (os.path.isfile(cfg.data) or cfg.data in BUILTIN_DATA):
-            raise ConfigError(f"--data: no such file {cfg.data!r} (built in: {', '.join(BUILTIN_DATA)})" if cfg.data
-                              else "no training data: give --data FILE.csv (or --data digits)")
+        if not cfg.data:
+            raise ConfigError("no training data: give --data FILE.csv (or --data digits)")
+        if os.path.isdir(cfg.data):
+            raise ConfigError(f"--data: {cfg.data!r} is a directory; give a CSV file (or --data digits)")
+        if os.path.exists(cfg.data) and not os.path.isfile(cfg.data):
+            raise ConfigError(f"--data: {cfg.data!r} is not a regular file; give a CSV file (or --data digits)")
+        if not (os.path.isfile(cfg.data) or cfg.data in BUILTIN_DATA):
+            raise ConfigError(f"--data: no such file {cfg.data!r} (built in: {', '.join(BUILTIN_DATA)})")
         from .trainer import ModelTrainer
 
         ModelTrainer(config=cfg).train()
