@@ -2,7 +2,7 @@
 
 Exit 0: finished (``.hpclaunch/finished`` written). Exit $HPCLAUNCH_REQUEUE_EXIT (75): a
 requeue was requested and a checkpoint saved. Exit 2: bad configuration / limits / data.
-Exit 1: stopped, one line says why: a checkpoint could not be written.
+Exit 1: stopped, one line says why: the training diverged, or a checkpoint could not be written.
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
                         format=f"[rank {rank}] %(asctime)s %(levelname)s %(message)s")
     from .checkpoint import CheckpointError
-    from .config import ConfigError, DataError, build_config, load_run_job
+    from .config import ConfigError, DataError, TrainingDiverged, build_config, load_run_job
 
     run_dir = args.get("run_dir") or os.environ.get("HPCLAUNCH_RUN_DIR")
     try:
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     except (ConfigError, DataError) as exc:
         logging.getLogger("hpclaunch.train_entry").error("%s", exc)
         return 2
-    except CheckpointError as exc:  # not the input's fault: a run that cannot go on
+    except (TrainingDiverged, CheckpointError) as exc:  # not the input's fault: a run that cannot go on
         logging.getLogger("hpclaunch.train_entry").error("%s", exc)
         return 1
     return 0

@@ -1,13 +1,14 @@
-"""Faults during training (issue 15): a disk that fills up stops the run in
+"""Faults during training (issue 15): a loss that diverges and a disk that fills up stop the run in
 one line, exit 1, and never cost the last good checkpoint (not pruned, not overwritten, no temp
 directory left behind)."""
 import errno
+import json
 import os
 import subprocess
 
 import pytest
 
-from conftest import PY, rank_env, run
+from conftest import PY, rank_env, run, torchrun_cmd
 from hpclaunch.train_entry import checkpoint as ckpt
 from hpclaunch.train_entry.checkpoint import CheckpointError, CheckpointStore, verify
 
@@ -38,8 +39,80 @@ def _steps(run_dir):
     return sorted(int(n.split("-")[1]) for n in names if n.startswith("step-"))
 
 
+def _finite_weights(ckdir):
+    import torch
+    from safetensors.torch import load_file
+
+    assert verify(ckdir)[0], ckdir
+    return all(torch.isfinite(t).all() for t in load_file(os.path.join(ckdir, "model.safetensors")).values())
+
+
 def _snapshot(ckdir):
     return {n: open(os.path.join(ckdir, n), "rb").read() for n in sorted(os.listdir(ckdir))}
+
+
+# --- the loss diverges ---------------------------------------------------------------------------
+
+def _nan_env(at):
+    return rank_env(NAN_AT=at, PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+
+
+def test_a_huge_learning_rate_stops_training_in_one_line(tmp_path, digits_csv):
+    rd = str(tmp_path / "run")
+    proc = _train(digits_csv, rd, "--lr", "1e30", "--checkpoint-every", 1)
+    line = _one_error_line(proc, 1, "training diverged at step 1 ", "lower --lr", "last checkpoint kept: none")
+    # Adam's first step moves every weight by ~lr = 1e30: their L2 norm overflows float32 at once
+    assert "the weights' norm is inf" in line, line
+    assert _steps(rd) == []       # stopped before step 1's checkpoint: nothing from those weights is kept
+    events = [json.loads(x) for x in open(os.path.join(rd, "metrics", "rank0.jsonl"))]
+    assert [e["kind"] for e in events if e["kind"] == "diverged"] == ["diverged"]
+
+
+@pytest.mark.parametrize("nan_at,kept", [(7, 3), (8, 6)])
+def test_the_checkpoint_before_the_divergence_is_kept(tmp_path, digits_csv, nan_at, kept):
+    """Checkpoints every 3 steps, keep 1. NaN at step 7: step 6's weights gave it, so step 6 (in
+    flight) is dropped and step 3 stays. NaN at step 8: step 6 fed a finite step 7 and is published."""
+    rd = str(tmp_path / "run")
+    proc = _train(digits_csv, rd, "--model", "_nan_model:build", "--checkpoint-every", 3, "--keep-checkpoints", 1,
+                  env=_nan_env(nan_at))
+    _one_error_line(proc, 1, f"training diverged at step {nan_at} ", "loss nan",
+                    f"last checkpoint kept: {rd}/checkpoints/step-{kept}")
+    assert _steps(rd) == [kept]
+    assert _finite_weights(os.path.join(rd, "checkpoints", f"step-{kept}"))
+
+
+def test_a_divergence_after_a_resume_leaves_the_resumed_checkpoint_as_it_was(tmp_path, digits_csv):
+    rd = str(tmp_path / "run")
+    args = ("--model", "_nan_model:build", "--keep-checkpoints", 1)
+    first = _train(digits_csv, rd, *args, "--stop-after-step", 3, env=_nan_env(0))
+    assert first.returncode == 75, first.stdout[-2000:]
+    step3 = os.path.join(rd, "checkpoints", "step-3")
+    before = _snapshot(step3)
+    # resumed at step 3, a checkpoint every step: step 4's is in flight when step 5 goes NaN
+    second = _train(digits_csv, rd, *args, "--checkpoint-every", 1, env=_nan_env(2))
+    _one_error_line(second, 1, "training diverged at step 5 ", f"last checkpoint kept: {step3}")
+    assert _steps(rd) == [3] and _snapshot(step3) == before     # neither pruned nor overwritten
+    third = _train(digits_csv, rd, *args, env=_nan_env(0))           # and it is one to go on from
+    assert third.returncode == 0, third.stdout[-2000:]
+    assert "Traceback" not in third.stdout
+
+
+def test_a_nan_on_one_rank_stops_every_rank_at_the_same_step(tmp_path, digits_csv):
+    """The NaN loss is rank 1's alone; DDP's gradient all-reduce spreads it, the weights (the
+    same on every rank) decide, and both ranks stop at that step with no collective left hanging."""
+    rd = str(tmp_path / "run")
+    env = _nan_env(6)
+    env["NAN_RANK"] = "1"
+    proc = run(torchrun_cmd(2, "--data", digits_csv, "--run-dir", rd, "--model", "_nan_model:build",
+                            "--checkpoint-every", 3, "--keep-checkpoints", 1, "--dist-timeout", 30, *QUIET),
+               env=env, timeout=150)
+    # torchrun reports the failed workers with a traceback of its own; the ranks print none
+    assert proc.returncode != 0 and "train_entry/" not in proc.stdout, proc.stdout[-3000:]
+    lines = [x for x in proc.stdout.splitlines() if "training diverged" in x]
+    assert len(lines) == 2 and {x[:8] for x in lines} == {"[rank 0]", "[rank 1]"}, proc.stdout[-3000:]
+    assert "loss nan on rank 1" in "".join(lines)
+    assert all("training diverged at step 6 " in x for x in lines), lines
+    assert _steps(rd) == [3] and _finite_weights(os.path.join(rd, "checkpoints", "step-3"))
 
 
 # --- the disk fills up under a checkpoint --------------------------------------------------------
