@@ -429,3 +429,25 @@ def load_weights(model, path: str) -> None:
     from safetensors.torch import load_model
 
     load_model(model, path)
+
+
+def weights_mismatch(model, path: str) -> Optional[str]:
+    """The first way a weights file does not fit ``model``, in words (torch's own message is one
+    line per tensor); None when no shape or name differs, or the file cannot be read."""
+    try:
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt") as f:
+            saved = {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception:  # a damaged file: the caller's message stands
+        return None
+    own = {k: list(v.shape) for k, v in model.state_dict().items()}
+    for name in sorted(saved.keys() & own.keys()):
+        if saved[name] != own[name]:
+            return f"{name} is {saved[name]} in the checkpoint but {own[name]} in this model"
+    extra, missing = sorted(saved.keys() - own.keys()), sorted(own.keys() - saved.keys())
+    if extra:
+        return f"the checkpoint has {extra[0]}{f' (+{len(extra) - 1} more)' if len(extra) > 1 else ''}, this model not"
+    if missing:
+        return f"this model has {missing[0]}{f' (+{len(missing) - 1} more)' if len(missing) > 1 else ''}, the checkpoint not"
+    return None

@@ -465,11 +465,13 @@ class _Run:
     def _load(self, path, model, opt, sched, scaler, state, rank, world) -> None:
         with open(os.path.join(path, ckpt.MANIFEST)) as f:
             manifest = json.load(f)
+        weights = os.path.join(path, "model.safetensors")
         try:
-            ckpt.load_weights(model, os.path.join(path, "model.safetensors"))
+            ckpt.load_weights(model, weights)
         except (RuntimeError, ValueError, KeyError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ckpt.UnsafeCheckpoint(f"{path}: the weights do not fit this model ({first[:200]})") from None
+            why = ckpt.weights_mismatch(model, weights) or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ckpt.UnsafeCheckpoint(f"the weights do not fit this model: {why[:200]} (another --hidden or "
+                                        "--model than the run that wrote it?)") from None
         tr = ckpt.torch_load(os.path.join(path, "trainer.pt"))
         try:
             opt.load_state_dict(tr["optimizer"])
@@ -477,7 +479,7 @@ class _Run:
             scaler.load_state_dict(tr["scaler"])
             loaded = dict(tr["state"])
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-            raise ckpt.UnsafeCheckpoint(f"{path}: trainer.pt does not fit this run ({str(exc)[:200]})") from None
+            raise ckpt.UnsafeCheckpoint(f"trainer.pt does not fit this run ({str(exc)[:200]})") from None
         state.update(loaded)
         rng_path = os.path.join(path, f"rng-rank{rank}.pt")
         if manifest.get("world_size") != world:
