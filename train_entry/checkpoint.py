@@ -446,8 +446,8 @@ def weights_mismatch(model, path: str) -> Optional[str]:
         if saved[name] != own[name]:
             return f"{name} is {saved[name]} in the checkpoint but {own[name]} in this model"
     extra, missing = sorted(saved.keys() - own.keys()), sorted(own.keys() - saved.keys())
-    if extra:
-        return f"the checkpoint has {extra[0]}{f' (+{len(extra) - 1} more)' if len(extra) > 1 else ''}, this model not"
-    if missing:
-        return f"this model has {missing[0]}{f' (+{len(missing) - 1} more)' if len(missing) > 1 else ''}, the checkpoint not"
+    for names, has, lacks in ((extra, "the checkpoint", "this model"), (missing, "this model", "the checkpoint")):
+        if names:
+            more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+            return f"{has} has {names[0]}{more}, which {lacks} lacks"
     return None

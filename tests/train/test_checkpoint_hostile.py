@@ -133,3 +133,25 @@ def test_a_newest_checkpoint_of_another_shape_falls_back_to_the_previous_one(tmp
     assert f"checkpoint {newest} not used: the weights do not fit this model: net.0.bias is [48] in the " \
            "checkpoint but [32] in this model" in again.stdout, again.stdout[-3000:]
     assert f"resuming from {os.path.join(rd, 'checkpoints', 'step-5')}" in again.stdout, again.stdout[-3000:]
+
+
+def test_weights_mismatch_names_the_first_difference(tmp_path):
+    from safetensors.torch import save_model
+
+    from hpclaunch.train_entry.checkpoint import weights_mismatch
+    from hpclaunch.train_entry.model import MLP
+
+    path = str(tmp_path / "model.safetensors")
+    save_model(MLP(64, 10, (32,), dropout=0.1), path)          # net.0 Linear, net.3 Linear (net.2: dropout)
+    assert weights_mismatch(MLP(64, 10, (32,), dropout=0.1), path) is None
+    assert weights_mismatch(MLP(64, 10, (48,), dropout=0.1), path) == \
+        "net.0.bias is [32] in the checkpoint but [48] in this model"
+    assert weights_mismatch(MLP(64, 10, (32,), dropout=0.0), path) == \
+        "the checkpoint has net.3.bias (and 1 more), which this model lacks"
+    import torch
+    save_model(torch.nn.Sequential(torch.nn.Linear(4, 4)), path)
+    assert weights_mismatch(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)), path) == \
+        "this model has 1.bias (and 1 more), which the checkpoint lacks"
+    with open(path, "wb") as f:
+        f.write(b"not safetensors")
+    assert weights_mismatch(MLP(64, 10, (32,)), path) is None   # the caller's own message stands
