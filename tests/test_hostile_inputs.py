@@ -357,3 +357,69 @@ def test_a_hostile_job_file_is_refused_in_under_a_second_and_200_MB(tmp_path, ki
     refused(rc, err, "job.yaml")
     assert cpu < 1.0 and rss_mib < 200
     assert wall < 5  # CPU time is the measure (this machine is shared); wall only bounds a hang
+
+
+# --- 8. a big log --------------------------------------------------------------------------------
+
+def _job_with_a_log(tmp_path, monkeypatch, body):
+    """A registered job whose rank 0 log is `body` (bytes, or (block, times) written in blocks)."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from hpclaunch.runs.registry import Registry
+    home, run_dir = str(tmp_path / "home"), str(tmp_path / "run")
+    folder = os.path.join(run_dir, "logs", "attempt0")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "rank0.log"), "wb") as f:
+        if isinstance(body, bytes):
+            f.write(body)
+        else:
+            block, times, last = body
+            for _ in range(times):
+                f.write(block)
+            f.write(last)
+    reg = Registry(os.path.join(home, "registry.db"))
+    reg.add(backend="local", cluster="here", job_id="41", name="big log", run_dir=run_dir, state="COMPLETED")
+    reg.close()
+    monkeypatch.setenv("HPCLAUNCH_HOME", home)   # measure() passes the environment on
+    return os.path.join(folder, "rank0.log")
+
+
+def test_logs_tail_of_a_200_MB_log_reads_its_end_only(tmp_path, monkeypatch):
+    block = b"".join(b"step %06d loss 0.%04d lr 1e-3 samples/s 12345.6\n" % (i, i % 9973) for i in range(20_000))
+    last = b"epoch 9 done\n\nfinal: val_accuracy 0.97 \xe2\x9c\x93\n"     # a blank line, a multi-byte char
+    path = _job_with_a_log(tmp_path, monkeypatch, (block, 200_000_000 // len(block) + 1, last))
+    assert os.path.getsize(path) > 200_000_000
+    rc, out, err, wall = run("logs", "big log", "--tail", "3")
+    assert rc == 0, err
+    assert out.splitlines()[1:] == ["epoch 9 done", "", "final: val_accuracy 0.97 \u2713"], out[-500:]
+    rc, err, cpu, rss_mib, wall = measure("logs", "big log", "--tail", "3", cwd=str(tmp_path))
+    print(f"logs --tail 3 of {os.path.getsize(path) >> 20} MiB: {cpu:.2f} s CPU, max RSS {rss_mib:.0f} MiB")
+    assert rc == 0, err
+    assert rss_mib < 100 and cpu < 2.0   # reading it all was > 1 GiB (a MemoryError under the cap)
+
+
+@pytest.mark.parametrize("body,tail,want", [
+    (b"a\nb\nc\n", 2, ["b", "c"]),
+    (b"a\nb\nc", 5, ["a", "b", "c"]),                   # fewer lines than asked; no final newline
+    (b"x\r\ny\r\nz\r\n", 2, ["y", "z"]),                # CRLF
+    (b"", 3, []),
+])
+def test_logs_tail_keeps_its_line_semantics(tmp_path, monkeypatch, body, tail, want):
+    _job_with_a_log(tmp_path, monkeypatch, body)
+    rc, out, err, wall = run("logs", "big log", "--tail", str(tail))
+    assert rc == 0, err
+    assert out.splitlines()[1:] == want, out
+
+
+def test_logs_tail_across_window_boundaries(tmp_path, monkeypatch):
+    """Lines longer than the first window, a window cut inside a multi-byte character."""
+    from hpclaunch.runs import jobs
+    lines = ["%d " % i + "\u00e9" * (7_000 * (i % 5)) for i in range(60)]     # up to 70 kB a line
+    path = _job_with_a_log(tmp_path, monkeypatch, "\n".join(lines).encode() + b"\n")
+    for n in (1, 2, 5, 17, 60, 100):
+        assert jobs.tail_lines(path, n) == lines[-n:], n
+
+
+def test_logs_tail_negative_is_refused(tmp_path, monkeypatch):
+    _job_with_a_log(tmp_path, monkeypatch, b"a\n")
+    rc, out, err, wall = run("logs", "big log", "--tail", "-3")
+    refused(rc, err, "--tail -3")

@@ -45,6 +45,13 @@ class CheckpointError(RuntimeError):
     """A checkpoint could not be made durable (the message names the rank, the file and why)."""
 
 
+def _why(exc: BaseException) -> str:
+    """'No space left on device (/path/file)' rather than '[Errno 28] ...'; the path is the fix's hint."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
+    return str(exc) or type(exc).__name__
+
+
 def write_unsynced(path: str, payload: Payload) -> None:
     if callable(payload):
         payload(path)
@@ -124,7 +131,7 @@ class CheckpointStore:
     def begin(self, step: int, shared: Dict[str, Payload], per_rank: Dict[str, Payload],
               meta: Optional[dict] = None) -> "PendingSave":
         """Phase 1 (every rank; rank 0 also passes ``shared``): the files, not yet durable."""
-        tmp = self.tmp_dir(step)
+        tmp = path = self.tmp_dir(step)
         paths, error = [], None
         try:
             os.makedirs(tmp, exist_ok=True)  # every rank: no barrier needed before writing into it
@@ -133,6 +140,8 @@ class CheckpointStore:
                 write_unsynced(path, payload)
                 paths.append(path)
         except OSError as exc:  # disk full, quota: every rank learns of it at the commit, together
+            if exc.filename is None:  # a failed write() names no file; the message should
+                exc.filename = path
             error = exc
         return PendingSave(self, step, paths, meta or {}, error)
 
@@ -141,27 +150,40 @@ class CheckpointStore:
         """All three phases, collective: returns once ``step-<N>`` is published."""
         pending = self.begin(step, shared, per_rank, meta)
         pending.commit(agree_failed)
-        pending.wait()
+        pending.wait(agree_failed)
         self.barrier()
         return pending.final
 
     def _publish(self, step: int, meta: dict) -> None:
-        """Phase 3 (rank 0): manifest last, then the atomic rename."""
+        """Phase 3 (rank 0): manifest last, then the atomic rename. A failure before the rename
+        (a full disk under the manifest) removes the temp dir and leaves every published one as it was."""
         tmp, final = self.tmp_dir(step), self.step_dir(step)
-        files = {}
-        for name in sorted(os.listdir(tmp)):
-            p = os.path.join(tmp, name)
-            files[name] = {"sha256": sha256_file(p), "size": os.path.getsize(p)}
-        manifest = {"schema": SCHEMA, "step": step, "time_unix": time.time(), "files": files, **meta}
-        write_file(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True).encode())
-        _fsync_dir(tmp)
-        if os.path.exists(final):           # e.g. re-saved after a resume: move the old one aside first
-            trash = os.path.join(self.root, f".old-step-{step}-{os.getpid()}")
-            os.rename(final, trash)
+        trash = None
+        try:
+            files = {}
+            for name in sorted(os.listdir(tmp)):
+                p = os.path.join(tmp, name)
+                files[name] = {"sha256": sha256_file(p), "size": os.path.getsize(p)}
+            manifest = {"schema": SCHEMA, "step": step, "time_unix": time.time(), "files": files, **meta}
+            write_file(os.path.join(tmp, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True).encode())
+            _fsync_dir(tmp)
+            if os.path.exists(final):           # e.g. re-saved after a resume: move the old one aside first
+                trash = os.path.join(self.root, f".old-step-{step}-{os.getpid()}")
+                os.rename(final, trash)
+            os.rename(tmp, final)
+        except BaseException:
+            if trash is not None and not os.path.exists(final):
+                os.rename(trash, final)         # the old one back: it was never deleted
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
-        os.rename(tmp, final)
         _fsync_dir(self.root)
         self.prune()
+
+    def discard(self, step: int) -> None:
+        """Remove a checkpoint's temp dir (rank 0, once no rank writes into it any more)."""
+        shutil.rmtree(self.tmp_dir(step), ignore_errors=True)
 
     def prune(self) -> None:
         """Keep the newest ``keep`` checkpoints that verify; drop valid ones older than those, and
@@ -290,22 +312,37 @@ class PendingSave:
         if self.committed:
             return
         error = self._write_error or self._fsync.join()
-        if error is not None:
-            log.error("checkpoint step %d: rank %d could not write its files: %s", self.step, self.store.rank, error)
         if agree_failed(error is not None):
-            raise CheckpointError(f"checkpoint step {self.step} was not saved: "
-                                  + (f"rank {self.store.rank}: {error}" if error else "another rank could not write "
-                                     "its files (see that rank's log)")) from error
+            # every rank has joined its writes to reach the agreement: the temp dir can go
+            if self.store.rank == 0:
+                self.store.discard(self.step)
+            raise CheckpointError(f"checkpoint step {self.step} not written: "
+                                  + (f"rank {self.store.rank}: {_why(error)}" if error else "another rank could not "
+                                     "write its files (see that rank's log)")
+                                  + f"; the checkpoints already in {self.store.root} are untouched") from error
         self.committed = True
         if self.store.rank == 0:
             self._publisher = _Worker(lambda: self.store._publish(self.step, self.meta), f"ckpt-publish-{self.step}")
 
-    def wait(self) -> None:
-        """Rank 0: block until the checkpoint is published (other ranks return at once)."""
+    def wait(self, agree_failed: Optional[Callable[[bool], bool]] = None) -> None:
+        """Rank 0: block until the checkpoint is published. With ``agree_failed`` (collective, as
+        in ``commit``) every rank learns whether rank 0 could publish it, and all raise together."""
+        error = None
         if self._publisher is not None:
             error, self._publisher = self._publisher.join(), None
-            if error is not None:
-                raise CheckpointError(f"checkpoint step {self.step} was not published: {error}") from error
+        if (agree_failed(error is not None) if agree_failed else error is not None):
+            raise CheckpointError(f"checkpoint step {self.step} not written: "
+                                  + (_why(error) if error else "rank 0 could not publish it (see its log)")
+                                  + f"; the checkpoints already in {self.store.root} are untouched") from error
+
+    def abandon(self, agree: Callable[[bool], bool]) -> None:
+        """Collective, instead of the commit: drop this checkpoint unpublished (its state is not to be kept)."""
+        assert not self.committed, "a committed checkpoint is published, not abandoned"
+        if self._fsync is not None:
+            self._fsync.join()
+        agree(False)  # every rank is past its writes before rank 0 removes the directory
+        if self.store.rank == 0:
+            self.store.discard(self.step)
 
 
 # --- state (de)serialisation (torch, lazily) ---------------------------------------------------
@@ -374,7 +411,16 @@ def save_weights_payload(model) -> Callable[[str], None]:
     def _write(path: str) -> None:
         from safetensors.torch import save_model
 
-        save_model(model, path)
+        try:
+            save_model(model, path)
+        except OSError:
+            raise
+        except Exception as exc:  # SafetensorError "... (os error 28)": an OSError, for begin() to catch
+            m = re.search(r"os error (\d+)", str(exc))
+            if not m:
+                raise
+            code = int(m.group(1))
+            raise OSError(code, os.strerror(code), path) from None
 
     return _write
 
@@ -383,3 +429,25 @@ def load_weights(model, path: str) -> None:
     from safetensors.torch import load_model
 
     load_model(model, path)
+
+
+def weights_mismatch(model, path: str) -> Optional[str]:
+    """The first way a weights file does not fit ``model``, in words (torch's own message is one
+    line per tensor); None when no shape or name differs, or the file cannot be read."""
+    try:
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt") as f:
+            saved = {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception:  # a damaged file: the caller's message stands
+        return None
+    own = {k: list(v.shape) for k, v in model.state_dict().items()}
+    for name in sorted(saved.keys() & own.keys()):
+        if saved[name] != own[name]:
+            return f"{name} is {saved[name]} in the checkpoint but {own[name]} in this model"
+    extra, missing = sorted(saved.keys() - own.keys()), sorted(own.keys() - saved.keys())
+    for names, has, lacks in ((extra, "the checkpoint", "this model"), (missing, "this model", "the checkpoint")):
+        if names:
+            more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+            return f"{has} has {names[0]}{more}, which {lacks} lacks"
+    return None

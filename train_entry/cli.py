@@ -1,7 +1,8 @@
 """``python -m hpclaunch.train_entry``: flags -> TrainConfig -> trainer; exit codes.
 
 Exit 0: finished (``.hpclaunch/finished`` written). Exit $HPCLAUNCH_REQUEUE_EXIT (75): a
-requeue was requested and a checkpoint saved. Exit 2: bad configuration / limits.
+requeue was requested and a checkpoint saved. Exit 2: bad configuration / limits / data.
+Exit 1: stopped, one line says why: the training diverged, or a checkpoint could not be written.
 """
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def main(argv=None) -> int:
         or os.environ.get("SLURM_PROCID") or "0"
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
                         format=f"[rank {rank}] %(asctime)s %(levelname)s %(message)s")
-    from .config import ConfigError, DataError, build_config, load_run_job
+    from .checkpoint import CheckpointError
+    from .config import ConfigError, DataError, TrainingDiverged, build_config, load_run_job
 
     run_dir = args.get("run_dir") or os.environ.get("HPCLAUNCH_RUN_DIR")
     try:
@@ -96,13 +98,21 @@ def main(argv=None) -> int:
                 require_extra(fmt)
         from .digits import BUILTIN_DATA
 
-        if not cfg.data or not (os.path.isfile(cfg.data) or cfg.data in BUILTIN_DATA):
-            raise ConfigError(f"--data: no such file {cfg.data!r} (built in: {', '.join(BUILTIN_DATA)})" if cfg.data
-                              else "no training data: give --data FILE.csv (or --data digits)")
+        if not cfg.data:
+            raise ConfigError("no training data: give --data FILE.csv (or --data digits)")
+        if os.path.isdir(cfg.data):
+            raise ConfigError(f"--data: {cfg.data!r} is a directory; give a CSV file (or --data digits)")
+        if os.path.exists(cfg.data) and not os.path.isfile(cfg.data):
+            raise ConfigError(f"--data: {cfg.data!r} is not a regular file; give a CSV file (or --data digits)")
+        if not (os.path.isfile(cfg.data) or cfg.data in BUILTIN_DATA):
+            raise ConfigError(f"--data: no such file {cfg.data!r} (built in: {', '.join(BUILTIN_DATA)})")
         from .trainer import ModelTrainer
 
         ModelTrainer(config=cfg).train()
     except (ConfigError, DataError) as exc:
         logging.getLogger("hpclaunch.train_entry").error("%s", exc)
         return 2
+    except (TrainingDiverged, CheckpointError) as exc:  # not the input's fault: a run that cannot go on
+        logging.getLogger("hpclaunch.train_entry").error("%s", exc)
+        return 1
     return 0

@@ -25,6 +25,10 @@ class DataError(ValueError):
     """The training data cannot be used (defined here so the CLI can catch it without torch)."""
 
 
+class TrainingDiverged(RuntimeError):
+    """The weights blew up to NaN/inf (the message names the step, the loss and what was kept)."""
+
+
 @dataclasses.dataclass
 class Limits:
     max_epochs: Optional[int] = None

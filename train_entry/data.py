@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 import os
 from typing import Iterator, Optional
 
@@ -48,7 +49,21 @@ def load_data(spec: str, label_column: str = "label") -> TabularData:
 
 
 def load_csv(path: str, label_column: str = "label") -> TabularData:
-    with open(path, newline="") as f:
+    """Every problem is one DataError naming the file, the line or column, and the fix."""
+    try:
+        return _load_csv(path, label_column)
+    except UnicodeDecodeError:
+        offset, byte = _first_bad_utf8(path)
+        raise DataError(f"{path}: not UTF-8 text: byte {offset} is 0x{byte:02x}; save the CSV as UTF-8") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory; give --data a CSV file") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read ({exc.strerror or exc}); check its permissions, "
+                        "or give --data a readable CSV file") from None
+
+
+def _load_csv(path: str, label_column: str) -> TabularData:
+    with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         try:
             header = next(reader)
@@ -59,45 +74,126 @@ def load_csv(path: str, label_column: str = "label") -> TabularData:
             raise DataError(f"{path}: no label column {label_column!r} (columns: {', '.join(header[:10])}"
                             f"{', ...' if len(header) > 10 else ''}); pick one with --label-column")
         li = header.index(label_column)
+        if header.count(label_column) > 1:
+            where = [str(j + 1) for j, h in enumerate(header) if h == label_column]
+            raise DataError(f"{path}: the label column {label_column!r} appears {len(where)} times (columns "
+                            f"{', '.join(where)}); rename all but one")
+        if len(header) == 1:
+            raise DataError(f"{path}: only the label column {label_column!r}, no feature columns; "
+                            "add the features as further columns")
+        names = [h for j, h in enumerate(header) if j != li]
         fast = _load_numeric(path, len(header))
         if fast is not None:  # every cell a number: numpy's C parser, ~20x faster than csv + float()
-            names = [h for j, h in enumerate(header) if j != li]
-            as_int = fast[:, li].astype(np.int64)  # truncates like int(float(v)) below
-            classes = np.unique(as_int)
-            return TabularData(np.delete(fast, li, axis=1).astype(np.float32),
-                               np.searchsorted(classes, as_int).astype(np.int64), names, classes.tolist())
-        rows = [r for r in reader if r]
+            y = fast[:, li]
+            as_int = y.astype(np.int64) if (np.abs(y) <= MAX_LABEL).all() else None
+            if as_int is not None and (as_int == y).all():  # else the csv path names the bad cell
+                return _finish(path, label_column, np.delete(fast, li, axis=1).astype(np.float32),
+                               as_int, names)
+        rows, lines = [], []
+        for r in reader:
+            if r:
+                rows.append(r)
+                lines.append(reader.line_num)
     if not rows:
         raise DataError(f"{path}: no data rows")
+    for r, line in zip(rows, lines):
+        if len(r) != len(header):
+            raise DataError(f"{path}: line {line} has {len(r)} fields, the header has {len(header)}; fix that row")
     try:
-        table = np.array([[float(v) for j, v in enumerate(r) if j != li] for r in rows], dtype=np.float32)
-    except ValueError as exc:
-        raise DataError(f"{path}: non-numeric feature value ({exc})") from exc
-    raw = [r[li].strip() for r in rows]
-    try:
-        as_int = [int(float(v)) for v in raw]
-        classes = sorted(set(as_int))
-        lookup = {c: i for i, c in enumerate(classes)}
-        labels = np.array([lookup[v] for v in as_int], dtype=np.int64)
+        table = np.array([[float(v) for j, v in enumerate(r) if j != li] for r in rows], dtype=np.float64)
     except ValueError:
-        classes = sorted(set(raw))
-        lookup = {c: i for i, c in enumerate(classes)}
-        labels = np.array([lookup[v] for v in raw], dtype=np.int64)
-    names = [h for j, h in enumerate(header) if j != li]
-    return TabularData(table, labels, names, classes)
+        for r, line in zip(rows, lines):
+            for j, v in enumerate(r):
+                if j != li and not _is_float(v):
+                    raise DataError(f"{path}: line {line}, column {header[j]!r}: {v.strip()!r} is not a number "
+                                    "(non-numeric feature value); features must be numbers") from None
+        raise DataError(f"{path}: non-numeric feature value; features must be numbers") from None
+    bad = np.argwhere(~(np.abs(table) <= F32_MAX))  # NaN, inf, and what float32 cannot hold
+    if len(bad):
+        i, j = bad[0]
+        what = "is not finite" if not math.isfinite(table[i, j]) else f"is beyond float32's range ({F32_MAX:.3g})"
+        raise DataError(f"{path}: line {lines[i]}, column {names[j]!r}: feature value {table[i, j]:g} {what}; "
+                        "fill, rescale or drop that row")
+    raw = [r[li].strip() for r in rows]
+    if all(_is_float(v) for v in raw):  # class ids
+        ids = []
+        for v, line in zip(raw, lines):
+            x = float(v)
+            if not (abs(x) <= MAX_LABEL and x == int(x)):
+                raise DataError(f"{path}: line {line}, column {label_column!r}: label {v!r} is not a class id "
+                                f"(a whole number within \u00b12**53); fix or drop that row")
+            ids.append(int(x))
+        return _finish(path, label_column, table.astype(np.float32), np.array(ids, dtype=np.int64), names)
+    for v, line in zip(raw, lines):  # class names: an empty or NaN-like cell is a missing label, not a class
+        if not v or (_is_float(v) and not math.isfinite(float(v))):
+            raise DataError(f"{path}: line {line}, column {label_column!r}: label {v!r} is missing; "
+                            "fill or drop that row")
+    classes = sorted(set(raw))
+    lookup = {c: i for i, c in enumerate(classes)}
+    return TabularData(_nondegenerate(path, label_column, table.astype(np.float32), classes),
+                       np.array([lookup[v] for v in raw], dtype=np.int64), names, classes)
+
+
+# Class ids beyond 2**53 are not exact as the floats both parsers read them as.
+MAX_LABEL = float(2 ** 53)
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _finish(path, label_column, features, as_int, names) -> TabularData:
+    classes = np.unique(as_int)
+    return TabularData(_nondegenerate(path, label_column, features, classes.tolist()),
+                       np.searchsorted(classes, as_int).astype(np.int64), names, classes.tolist())
+
+
+def _nondegenerate(path, label_column, features, classes):
+    if len(classes) < 2:
+        raise DataError(f"{path}: every row has the same label ({classes[0]!r} in column {label_column!r}); a "
+                        "classifier needs at least two classes (wrong --label-column?)")
+    return features
+
+
+def _is_float(v: str) -> bool:
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return False
+
+
+def _first_bad_utf8(path: str) -> tuple[int, int]:
+    """(byte offset, byte value) of the first byte that is not UTF-8, read in blocks."""
+    import codecs
+
+    dec, done = codecs.getincrementaldecoder("utf-8")(), 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            pending = dec.getstate()[0]
+            try:
+                dec.decode(block)
+            except UnicodeDecodeError as exc:
+                data = pending + block
+                return done - len(pending) + exc.start, data[exc.start]
+            done += len(block)
+        pending = dec.getstate()[0]
+        try:
+            dec.decode(b"", final=True)
+        except UnicodeDecodeError as exc:  # a multi-byte sequence cut off by the end of the file
+            return done - len(pending) + exc.start, pending[exc.start]
+    return done, 0
 
 
 def _load_numeric(path: str, columns: int) -> Optional[np.ndarray]:
     """The data rows as float64 when every cell parses as a number; None otherwise (quoted or
-    non-numeric cells, ragged rows, no rows), and the csv path decides, with its own errors."""
+    non-numeric cells, ragged rows, no rows, values float32 cannot hold), and the csv path
+    decides, with its own errors."""
     import warnings
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # "loadtxt: input contained no data" is a warning
-            table = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
+            table = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2, encoding="utf-8")
     except (ValueError, UserWarning):
         return None
-    if table.shape[0] == 0 or table.shape[1] != columns or not np.isfinite(table).all():
+    if table.shape[0] == 0 or table.shape[1] != columns or not (np.abs(table) <= F32_MAX).all():
         return None
     return table
 

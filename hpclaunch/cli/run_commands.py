@@ -9,10 +9,10 @@ import time as _time
 from hpclaunch.cli.output import counts, parse_age, print_json
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import State, exit_code_for, state_of
-from hpclaunch.runs.jobs import Job, find_job, hosts_of, ordered_logs, refresh
+from hpclaunch.runs.jobs import Job, copy_text, find_job, hosts_of, ordered_logs, refresh, tail_text
 from hpclaunch.runs.registry import Registry
 from hpclaunch.runs.submission import submit, test_only
-from hpclaunch.runs.summary import batch_log, failure_summary, last_lines
+from hpclaunch.runs.summary import batch_log, failure_summary
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -179,6 +179,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    if args.tail is not None and args.tail < 0:
+        raise HpclaunchError(f"--tail {args.tail}: give a number of lines (0 or more; 0 = the whole log)")
     job = find_job(args.job)
     task = args.task
     tasks = job.tasks() if task is None else []
@@ -209,15 +211,20 @@ def cmd_logs(args: argparse.Namespace) -> int:
             print(f"no rank logs in {where}/logs; the batch log instead:")
             print(f"==> batch log: {path} <==")
             if os.path.exists(path):
-                text = "\n".join(last_lines(path, args.tail) if args.tail else [_read_text(path).rstrip("\n")])
-                sys.stdout.write(text + ("\n" if text else ""))
+                if args.tail:
+                    sys.stdout.write(tail_text(path, args.tail))
+                else:
+                    copy_text(path, sys.stdout)
             else:
                 print("(not written yet: the job has not started)")
         for lg in logs:
             status = "" if lg.exit_code is None else f" (exit {lg.exit_code})"
             host = f" on {lg.host}" if lg.host else ""
             print(f"==> {'' if task is None else f'task {task} '}rank {lg.rank}{status}{host}: {lg.path} <==")
-            sys.stdout.write(job.logs(rank=lg.rank, attempt=args.attempt, tail=args.tail, task=task))
+            if args.tail:   # from the end of the file; the whole of it, in blocks: never all in memory
+                sys.stdout.write(tail_text(lg.path, args.tail))
+            else:
+                copy_text(lg.path, sys.stdout)
         return 0
     return _follow_logs(job, args.rank, task)
 
@@ -259,10 +266,3 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     else:
         print(f"cancel requested for {job.record.backend} job {job.id} ({job.name}, {st.state})")
     return 0
-
-
-def _read_text(path: str) -> str:
-    with open(path, "rb") as f:
-        return f.read().decode("utf-8", "replace")
-
-

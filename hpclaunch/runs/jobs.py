@@ -193,10 +193,7 @@ class Job:
         for log in ordered_logs(self.rank_logs(attempt, task)):
             if rank is not None and log.rank != rank:
                 continue
-            text = _read(log.path)
-            if tail:
-                text = "\n".join(text.splitlines()[-tail:]) + "\n"
-            parts.append(text)
+            parts.append(tail_text(log.path, tail) if tail else _read(log.path))
         return "".join(parts)
 
 
@@ -335,6 +332,57 @@ def _read(path: str) -> str:
             return f.read().decode("utf-8", "replace")
     except OSError as e:
         return f"(cannot read {path}: {e})\n"
+
+
+TAIL_WINDOW = 64 * 1024
+TAIL_WINDOW_MAX = 16 << 20
+
+
+def tail_lines(path: str, n: int) -> list[str]:
+    """The last ``n`` lines of a file (str.splitlines' lines), read from its end in a window that
+    doubles until it holds more than ``n`` lines: a 200 MB log costs its last lines, not 200 MB.
+    Lines too long for TAIL_WINDOW_MAX come back cut, the first one marked ``[...]``."""
+    if n <= 0:
+        return []
+    with open(path, "rb") as f:
+        end, size = f.seek(0, os.SEEK_END), TAIL_WINDOW
+        while True:
+            start = max(0, end - size)
+            f.seek(start)
+            lines = f.read(end - start).decode("utf-8", "replace").splitlines()
+            # more than n: the first, which may begin mid-line, is not among the last n
+            if start == 0 or len(lines) > n or size >= TAIL_WINDOW_MAX:
+                out = lines[-n:]
+                if start > 0 and len(lines) <= n and out:
+                    out[0] = "[...]" + out[0]
+                return out
+            size *= 2
+
+
+def tail_text(path: str, n: int) -> str:
+    try:
+        lines = tail_lines(path, n)
+        return "\n".join(lines) + "\n" if lines else ""
+    except OSError as e:
+        return f"(cannot read {path}: {e})\n"
+
+
+def copy_text(path: str, out) -> None:
+    """A whole log to ``out`` in blocks (decoded as _read does), never all of it in memory; ends
+    with a newline."""
+    import codecs
+
+    dec, last = codecs.getincrementaldecoder("utf-8")("replace"), "\n"
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                text = dec.decode(block)
+                out.write(text)
+                last = text[-1:] or last
+        text = dec.decode(b"", final=True)
+        out.write(text + ("" if (text[-1:] or last) == "\n" else "\n"))  # the next header on its own line
+    except OSError as e:
+        out.write(f"(cannot read {path}: {e})\n")
 
 
 def find_job(ref: str, registry: Optional[Registry] = None) -> Job:

@@ -71,11 +71,13 @@ def test_a_failed_write_fails_every_rank_together_and_publishes_nothing(tmp_path
     p0 = rank0.begin(5, {**shared, "model.safetensors": disk_full}, per_rank)  # does not raise here...
     p1 = rank1.begin(5, {}, {"rng-rank1.pt": payload(5, "rng-rank1.pt")})
     flags = []
-    with pytest.raises(CheckpointError, match=r"step 5 .*rank 0: .*No space left"):
-        p0.commit(lambda failed: flags.append(failed) or True)   # ...but at the agreement
+    # rank 1 first: a real all-reduce returns on rank 0 only once rank 1 has joined its writes too,
+    # and rank 0 then removes the temp dir
     with pytest.raises(CheckpointError, match="another rank could not write"):
         p1.commit(lambda failed: flags.append(failed) or True)   # the all-reduce told rank 1
-    assert flags == [True, False]
+    with pytest.raises(CheckpointError, match=r"step 5 .*rank 0: .*No space left"):
+        p0.commit(lambda failed: flags.append(failed) or True)   # ...but at the agreement
+    assert flags == [False, True]
     assert rank0.latest_valid()[0] is None and not os.path.exists(rank0.step_dir(5))
 
 

@@ -109,5 +109,49 @@ def test_a_checkpoint_of_another_model_shape_is_named_and_skipped(tmp_path, digi
     assert again.returncode == 2, again.stdout[-3000:]
     assert "Traceback" not in again.stdout, again.stdout[-3000:]
     assert "do not fit this model" in again.stdout and "no checkpoint here can be resumed" in again.stdout
+    # the mismatch itself, in one line per checkpoint (torch's message is one line per tensor)
+    refusals = [x for x in again.stdout.splitlines() if "not used:" in x]
+    assert len(refusals) == 2 and all("net.0.bias is [32] in the checkpoint but [64] in this model" in x
+                                      and "--hidden" in x for x in refusals), again.stdout[-3000:]
     # nothing was deleted: both checkpoints of the first run are still there
     assert len([n for n in os.listdir(os.path.join(rd, "checkpoints")) if n.startswith("step-")]) == 2
+
+
+def test_a_newest_checkpoint_of_another_shape_falls_back_to_the_previous_one(tmp_path, digits_csv):
+    from safetensors.torch import save_model
+
+    from hpclaunch.train_entry.model import MLP
+
+    rd = str(tmp_path / "run")
+    first = _train(digits_csv, rd, "--stop-after-step", 10, "--hidden", 32)
+    assert first.returncode == 75, first.stdout[-2000:]
+    newest = os.path.join(rd, "checkpoints", "step-10")
+    save_model(MLP(64, 10, (48,)), os.path.join(newest, "model.safetensors"))   # a valid file, another shape
+    _retamper(newest)
+    again = _train(digits_csv, rd, "--hidden", 32, "--stop-after-step", 12)
+    assert again.returncode == 75 and "Traceback" not in again.stdout, again.stdout[-3000:]
+    assert f"checkpoint {newest} not used: the weights do not fit this model: net.0.bias is [48] in the " \
+           "checkpoint but [32] in this model" in again.stdout, again.stdout[-3000:]
+    assert f"resuming from {os.path.join(rd, 'checkpoints', 'step-5')}" in again.stdout, again.stdout[-3000:]
+
+
+def test_weights_mismatch_names_the_first_difference(tmp_path):
+    from safetensors.torch import save_model
+
+    from hpclaunch.train_entry.checkpoint import weights_mismatch
+    from hpclaunch.train_entry.model import MLP
+
+    path = str(tmp_path / "model.safetensors")
+    save_model(MLP(64, 10, (32,), dropout=0.1), path)          # net.0 Linear, net.3 Linear (net.2: dropout)
+    assert weights_mismatch(MLP(64, 10, (32,), dropout=0.1), path) is None
+    assert weights_mismatch(MLP(64, 10, (48,), dropout=0.1), path) == \
+        "net.0.bias is [32] in the checkpoint but [48] in this model"
+    assert weights_mismatch(MLP(64, 10, (32,), dropout=0.0), path) == \
+        "the checkpoint has net.3.bias (and 1 more), which this model lacks"
+    import torch
+    save_model(torch.nn.Sequential(torch.nn.Linear(4, 4)), path)
+    assert weights_mismatch(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)), path) == \
+        "this model has 1.bias (and 1 more), which the checkpoint lacks"
+    with open(path, "wb") as f:
+        f.write(b"not safetensors")
+    assert weights_mismatch(MLP(64, 10, (32,)), path) is None   # the caller's own message stands

