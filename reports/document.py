@@ -27,7 +27,14 @@ from hpclaunch.reports import readers, xid
 from hpclaunch.reports.gpu_stats import gpu_rows, gpu_stats, index_gpu_tables
 from hpclaunch.reports.hosts import host_stats
 from hpclaunch.reports.metrics import job_info, metrics_summary, rank_hosts
+from hpclaunch.reports.plausible import drop_implausible, run_window
 from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, REPORT_SCHEMA, Report, SERIES_BINS, STRAGGLER_RATIO, add_or_none, host_from_filename, nanmax, rounded
+
+# Cumulative counters: a negative reading is a glitch, never a value (nor a reset: resets go to 0).
+GPU_COUNTERS = ("energy_mj", "viol_power_ns", "viol_thermal_ns", "ecc_dbe_total") + \
+    tuple(schema.THROTTLE_COUNTER_COLUMNS.values())
+HOST_COUNTERS = ("rapl_energy_uj", "monitor_cpu_s")
+
 
 def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
     run_dir = Path(run_dir)
@@ -38,6 +45,12 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
         warnings.append(f"no GPU logs in {run_dir / schema.MONITOR_DIR}: GPU energy unknown")
     gtabs = [readers.read_gpu_log(p, engine) for p in files["gpu"]]
     htabs = [readers.read_host_log(p, engine) for p in files["host"]]
+    window = run_window(run_dir)
+    for tabs, counters in ((gtabs, GPU_COUNTERS), (htabs, HOST_COUNTERS)):
+        for tb in tabs:
+            why = drop_implausible(tb, window, counters)
+            if why:
+                warnings.append(why)
     skipped = 0
     engines = set()
     for tb in gtabs + htabs:

@@ -1,0 +1,87 @@
+"""Rows a report must not trust (issue 15, defect 6): a monitor row stamped outside the run's
+window (a node clock years off, time_unix 0, a torn row finished by the next write), non-finite
+readings, and cumulative counters that read negative (a glitching energy counter at -5 made
+40 MJ of a 27 kJ job, read as a reset and a huge increment). Such rows or cells are dropped before
+any statistic, and the report says how many and why, per file.
+
+The window comes from the job script's own record (.hpclaunch/state: a `start` and an `end` line per
+attempt, head-node clock) widened by WINDOW_SLACK_S for node clock skew; without that record
+(logs copied elsewhere, synthetic runs) nothing is dropped for its time.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterable, Optional, Tuple
+
+import numpy as np
+
+WINDOW_SLACK_S = 300.0
+
+
+def run_window(run_dir) -> Optional[Tuple[float, float]]:
+    """(first start - slack, last end + slack) from .hpclaunch/state; a run still going ends now."""
+    try:
+        text = (Path(run_dir) / ".hpclaunch" / "state").read_text(errors="replace")
+    except OSError:
+        return None
+    starts, ends, last_start = [], [], None
+    for line in text.splitlines()[:100_000]:
+        words = line.split()
+        if len(words) < 3 or not words[0].isdigit():
+            continue
+        t = float(words[0])
+        if words[2] == "start":
+            starts.append(t)
+            last_start = t
+        elif words[2] == "end":
+            ends.append(t)
+    if not starts:
+        return None
+    end = max(ends) if ends and max(ends) >= (last_start or 0) else time.time()
+    return min(starts) - WINDOW_SLACK_S, end + WINDOW_SLACK_S
+
+
+def drop_implausible(tb, window: Optional[Tuple[float, float]], counters: Iterable[str]) -> Optional[str]:
+    """Drop rows of `tb` (a readers.Table) stamped outside `window`; turn infinite readings and
+    negative counter readings into missing ones. Returns the warning, or None if all was plausible."""
+    if tb.n == 0:
+        return None
+    t = tb.col("time_unix")
+    outside = np.zeros(tb.n, bool)
+    if window is not None:
+        with np.errstate(invalid="ignore"):
+            outside = np.isfinite(t) & ((t < window[0]) | (t > window[1]))
+    nonfinite = negative = 0
+    counters = set(counters)
+    for name, a in list(tb.num.items()):
+        if a.dtype.kind != "f":
+            continue
+        inf = np.isinf(a)
+        bad = inf
+        if name in counters:
+            with np.errstate(invalid="ignore"):
+                neg = a < 0
+            negative += int(neg.sum())
+            bad = inf | neg
+        nonfinite += int(inf.sum())
+        if bad.any():  # a new array: the reader's may be a read-only view of Arrow memory
+            tb.num[name] = np.where(bad, np.nan, a)
+    dropped = int(outside.sum())
+    if dropped:
+        keep = ~outside
+        tb.num = {k: v[keep] for k, v in tb.num.items()}
+        tb.text = {k: (codes[keep], dic) for k, (codes, dic) in tb.text.items()}
+        tb.n = int(keep.sum())
+    if not (dropped or nonfinite or negative):
+        return None
+    parts = []
+    if dropped:
+        parts.append(f"dropped {dropped} row(s) stamped outside the run's window "
+                     f"({window[0] + WINDOW_SLACK_S:.0f}..{window[1] - WINDOW_SLACK_S:.0f} "
+                     f"± {WINDOW_SLACK_S:.0f} s; a node clock off, or a torn row)")
+    if nonfinite:
+        parts.append(f"{nonfinite} infinite reading(s) treated as missing")
+    if negative:
+        parts.append(f"{negative} negative counter reading(s) treated as missing (a counter glitch, not a reset)")
+    return f"{Path(tb.path).name}: " + "; ".join(parts)

@@ -1,0 +1,89 @@
+"""Rows a report must not trust (issue 15, defect 6), each shown against the analytic truth of a
+synthetic run: a row stamped at time 0 or 3e8 s ahead, an energy counter glitching to -5, infinite
+readings. Before: a 1.8e16 s duration and GiBs of bins, 40 MJ for a ~27 kJ job, tracebacks."""
+import os
+import resource
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from synth import T0, GpuSpec, HostSpec, write_run  # noqa: E402
+
+from hpclaunch.reports import build_report, render  # noqa: E402
+from hpclaunch.reports.plausible import WINDOW_SLACK_S, run_window  # noqa: E402
+
+
+def _run(tmp_path, state=True):
+    rd = tmp_path / "run"
+    exp = write_run(rd, [GpuSpec("n1", 0, ranks="0"), GpuSpec("n1", 1, ranks="1")], hosts=[HostSpec("n1")],
+                    duration=300, jitter=0.2, metrics=None)
+    if state:
+        (rd / ".hpclaunch").mkdir(exist_ok=True)
+        (rd / ".hpclaunch" / "state").write_text(f"{int(T0) - 2} attempt=0 start host=n1 nodes=1\n"
+                                                  f"{int(T0) + 302} attempt=0 end rc=0 outcome=completed\n")
+    return rd, exp
+
+
+def _edit_gpu_rows(rd, edit):
+    path = rd / "monitor" / "n1.gpu.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    head = [i for i, line in enumerate(lines) if line.startswith("time_unix")][0]
+    header = lines[head].rstrip("\n").split(",")
+    rows = [line.rstrip("\n").split(",") for line in lines[head + 1:]]
+    edit(header, rows)
+    path.write_text("".join(lines[:head + 1]) + "".join(",".join(r) + "\n" for r in rows))
+
+
+def test_rows_stamped_outside_the_run_are_dropped_and_said(tmp_path):
+    rd, exp = _run(tmp_path)
+
+    def far(header, rows):
+        t = header.index("time_unix")
+        for when in ("0.000", f"{T0 + 3e8:.3f}", "17954661795466094.922"):
+            row = list(rows[len(rows) // 2])
+            row[t] = when
+            rows.append(row)
+    _edit_gpu_rows(rd, far)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    d = build_report(rd).data
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert d["duration_s"] == pytest.approx(300, abs=2), d["duration_s"]
+    assert d["energy_j"]["gpu"] == pytest.approx(exp["gpu_total"], rel=1e-3)
+    assert any("n1.gpu.csv: dropped 3 row(s) stamped outside the run's window" in w for w in d["warnings"]), \
+        d["warnings"]
+    assert grown_mib < 200, grown_mib
+
+
+def test_a_negative_counter_reading_is_a_glitch_not_a_reset(tmp_path):
+    rd, exp = _run(tmp_path)
+
+    def glitch(header, rows):
+        e, g = header.index("energy_mj"), header.index("gpu_index")
+        rows[len(rows) // 2 + (rows[len(rows) // 2][g] != "0")][e] = "-5"
+    _edit_gpu_rows(rd, glitch)
+    d = build_report(rd).data
+    assert d["energy_j"]["gpu"] == pytest.approx(exp["gpu_total"], rel=1e-3)   # not +1e9 mJ from -5
+    assert any("1 negative counter reading(s) treated as missing" in w for w in d["warnings"]), d["warnings"]
+    assert not any("counter reset" in w.lower() for w in d["warnings"]), d["warnings"]
+
+
+def test_infinite_readings_are_missing_and_every_format_renders(tmp_path):
+    rd, _ = _run(tmp_path)
+
+    def inf(header, rows):
+        p, t = header.index("power_w"), header.index("temp_c")
+        rows[3][p] = "inf"
+        rows[4][t] = "-inf"
+    _edit_gpu_rows(rd, inf)
+    rep = build_report(rd)
+    assert any("2 infinite reading(s) treated as missing" in w for w in rep.data["warnings"]), rep.data["warnings"]
+    for fmt in ("text", "json", "html"):
+        assert render(rep, fmt)
+
+
+def test_window_from_the_job_scripts_record(tmp_path):
+    rd, _ = _run(tmp_path)
+    assert run_window(rd) == (T0 - 2 - WINDOW_SLACK_S, T0 + 302 + WINDOW_SLACK_S)
+    rd2, _ = _run(tmp_path / "nostate", state=False)
+    assert run_window(rd2) is None   # copied logs, synthetic runs: nothing dropped for its time
