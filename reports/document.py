@@ -99,10 +99,12 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
         for g_ in list(segs)[:8] if not probe else []:
             fi, sl0 = segs[g_][0]
             tt = fcols[fi]["time_unix"][sl0]
-            if tt.size > 1:
-                probe.append(float(np.median(np.diff(tt))))
+            dt = np.diff(tt[np.isfinite(tt)]) if tt.size > 1 else np.empty(0)
+            if dt.size and np.isfinite(np.median(dt)) and np.median(dt) > 0:
+                probe.append(float(np.median(dt)))
         step = max((max(probe) if recorded and probe else float(np.median(probe))) if probe else 1.0, 1e-3)
-        nb = int(min(max(duration / step, 1), 2_000_000)) + 1
+        span = duration / step
+        nb = (int(min(max(span, 1), 2_000_000)) if np.isfinite(span) else 1) + 1
         tot = np.zeros(nb)
         per_host: Dict[str, np.ndarray] = {}
         for g_ in sorted(segs, key=lambda k: keys[k]):

@@ -33,7 +33,8 @@ def index_gpu_tables(tables: List[readers.Table]):
         hnames = list(hdic) + [fname_host]
         hidx = np.where(hcodes < 0, len(hdic), hcodes).astype(np.int64)
         gi = tb.col("gpu_index")
-        bad = np.isnan(gi)
+        with np.errstate(invalid="ignore"):  # an index no GPU has (1e18, -1, 0.5) names none
+            bad = ~((gi >= 0) & (gi < 100_000) & (gi == np.floor(gi)))
         stats["unindexed"] += int(bad.sum())
         local = hidx * M + (np.where(bad, -1, gi).astype(np.int64) + 1)
         uniq, inv = np.unique(local, return_inverse=True)
