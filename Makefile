@@ -6,9 +6,10 @@ SLURM_STATE ?= /tmp/hpclaunch-slurm
 # Debian packages, checked one by one on every run (never a stamp: a stamp in a clone or a used machine
 # says nothing about this one). Open MPI and its headers (mpi.h for `make horovod`); libpmix-dev for
 # Slurm's mpi/pmix plugin, which dlopens the unversioned libpmix.so that only the -dev package ships;
-# cmake and g++ for the Horovod build; Chromium to check the HTML report renders.
+# cmake and g++ for the Horovod build; Chromium to check the HTML report renders; prometheus for
+# promtool and the server the monitor's exporter tests scrape with (tests/monitors/test_monitor_prometheus.py).
 # The Slurm packages are installed by tests/cluster/slurm-up.sh itself.
-APT_PACKAGES := openmpi-bin libopenmpi-dev libpmix-dev cmake g++ chromium
+APT_PACKAGES := openmpi-bin libopenmpi-dev libpmix-dev cmake g++ chromium prometheus
 
 .PHONY: all venv deps check-deps test test-fast demo golden cluster-up cluster-down bench clean horovod
 
@@ -17,7 +18,7 @@ all: venv
 # What the venv must give, checked on every run (no stamp file: a stamp says nothing about what is in the
 # venv now): these modules import, the hpclaunch command is there, and the install (pip's hpclaunch
 # dist-info) is newer than setup.cfg and pyproject.toml. Otherwise it installs (tests/test_deps.py).
-VENV_IMPORTS := torch, hpclaunch, mpi4py, pyarrow, pytest, sklearn, lightning
+VENV_IMPORTS := torch, hpclaunch, mpi4py, pyarrow, pytest, sklearn, lightning, prometheus_client
 
 venv:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -29,7 +30,7 @@ venv:
 	$(PY) -m pip install -q --upgrade pip setuptools wheel; \
 	: "Pinned: this version's CPU wheel is on disk; an unpinned torch downloads GBs of CUDA builds."; \
 	$(PY) -m pip install -q torch==2.13.0; \
-	$(PY) -m pip install -q -e '.[train,mpi,report,test,frameworks]'
+	$(PY) -m pip install -q -e '.[train,mpi,report,test,frameworks,monitor]'
 
 # Installs whichever of APT_PACKAGES dpkg does not report as installed, then checks them all again.
 deps:
