@@ -239,7 +239,8 @@ class Daemon:
                         os.path.join(self.dir, schema.prometheus_port_file(self.host)))
         if a.prometheus_textfile is not None:
             x.write_textfile_to(a.prometheus_textfile)
-        self.exporter = x
+        if x.httpd is not None or x.textfile is not None:  # else no one would read the samples
+            self.exporter = x
 
     def _guard(self, source, fn, *args):
         try:
