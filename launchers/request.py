@@ -80,6 +80,8 @@ class BatchRequest:
     # per sweep point: (command, env entries that vary, the point as JSON)
     sweep_tasks: Tuple[Tuple[Tuple[str, ...], Tuple[Tuple[str, str], ...], str], ...] = ()
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    # The monitor's Prometheus exporter port (job's monitor.prometheus_port, else the profile's); None: off.
+    prometheus_port: Optional[int] = None
 
     @property
     def world_size(self) -> int:
@@ -193,7 +195,14 @@ def build_request(resolved: Resolved) -> BatchRequest:
         array_size=len(sweep_tasks),
         parallelism=job.sweep.parallelism if job.sweep else None,
         sweep_tasks=sweep_tasks,
+        prometheus_port=_prometheus_port(job.monitor.prometheus_port, profile.monitor.prometheus_port),
     )
+
+
+def _prometheus_port(job_port: Optional[int], profile_port: Optional[int]) -> Optional[int]:
+    """The job's port wins; its 0 turns the exporter off, the profile's port too."""
+    port = profile_port if job_port is None else job_port
+    return port or None
 
 
 def array_spec(n: int, parallelism: Optional[int], offset: int = 0) -> str:

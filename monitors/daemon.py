@@ -28,7 +28,7 @@ import time
 import traceback
 from typing import List, Optional
 
-from . import schema
+from . import prometheus, schema
 from .logfiles import CsvLog, EventLog, stderr
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -60,7 +60,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--slow-interval", type=float, default=30.0,
                    help="seconds between reads of slow fields (ECC) (default 30)")
     p.add_argument("--sysfs-root", default="/sys", help="sysfs root for RAPL/hwmon/Jetson (tests)")
+    prometheus.add_arguments(p)
     a = p.parse_args(argv)
+    prometheus.check_arguments(p, a)
     if not a.run_dir:
         p.error("--run-dir is required (or set HPCLAUNCH_RUN_DIR)")
     # Bounded like the job file's monitor.interval; NaN fails every comparison, so `not (lo <= x <= hi)`.
@@ -144,6 +146,7 @@ class Daemon:
         self._rfd = self._wfd = None
         self.gpu_log = self.host_log = self.trace_log = self.jetson_log = None
         self.nvml = self.hostsrc = self.jetson = None
+        self.exporter = None  # prometheus.Exporter when --prometheus-port/--prometheus-textfile
 
     # -- files and errors ----------------------------------------------------------------
     def _on_write_error(self, path: str, e: OSError) -> None:
@@ -217,6 +220,27 @@ class Daemon:
             self.jetson = jet
             self.jetson_log = self._csv(schema.jetson_file(self.host), schema.JETSON_SCHEMA,
                                         schema.JETSON_COLUMNS)
+        if prometheus.wanted(a):
+            self._start_exporter()
+
+    def _start_exporter(self) -> None:
+        """Never fatal: without prometheus_client, or without a free port, the CSV logs go on."""
+        a = self.args
+        try:
+            x = prometheus.Exporter(prometheus.job_labels(self.env, self.host), self.events, stderr)
+        except ImportError as e:
+            stderr(f"prometheus: cannot import prometheus_client ({e}): pip install 'hpclaunch[monitor]'; "
+                   "no exporter, the CSV logs go on")
+            self.events.emit("source_unavailable", {"source": "prometheus", "reason": f"cannot import "
+                                                    f"prometheus_client: {e}"})
+            return
+        if a.prometheus_port is not None:
+            self._guard("prometheus", x.serve, a.prometheus_port, a.prometheus_address,
+                        os.path.join(self.dir, schema.prometheus_port_file(self.host)))
+        if a.prometheus_textfile is not None:
+            x.write_textfile_to(a.prometheus_textfile)
+        if x.httpd is not None or x.textfile is not None:  # else no one would read the samples
+            self.exporter = x
 
     def _guard(self, source, fn, *args):
         try:
@@ -288,6 +312,7 @@ class Daemon:
 
     def tick(self) -> None:
         now = time.time()
+        row = rows = None
         if self.hostsrc is not None:
             try:
                 row = self.hostsrc.sample(now)
@@ -316,6 +341,11 @@ class Daemon:
             except Exception as e:
                 self.source_error("jetson", e)
         self.samples += 1
+        if self.exporter is not None:  # after the CSV writes: what a scrape shows is in the files
+            try:
+                self.exporter.update(now, self.samples, row, rows or ())
+            except Exception as e:
+                self.source_error("prometheus", e)
 
     def run(self) -> int:
         a = self.args
@@ -371,6 +401,11 @@ class Daemon:
                 stats["rss_mib"] = round(rss, 2) if rss is not None else None
         except Exception:
             pass
+        if self.exporter is not None:
+            try:
+                self.exporter.close()
+            except Exception as e:
+                self.source_error("prometheus", e)
         if self.nvml is not None:
             stats["gpus"] = len(self.nvml.gpus)
             try:

@@ -163,3 +163,8 @@ EVENT_KINDS = (
 
 def jetson_file(host: str) -> str:
     return f"{host}.jetson.csv"
+
+
+def prometheus_port_file(host: str) -> str:
+    """The port this node's Prometheus exporter serves on (``--prometheus-port``), one line."""
+    return f"{host}.prometheus.port"

@@ -58,7 +58,7 @@ def test_make_deps_checks_each_package_and_uses_no_stamp():
 @pytest.mark.root
 def test_after_make_deps_every_listed_package_is_installed(debian_root):
     pkgs = _makefile_var("APT_PACKAGES")
-    assert {"openmpi-bin", "libopenmpi-dev", "libpmix-dev", "cmake", "g++"} <= set(pkgs), pkgs
+    assert {"openmpi-bin", "libopenmpi-dev", "libpmix-dev", "cmake", "g++", "prometheus"} <= set(pkgs), pkgs
     res = _make("deps")
     assert res.returncode == 0, res.stdout + res.stderr
     missing = [p for p in pkgs if not _installed(p)]
@@ -111,7 +111,7 @@ def test_make_venv_installs_when_the_packages_do_not_import(tmp_path):
     res = _make("venv", f"VENV={venv}")
     assert res.returncode == 0, res.stdout + res.stderr
     pips = _pip_calls(venv)
-    assert any("-e .[train,mpi,report,test,frameworks,export]" in c for c in pips), pips
+    assert any("-e .[train,mpi,report,test,frameworks,export,monitor]" in c for c in pips), pips
     assert any("torch==2.13.0" in c for c in pips), pips
 
 
@@ -133,4 +133,4 @@ def test_make_venv_reinstalls_after_setup_cfg_changes(tmp_path):
     os.utime(dist, (past, past))
     res = _make("venv", f"VENV={venv}")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert any("-e .[train,mpi,report,test,frameworks,export]" in c for c in _pip_calls(venv)), res.stdout
+    assert any("-e .[train,mpi,report,test,frameworks,export,monitor]" in c for c in _pip_calls(venv)), res.stdout

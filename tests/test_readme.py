@@ -23,13 +23,15 @@ ELSEWHERE = {
     "make demo": "tests/test_demo.py",
     # the test suite itself: CI (.ci/run) runs `make test` on a fresh machine
     "make test": ".ci/run (CI)",
-    # installs into the current Python: `make venv` runs pip install -e '.[train,mpi,report,test]' (the extras
-    # together; tests/test_deps.py checks when it does), tests/test_wheel.py installs the built wheel
+    # installs into the current Python: `make venv` runs pip install -e
+    # '.[train,mpi,report,test,frameworks,monitor]' (the extras together; tests/test_deps.py checks when it
+    # does), tests/test_wheel.py installs the built wheel
     "pip install .": "make venv, tests/test_wheel.py",
     "pip install '.[train]'": "make venv",
     "pip install '.[report]'": "make venv",
     "pip install '.[mpi]'": "make venv",
     "pip install '.[export]'": "make venv",
+    "pip install '.[monitor]'": "make venv",
 }
 
 

@@ -51,6 +51,11 @@ def test_valid(run_cli, write):
     ("name: j\ncommand: python train.py\n", "command", "expected a list"),
     ("name: j\ncommand: []\n", "command", "is empty"),
     (GOOD + "runs_root: 'my runs'\n", "runs_root", "not a plain path"),
+    (GOOD + "monitor: {prometheus_port: 80}\n", "monitor.prometheus_port",
+     "is a privileged port (80) \u2014 use a port from 1024 to 65535, or 0 to turn the exporter off"),
+    (GOOD + "monitor: {prometheus_port: 70000}\n", "monitor.prometheus_port", "must be at most 65535"),
+    (GOOD + "monitor: {prometheus_port: -1}\n", "monitor.prometheus_port", "must be at least 0"),
+    (GOOD + "monitor: {prometheus_port: on}\n", "monitor.prometheus_port", "expected an integer"),
 ])
 def test_error_classes(run_cli, write, text, path, words):
     code, lines, file = _problems(run_cli, write, text)
@@ -405,3 +410,28 @@ def test_container_refusals_are_one_line(write, profile, container, words):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], lines
+
+
+# --- monitor.prometheus_port: the profile's is the site default, the job's wins, 0 turns it off ---
+
+def test_prometheus_port_comes_from_the_profile_the_job_wins_and_0_turns_it_off(write, tmp_path):
+    write("hpc_profiles/site.yaml", "name: site\nextends: local\nmonitor: {prometheus_port: 9400}\n")
+    path = write("job.yaml", GOOD + "profile: hpc_profiles/site.yaml\n")
+
+    def monitor_line(*overrides):
+        args = [a for o in overrides for a in ("-o", o)]
+        script = hl("render", path, *args, cwd=str(tmp_path)).stdout
+        [line] = [ln for ln in script.splitlines() if ln.startswith("hl_monitor=(")]
+        return line
+
+    assert monitor_line().endswith(" --prometheus-port 9400)")
+    assert monitor_line("monitor.prometheus_port=9555").endswith(" --prometheus-port 9555)")
+    assert "--prometheus-port" not in monitor_line("monitor.prometheus_port=0")
+    assert "--prometheus-port" not in hl("render", write("plain.yaml", GOOD), cwd=str(tmp_path)).stdout
+    off = hl("render", path, "-o", "monitor.interval=0", cwd=str(tmp_path)).stdout
+    assert "hpclaunch.monitors" not in off   # no monitor, so no exporter either
+    write("hpc_profiles/bad.yaml", "name: bad\nextends: local\nmonitor: {prometheus_port: 443}\n")
+    proc = hl("validate", write("j2.yaml", GOOD + "profile: hpc_profiles/bad.yaml\n"), check=False, cwd=str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "hpc_profiles/bad.yaml: monitor.prometheus_port: must be at least 1024 (443) \u2014 use a value >= 1024"], \
+        proc.stderr

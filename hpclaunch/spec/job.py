@@ -109,6 +109,13 @@ class Monitor:
                             minimum=0, maximum=3600,
                             check=lambda v: ("is too short to sample reliably", "use 0 (off) or at least 0.05")
                             if 0 < v < 0.05 else None)
+    prometheus_port: Optional[int] = field(
+        None, minimum=0, maximum=65535,
+        help="serve the monitor's readings to Prometheus on this port of each node (1024-65535; when taken, "
+        "the next free of 8, written to monitor/<host>.prometheus.port); 0: off, also over the profile's "
+        "monitor.prometheus_port; null: the profile's (default: off)",
+        check=lambda v: ("is a privileged port", "use a port from 1024 to 65535, or 0 to turn the exporter off")
+        if 0 < v < 1024 else None)
 
 
 @model

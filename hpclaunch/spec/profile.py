@@ -126,10 +126,14 @@ class Training:
 
 @model
 class MonitorSettings:
-    """Which monitor sources this hardware has."""
+    """Which monitor sources this hardware has, and whether the site scrapes the monitors."""
 
     sources: List[Literal["nvml", "host", "rapl", "jetson"]] = field(
         default_factory=lambda: ["nvml", "host", "rapl"], help="sources the monitor samples")
+    prometheus_port: Optional[int] = field(
+        None, minimum=1024, maximum=65535,
+        help="the site's Prometheus exporter port for every job's monitor (a job's monitor.prometheus_port "
+        "wins; 0 there turns it off); null: off")
 
 
 @model

@@ -77,6 +77,7 @@ env:                     # exported to every rank
 
 monitor:
   interval: 1.0          # seconds between power/thermal samples; 0 turns the monitor off
+  # prometheus_port: 9400  # also serve the readings to Prometheus on each node (docs/monitor-logs.md)
 
 requeue:
   max_attempts: 3        # attempts in all; 1 turns requeue off
