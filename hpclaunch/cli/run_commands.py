@@ -12,7 +12,7 @@ from hpclaunch.launchers.backends.base import State, exit_code_for, state_of
 from hpclaunch.runs.jobs import Job, copy_text, find_job, hosts_of, ordered_logs, refresh, tail_text
 from hpclaunch.runs.registry import Registry
 from hpclaunch.runs.submission import submit, test_only
-from hpclaunch.runs.summary import batch_log, failure_summary
+from hpclaunch.runs.summary import batch_log, failure_summary, last_lines
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
