@@ -23,11 +23,15 @@ def main() -> int:
     print(f"rank {trainer.global_rank}/{world} node {trainer.node_rank} host {socket.gethostname()}", flush=True)
     # every rank reports its node; rank 0 checks the world spans every node
     nodes_seen = trainer.strategy.all_gather(torch.tensor([trainer.node_rank]))
+    ok = world == nodes * devices and sorted(set(nodes_seen.view(-1).tolist())) == list(range(nodes))
     if trainer.global_rank == 0:
-        ok = world == nodes * devices and sorted(set(nodes_seen.view(-1).tolist())) == list(range(nodes))
         print(f"world size {world} {'ok' if ok else 'WRONG'}", flush=True)
-        return 0 if ok else 3
-    return 0
+    # Leave the process group before exiting: gloo's threads torn down at interpreter exit can abort
+    # the process ("terminate called without an active exception", pytorch/gloo#514).
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    return 0 if ok or trainer.global_rank != 0 else 3
 
 
 if __name__ == "__main__":
