@@ -434,10 +434,9 @@ def _metrics_pyarrow(path) -> Tuple[Dict[str, np.ndarray], int]:
     return out, bad
 
 
-def recorded_intervals(paths) -> Dict[str, float]:
-    """The sampling interval each host's daemon recorded (``interval_s`` of its last ``header``
-    event), by host; hosts whose header lacks a finite positive one are left out."""
-    out: Dict[str, float] = {}
+def _event_records(paths, marker: str):
+    """(host, record) of each whole line of the events logs that contains `marker` and parses as
+    JSON; the host from the record, else from the file name."""
     for p in paths:
         fname_host = Path(p).name[: -len(".events.jsonl")] if str(p).endswith(".events.jsonl") else ""
         try:
@@ -446,17 +445,27 @@ def recorded_intervals(paths) -> Dict[str, float]:
             continue
         with f:
             for line in f:
-                if '"header"' not in line or not line.endswith("\n"):
+                if marker not in line or not line.endswith("\n"):
                     continue
                 try:
                     rec = json.loads(line)
-                    if rec.get("kind") != "header":
-                        continue
-                    value = float((rec.get("detail") or {}).get("interval_s"))
-                except (ValueError, TypeError, AttributeError):
+                except ValueError:
                     continue
-                if math.isfinite(value) and value > 0:
-                    out[rec.get("host") or fname_host] = value
+                if isinstance(rec, dict):
+                    yield str(rec.get("host") or fname_host), rec
+
+
+def recorded_intervals(paths) -> Dict[str, float]:
+    """The sampling interval each host's daemon recorded (``interval_s`` of its last ``header``
+    event), by host; hosts whose header lacks a finite positive one are left out."""
+    out: Dict[str, float] = {}
+    for host, rec in _event_records(paths, '"header"'):
+        try:
+            value = float((rec.get("detail") or {}).get("interval_s")) if rec.get("kind") == "header" else None
+        except (ValueError, TypeError, AttributeError):
+            continue
+        if value is not None and math.isfinite(value) and value > 0:
+            out[host] = value
     return out
 
 
@@ -464,25 +473,14 @@ def unavailable_sources(paths) -> Dict[str, Dict[str, str]]:
     """Why each host's daemon could not read a source (its last ``source_unavailable`` event per
     source, unless a later ``source_available`` says it came back): {host: {source: reason}}."""
     out: Dict[str, Dict[str, str]] = {}
-    for p in paths:
-        fname_host = Path(p).name[: -len(".events.jsonl")] if str(p).endswith(".events.jsonl") else ""
-        try:
-            f = open(p, "r", errors="replace")
-        except OSError:
+    for host, rec in _event_records(paths, '"source_'):
+        detail = rec.get("detail")
+        if not isinstance(detail, dict):
             continue
-        with f:
-            for line in f:
-                if '"source_' not in line or not line.endswith("\n"):
-                    continue
-                try:
-                    rec = json.loads(line)
-                    detail = rec.get("detail") or {}
-                    source, kind = str(detail.get("source")), rec.get("kind")
-                except (ValueError, TypeError, AttributeError):
-                    continue
-                host = out.setdefault(str(rec.get("host") or fname_host), {})
-                if kind == "source_unavailable":
-                    host[source] = " ".join(str(detail.get("reason") or "unavailable").split())[:300]
-                elif kind == "source_available":
-                    host.pop(source, None)
+        source, kind = str(detail.get("source")), rec.get("kind")
+        sources = out.setdefault(host, {})
+        if kind == "source_unavailable":
+            sources[source] = " ".join(str(detail.get("reason") or "unavailable").split())[:300]
+        elif kind == "source_available":
+            sources.pop(source, None)
     return out

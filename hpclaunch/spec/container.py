@@ -52,7 +52,8 @@ def _workdir(value: str) -> Optional[Tuple[str, str]]:
     return None
 
 
-def _arguments(value: List[str]) -> Optional[Tuple[str, str]]:
+def arguments_problem(value: List[str]) -> Optional[Tuple[str, str]]:
+    """Extra arguments for a program (runtime, mpirun, horovodrun): anything but a NUL is an argument."""
     if any("\x00" in arg for arg in value):
         return ("has an argument with a NUL character, which no process argument can carry", "remove it")
     return None
@@ -81,6 +82,6 @@ class ContainerRuntime:
     runtime: Optional[Literal["pyxis", "apptainer", "podman"]] = field(
         None, help="pyxis (srun --container-image), apptainer (apptainer exec) or podman (podman run); "
         "null: containers are refused")
-    args: List[str] = field(default_factory=list, check=_arguments,
+    args: List[str] = field(default_factory=list, check=arguments_problem,
                             help="extra arguments of `apptainer exec` / `podman run` (pyxis: of srun)")
     mounts: List[str] = field(default_factory=list, check=_mounts, help="site mounts for every container job")

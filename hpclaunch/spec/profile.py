@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from hpclaunch.spec.job import _mem_check, _slurm_word, _time_check, runs_root_problem
 from hpclaunch.common.model import model
-from hpclaunch.spec.container import ContainerRuntime
+from hpclaunch.spec.container import ContainerRuntime, arguments_problem as _arguments
 from hpclaunch.spec.typedload import Scalar, field
 
 _HOST_PART = re.compile(r"[A-Za-z0-9.-]*")  # fullmatch: `$` would pass a final newline
@@ -40,12 +40,6 @@ def _lines(value: List[str]) -> Optional[Tuple[str, str]]:
         if any(c in line for c in "\n\r\x00") or not line.replace("\t", " ").isprintable():
             return ("each entry must be one line, without control characters",
                     "write one shell line per list entry")
-    return None
-
-
-def _arguments(value: List[str]) -> Optional[Tuple[str, str]]:
-    if any("\x00" in arg for arg in value):
-        return ("has an argument with a NUL character, which no process argument can carry", "remove it")
     return None
 
 
