@@ -57,6 +57,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--thermal-margin", type=float, default=5.0,
                    help="thermal_margin_low event when slowdown temperature - GPU temperature "
                    "falls below this many degrees C (default 5)")
+    p.add_argument("--counter-interval", type=float, default=5.0,
+                   help="seconds between reads of the cumulative counters that cost the driver most "
+                   "(GPU energy, hardware thermal and power-brake time); also read at the first and "
+                   "last sample; 0: every sample (default 5)")
     p.add_argument("--slow-interval", type=float, default=30.0,
                    help="seconds between reads of slow fields (ECC) (default 30)")
     p.add_argument("--sysfs-root", default="/sys", help="sysfs root for RAPL/hwmon/Jetson (tests)")
@@ -70,6 +74,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         p.error(f"--interval {a.interval!r}: use a number of seconds from 0.05 to 3600")
     if a.duration is not None and not (0 < a.duration <= 366 * 86400):
         p.error(f"--duration {a.duration!r}: use a finite number of seconds above 0")
+    if not (0 <= a.counter_interval <= 3600):
+        p.error(f"--counter-interval {a.counter_interval!r}: use a number of seconds from 0 to 3600")
     if not (0.05 <= a.slow_interval <= 86400):
         p.error(f"--slow-interval {a.slow_interval!r}: use a number of seconds from 0.05 to 86400")
     if not (-1000 <= a.thermal_margin <= 1000):
@@ -196,7 +202,7 @@ class Daemon:
             "schemas": {"gpu": schema.GPU_SCHEMA, "host": schema.HOST_SCHEMA,
                         "power_trace": schema.POWER_TRACE_SCHEMA, "jetson": schema.JETSON_SCHEMA},
             "pid": os.getpid(), "ppid": os.getppid(), "parent_pid": a.parent_pid,
-            "interval_s": a.interval, "argv": sys.argv,
+            "interval_s": a.interval, "counter_interval_s": a.counter_interval, "argv": sys.argv,
             "slurm_job_id": env.get("SLURM_JOB_ID"), "slurm_step_id": env.get("SLURM_STEP_ID"),
             "attempt": env.get("HPCLAUNCH_ATTEMPT"), "python": sys.version.split()[0]})
         from .host import HostSampler
@@ -268,7 +274,8 @@ class Daemon:
                 k: v for k, v in info.items()}})
             return info
         s = NvmlSampler(nv, self.host, self.events, rank_map, margin_c=a.thermal_margin,
-                        slow_every_s=a.slow_interval, power_trace=not a.no_power_trace)
+                        slow_every_s=a.slow_interval, power_trace=not a.no_power_trace,
+                        counter_every_s=a.counter_interval)
         if self._guard("nvml", s.start):
             self.nvml = s
             self.gpu_log = self._csv(schema.gpu_file(self.host), schema.GPU_SCHEMA, schema.GPU_COLUMNS)
@@ -310,7 +317,9 @@ class Daemon:
                 if b in [int(s) for s in _STOP_SIGNALS] and self.stop_reason is None:
                     self.stop_reason = signal.Signals(b).name
 
-    def tick(self) -> None:
+    def tick(self, final: bool = False) -> None:
+        """One sample of every source; ``final``: the last one, with every counter read, so the
+        energy window closes on a counter value."""
         now = time.time()
         row = rows = None
         if self.hostsrc is not None:
@@ -321,7 +330,7 @@ class Daemon:
                 self.source_error("host", e)
         if self.nvml is not None:
             try:
-                rows = self.nvml.sample(now)
+                rows = self.nvml.sample(now, counters=True if final else None)
                 self.gpu_log.write_rows(rows)
             except Exception as e:
                 self.source_error("nvml", e)
@@ -379,6 +388,8 @@ class Daemon:
                     self.stop_reason = "duration"
                 break
             self._wait(nxt - time.monotonic())
+        if self.nvml is not None and self.samples:
+            self.tick(final=True)
         self.finish(cpu0, wall0)
         return 0
 

@@ -3,14 +3,23 @@
 The ``pynvml`` module (from ``nvidia-ml-py``) is a parameter of :class:`NvmlSampler`
 so tests inject a fake; :func:`load_pynvml` imports the real one lazily.
 
-Per GPU and interval the sampler makes about ten NVML calls: one
-``nvmlDeviceGetFieldValues`` batch (instant power, 1 s average power, total energy,
-memory temperature, and the per-reason cumulative clocks-event times: software
-power cap, sync boost, software and hardware thermal slowdown, power brake), then
-temperature, memory, utilisation, two clocks, enforced power limit, clocks-event
-(throttle) reasons and two violation counters;
-``nvmlDeviceGetPowerUsage`` and ``nvmlDeviceGetTotalEnergyConsumption`` only where
-the batch lacks the field. Slowdown/shutdown thresholds are read once at start;
+Per GPU and interval the sampler makes eight NVML calls: one
+``nvmlDeviceGetFieldValues`` batch (instant power, 1 s average power, memory
+temperature, the power perf-policy counter, which is the power violation counter
+and the software power-cap time, and the cheap per-reason clocks-event times: sync
+boost, software thermal slowdown), then temperature, memory, utilisation, two
+clocks, enforced power limit and clocks-event (throttle) reasons.
+``nvmlDeviceGetPowerUsage`` and ``nvmlDeviceGetViolationStatus`` only where the
+batch lacks the field.
+
+The cumulative counters that cost the driver most are read every
+``counter_every_s`` (5 s) instead, and at the first and last sample: the total
+energy counter, the thermal violation counter, and the hardware thermal and
+power-brake clocks-event times (measured on an H100, driver 580: ~3.5 ms for the
+energy counter, ~1 ms each for the other groups, against ~0.1 ms for any other
+field; docs/benchmarks.md). A counter
+read less often loses no total (the report takes its differences); between reads
+its cells stay empty. Slowdown/shutdown thresholds are read once at start;
 aggregate double-bit ECC every ``slow_every_s`` (30 s). It never lists processes
 and never runs nvidia-smi. XID errors come from NVML's event API, one non-blocking
 wait per sample for all GPUs together (``monitors/xid.py``).
@@ -32,35 +41,12 @@ from typing import Dict, List, Optional
 
 from . import schema
 from .nvml_errors import err_text
+from .nvml_fields import (COUNTER_FIELDS, FI_MEMORY_TEMP, FI_PERF_POWER, FI_PERF_THERMAL, FI_POWER_AVERAGE,
+                          FI_POWER_INSTANT, FI_TOTAL_ENERGY, REASON_FIELDS, THROTTLE_MASK, FIELD_NOT_THERE,
+                          NOT_THERE, field_value, value_of)
 from .xid import XidWatcher
 
 FAKE_ENV = "HPCLAUNCH_MONITOR_FAKE_NVML"  # test hook: module name or .py path replacing pynvml
-
-# Field ids (nvml.h), kept here so a fake module need not define them all.
-FI_MEMORY_TEMP = 82
-FI_TOTAL_ENERGY = 83
-FI_POWER_AVERAGE = 185
-FI_POWER_INSTANT = 186
-# Cumulative time (ns) the clocks were held down per reason: NVML_FI_DEV_CLOCKS_EVENT_REASON_*
-# (74 and 76 are the perf-policy counters NVML_FI_DEV_PERF_POLICY_POWER / _SYNC_BOOST).
-# Exact between samples, unlike the instantaneous bitmask; they ride in the same batch.
-REASON_FIELDS = {
-    74: "sw_power_cap",
-    76: "sync_boost",
-    269: "sw_thermal_slowdown",
-    270: "hw_thermal_slowdown",
-    271: "hw_power_brake_slowdown",
-}
-
-# Error codes that mean "this capability is not there": skip it from then on.
-_NOT_THERE = {3, 4, 13}  # NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND
-# A field id the driver does not know (one older than the field) answers INVALID_ARGUMENT in
-# its nvmlFieldValue_t rather than NOT_SUPPORTED: for a field, that is "not there" too.
-_FIELD_NOT_THERE = _NOT_THERE | {2}
-_NOT_FOUND = 6           # nvmlDeviceGetSamples: no sample newer than the timestamp
-
-# Throttle bits that mean the clocks were really held down (not idle/app/display settings).
-THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 _COL = {c: i for i, c in enumerate(schema.GPU_COLUMNS)}
 _NCOL = len(schema.GPU_COLUMNS)
@@ -83,31 +69,10 @@ def load_pynvml():
     return pynvml
 
 
-def _fv(v):
-    """The value of one nvmlFieldValue_t, by its valueType."""
-    t = v.valueType
-    u = v.value
-    if t == 0:
-        return u.dVal
-    if t == 1:
-        return u.uiVal
-    if t == 2:
-        return u.ulVal
-    if t == 3:
-        return u.ullVal
-    if t == 4:
-        return u.sllVal
-    if t == 5:
-        return u.siVal
-    if t == 6:
-        return u.usVal
-    return None
-
-
 class _Gpu:
     __slots__ = ("index", "handle", "uuid", "ranks", "off", "fields", "last_energy",
                  "throttle", "margin_low", "error", "trace_ts", "slowdown", "shutdown",
-                 "next_slow", "ecc", "last_ns")
+                 "next_slow", "ecc", "last_ns", "next_counter")
 
     def __init__(self, index, handle, uuid, ranks):
         self.index = index
@@ -126,6 +91,7 @@ class _Gpu:
         self.next_slow = 0.0
         self.ecc = None
         self.last_ns: Dict[str, int] = {}  # column -> last value of a cumulative ns counter
+        self.next_counter = 0.0            # time of the next read of COUNTER_FIELDS
 
 
 class NvmlSampler:
@@ -134,13 +100,15 @@ class NvmlSampler:
     name = "nvml"
 
     def __init__(self, nvml, host: str, events, rank_map=None, margin_c: float = 5.0,
-                 slow_every_s: float = 30.0, power_trace: bool = True, clock=time.time):
+                 slow_every_s: float = 30.0, power_trace: bool = True, clock=time.time,
+                 counter_every_s: float = 5.0):
         self.nv = nvml
         self.host = host
         self.events = events
         self.rank_map = rank_map  # callable([(index, uuid)]) -> {"selected": {index: ranks}, ...}
         self.margin_c = margin_c
         self.slow_every_s = slow_every_s
+        self.counter_every_s = counter_every_s
         self.power_trace = power_trace
         self.clock = clock
         self.gpus: List[_Gpu] = []
@@ -228,7 +196,7 @@ class NvmlSampler:
         try:
             return fn(*args)
         except self._NVMLError as e:
-            if getattr(e, "value", None) in _NOT_THERE:
+            if getattr(e, "value", None) in NOT_THERE:
                 self._missing(g, cap, err_text(e))
                 return None
             raise
@@ -255,7 +223,8 @@ class NvmlSampler:
 
     def _probe(self, g: _Gpu) -> None:
         nv = self.nv
-        want = [FI_POWER_INSTANT, FI_POWER_AVERAGE, FI_TOTAL_ENERGY, FI_MEMORY_TEMP, *REASON_FIELDS]
+        want = [FI_POWER_INSTANT, FI_POWER_AVERAGE, FI_TOTAL_ENERGY, FI_MEMORY_TEMP, FI_PERF_THERMAL,
+                *REASON_FIELDS]
         vals = None
         no_batch = "nvmlDeviceGetFieldValues is not available"
         if hasattr(nv, "nvmlDeviceGetFieldValues"):
@@ -271,7 +240,7 @@ class NvmlSampler:
         absent: Dict[int, int] = {}
         if vals is not None:
             for fid, v in zip(want, vals):
-                if v.nvmlReturn in _FIELD_NOT_THERE:
+                if v.nvmlReturn in FIELD_NOT_THERE:
                     absent[fid] = v.nvmlReturn
                 else:
                     g.fields.append(fid)  # success, or a transient error: keep asking
@@ -308,7 +277,9 @@ class NvmlSampler:
             setattr(g, cap, v)
 
     # -- sampling ----------------------------------------------------------------------
-    def sample(self, now: float) -> List[tuple]:
+    def sample(self, now: float, counters: Optional[bool] = None) -> List[tuple]:
+        """One row per GPU. ``counters``: read COUNTER_FIELDS now (True), not (False), or when
+        due (None: every ``counter_every_s``)."""
         rows = []
         if self.xid is not None:
             self.xid.poll(now)  # first, so this sample's rows count the XIDs it reports
@@ -320,7 +291,10 @@ class NvmlSampler:
             row[3] = g.uuid
             row[4] = g.ranks
             try:
-                self._sample_gpu(g, row, now)
+                due = now >= g.next_counter if counters is None else counters
+                if due:  # a little early rather than one interval late when the clock jitters
+                    g.next_counter = now + self.counter_every_s - min(0.05, self.counter_every_s / 2)
+                self._sample_gpu(g, row, now, due)
                 if g.error is not None:
                     self.events.emit("nvml_error", {"gpu_index": g.index, "recovered": True,
                                                     "previous_error": g.error})
@@ -338,22 +312,23 @@ class NvmlSampler:
             rows.append(tuple(row))
         return rows
 
-    def _sample_gpu(self, g: _Gpu, row: list, now: float) -> None:
+    def _sample_gpu(self, g: _Gpu, row: list, now: float, counters: bool = True) -> None:
         nv = self.nv
         h = g.handle
         C = _COL
-        power = avg = energy = None
-        if g.fields:
-            vals = self._call(g, "field_values", nv.nvmlDeviceGetFieldValues, h, g.fields)
+        power = avg = energy = perf_power = perf_thermal = None
+        fields = g.fields if counters else [f for f in g.fields if f not in COUNTER_FIELDS]
+        if fields:
+            vals = self._call(g, "field_values", nv.nvmlDeviceGetFieldValues, h, fields)
             if vals is None:
                 self._missing_counters(g, [f for f in g.fields if f in REASON_FIELDS],
                                        "nvmlDeviceGetFieldValues stopped answering")
                 g.fields = []
             else:
-                for fid, v in zip(g.fields, vals):
+                for fid, v in zip(fields, vals):
                     if v.nvmlReturn != 0:
                         continue
-                    x = _fv(v)
+                    x = field_value(v)
                     if fid == FI_POWER_INSTANT:
                         power = x / 1000.0
                     elif fid == FI_POWER_AVERAGE:
@@ -362,10 +337,14 @@ class NvmlSampler:
                         energy = int(x)
                     elif fid == FI_MEMORY_TEMP:
                         row[C["mem_temp_c"]] = x
-                    elif fid in _REASON_COL:
+                    elif fid == FI_PERF_THERMAL:
+                        perf_thermal = x
+                    if fid in _REASON_COL:
                         col = _REASON_COL[fid]
                         row[col] = self._ns_counter(g, schema.GPU_COLUMNS[col], x, now)
-                bad = {fid: v.nvmlReturn for fid, v in zip(g.fields, vals) if v.nvmlReturn in _FIELD_NOT_THERE}
+                        if fid == FI_PERF_POWER:
+                            perf_power = x
+                bad = {fid: v.nvmlReturn for fid, v in zip(fields, vals) if v.nvmlReturn in FIELD_NOT_THERE}
                 if bad:
                     g.fields = [f for f in g.fields if f not in bad]
                     gone = [f for f in bad if f in REASON_FIELDS]
@@ -381,7 +360,7 @@ class NvmlSampler:
                     avg = mw / 1000.0  # on Ampere+ (not GA100) GetPowerUsage is the 1 s average
         row[C["power_w"]] = power
         row[C["power_avg_w"]] = avg
-        if FI_TOTAL_ENERGY not in g.fields:
+        if FI_TOTAL_ENERGY not in g.fields and counters:
             e = self._call(g, "energy_counter", nv.nvmlDeviceGetTotalEnergyConsumption, h)
             energy = int(e) if e is not None else None
         if energy is not None:
@@ -415,12 +394,16 @@ class NvmlSampler:
         row[C["throttle_reasons"]] = reasons
         if reasons is not None:
             self._throttle_events(g, int(reasons), now)
-        v = self._call(g, "violation_power", nv.nvmlDeviceGetViolationStatus, h, nv.NVML_PERF_POLICY_POWER)
-        row[C["viol_power_ns"]] = self._ns_counter(g, "viol_power_ns", v.violationTime, now) \
-            if v is not None else None
-        v = self._call(g, "violation_thermal", nv.nvmlDeviceGetViolationStatus, h, nv.NVML_PERF_POLICY_THERMAL)
-        row[C["viol_thermal_ns"]] = self._ns_counter(g, "viol_thermal_ns", v.violationTime, now) \
-            if v is not None else None
+        # The violation counters are the perf-policy fields 74/75 of the batch; the function (about
+        # ten times the cost of a field on an H100) only for a driver without them.
+        for col, fid, value, cap, policy in (
+                ("viol_power_ns", FI_PERF_POWER, perf_power, "violation_power", "NVML_PERF_POLICY_POWER"),
+                ("viol_thermal_ns", FI_PERF_THERMAL, perf_thermal, "violation_thermal",
+                 "NVML_PERF_POLICY_THERMAL")):
+            if value is None and fid not in g.fields:
+                v = self._call(g, cap, nv.nvmlDeviceGetViolationStatus, h, getattr(nv, policy))
+                value = v.violationTime if v is not None else None
+            row[C[col]] = self._ns_counter(g, col, value, now) if value is not None else None
         row[C["slowdown_temp_c"]] = g.slowdown
         row[C["shutdown_temp_c"]] = g.shutdown
         if now >= g.next_slow:
@@ -494,9 +477,9 @@ class NvmlSampler:
                 ts = s.timeStamp
                 if ts <= floor and not (first and floor == 0):
                     continue
-                u = s.sampleValue
-                mw = (u.uiVal if vtype == 1 else u.ullVal if vtype == 3 else u.ulVal if vtype == 2
-                      else u.dVal if vtype == 0 else u.siVal if vtype == 5 else u.sllVal)
+                mw = value_of(vtype, s.sampleValue)
+                if mw is None:
+                    continue
                 rows.append((ts / 1e6, self.host, g.index, mw / 1000.0))
                 if ts > last:
                     last = ts

@@ -66,6 +66,10 @@ SAMPLES_METRIC = ("hpclaunch_monitor_samples_total", "samples taken since the mo
 
 _GPU_COL = {c: i for i, c in enumerate(schema.GPU_COLUMNS)}
 _HOST_COL = {c: i for i, c in enumerate(schema.HOST_COLUMNS)}
+# Cumulative counters the sampler reads only every few samples (monitors/nvml.py COUNTER_FIELDS): a
+# scrape between two reads shows the last value read, so a counter series never disappears.
+_HELD_GPU_COLS = tuple(_GPU_COL[c] for c in ("energy_mj", "throttle_hw_thermal_slowdown_ns",
+                                             "throttle_hw_power_brake_slowdown_ns"))
 
 
 # -- command line ---------------------------------------------------------------------------
@@ -136,6 +140,7 @@ class Exporter:
         self.port_file: Optional[str] = None
         self.textfile: Optional[str] = None
         self._textfile_failing = False
+        self._held: Dict[tuple, float] = {}   # (gpu index, column) -> last value read
 
     def serve(self, port: int, address: str, port_file: str) -> Optional[int]:
         """Listen on ``port``, or the next free one of PORT_TRIES; the port, or None."""
@@ -170,11 +175,27 @@ class Exporter:
                                               "address": address, "port_file": self.port_file})
         return self.port
 
+    def _hold(self, row: tuple) -> tuple:
+        """``row`` with each held counter's cell filled from its last read when this sample
+        skipped it (an error row keeps its empty cells)."""
+        if row[_GPU_COL["error"]]:
+            return row
+        fill = None
+        for i in _HELD_GPU_COLS:
+            key = (row[2], i)
+            if row[i] is not None:
+                self._held[key] = row[i]
+            elif key in self._held:
+                fill = fill or list(row)
+                fill[i] = self._held[key]
+        return tuple(fill) if fill else row
+
     def write_textfile_to(self, path: str) -> None:
         self.textfile = path
         self.events.emit("source_available", {"source": "prometheus_textfile", "path": path})
 
     def update(self, now: float, samples: int, host_row: Optional[tuple], gpu_rows: Sequence[tuple]) -> None:
+        gpu_rows = [self._hold(r) for r in gpu_rows]
         self.snapshot = (now, samples, host_row, gpu_rows)  # one reference: a scrape sees a whole sample
         if self.textfile is not None:
             self._write_textfile()

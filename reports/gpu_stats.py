@@ -128,6 +128,41 @@ def bits_time(tri: np.ndarray, present: int, dt_left: np.ndarray, mask: int) -> 
     return float(np.add.reduce(dt_left, where=(tri & mask) != 0))
 
 
+def idle_counter_energy(t: np.ndarray, util: np.ndarray, p: np.ndarray, tv: np.ndarray,
+                        inc: np.ndarray) -> float:
+    """Counter energy (its unit) drawn while the GPU was idle (left-sample util <= IDLE_UTIL_PCT).
+
+    Counter readings ``tv`` are a subset of the sample times ``t`` (the monitor reads the counter
+    every few samples). Each counter increment is split over the sample intervals inside it in
+    proportion to their power trapezoid (their length where power is missing), and each part is
+    idle or not by its own left sample. With a reading at every sample this is the plain sum of
+    the idle increments."""
+    if t.size < 2 or inc.size == 0:
+        return 0.0
+    dt = np.diff(t)
+    with np.errstate(invalid="ignore"):
+        e = 0.5 * (p[1:] + p[:-1]) * dt
+    k = np.searchsorted(tv, t[:-1], side="right") - 1          # the counter interval of each one
+    inside = (k >= 0) & (k < inc.size)
+    k = np.where(inside, k, 0)
+    inside &= t[1:] <= tv[np.minimum(k + 1, tv.size - 1)]
+    idle = inside & (util[:-1] <= IDLE_UTIL_PCT)
+    n = inc.size
+    # power weights per counter interval where every part has power; else time weights
+    has_p = np.isfinite(e)
+    p_all = np.bincount(k[inside], weights=has_p[inside].astype(float), minlength=n) == \
+        np.bincount(k[inside], minlength=n)
+    p_sum = np.bincount(k[inside & has_p], weights=e[inside & has_p], minlength=n)
+    use_p = p_all & (p_sum > 0)
+    w = np.where(use_p[k] & has_p, e, dt)
+    w_sum = np.bincount(k[inside], weights=w[inside], minlength=n)
+    w_idle = np.bincount(k[idle], weights=w[idle], minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(w_sum > 0, w_idle / w_sum, 0.0)
+    ok = ~np.isnan(inc)
+    return float((inc[ok] * frac[ok]).sum())
+
+
 def gpu_stats(host, index, c: Dict[str, np.ndarray], txt: Dict[str, Dict[str, int]],
                job_t0, job_t1, bins, warnings: List[str], recorded_interval: Optional[float] = None
                ) -> Tuple[dict, dict]:
@@ -206,13 +241,10 @@ def gpu_stats(host, index, c: Dict[str, np.ndarray], txt: Dict[str, Dict[str, in
                     energy += e
                     win_a, win_b = min(win_a, a), max(win_b, b)
                     notes.append(f"counter missing for {b - a:.1f} s at the window edge; power integral used")
-        # idle energy from counter increments, left-sample util
-        vmask = ~np.isnan(c["energy_mj"])
-        u_left = util[vmask][:-1]
-        inc = ctr["inc"]
-        idle_mask = (u_left <= IDLE_UTIL_PCT) & ~np.isnan(inc)
-        idle_j = float(inc[idle_mask].sum()) / 1000.0
-        ctr_gap = np.diff(tv) > GAP_FACTOR * interval if interval else np.zeros(tv.size - 1, bool)
+        idle_j = idle_counter_energy(t, util, p, tv, ctr["inc"]) / 1000.0
+        # the monitor reads the counter every few samples: only a spacing well over its own is a gap
+        ctr_step = max(interval or 0.0, float(np.median(np.diff(tv))))
+        ctr_gap = np.diff(tv) > GAP_FACTOR * ctr_step
         if ctr_gap.any():
             notes.append(f"{int(ctr_gap.sum())} gap(s): counter difference exact across them")
     elif pint.ok:

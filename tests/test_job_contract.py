@@ -231,8 +231,11 @@ launcher: srun
 command: [bash, -c, 'echo up; sleep 120']
 monitor: {interval: 0}
 """)
+    # Ctrl-C as a terminal delivers it: a test run started in the background (`cmd &` in a script)
+    # has SIGINT ignored, and a Python started with it ignored keeps it so (no KeyboardInterrupt).
     follower = subprocess.Popen([sys.executable, "-m", "hpclaunch", "submit", job, "--backend", "local", "--wait"],
-                                cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert until(lambda: "RUNNING" in _list_states(), timeout=60)
         follower.send_signal(signal.SIGINT)

@@ -191,7 +191,9 @@ def nvml_fake_path(n: int, gpus: int):
     return per / gpus, trace / gpus, cold
 
 
-def nvml_real_path(n: int):
+def nvml_real_path(n: int, counter_every_s: float = 5.0, interval: float = 1.0):
+    """Per GPU: CPU of a sample without the costly counters, of one with them, and their mix at
+    ``interval`` with the counters every ``counter_every_s`` (the daemon's defaults: 1 s, 5 s)."""
     try:
         import pynvml
     except ImportError as e:
@@ -202,12 +204,14 @@ def nvml_real_path(n: int):
         return None, s.reason
     gpus = len(s.gpus)
     w0 = time.perf_counter()
-    per = cpu_per_call(lambda: s.sample(time.time()), n)
+    fast = cpu_per_call(lambda: s.sample(time.time(), counters=False), n)
     wall = (time.perf_counter() - w0) / (n + 20)
+    full = cpu_per_call(lambda: s.sample(time.time(), counters=True), max(20, n // 10))
     trace = cpu_per_call(s.drain_power_samples, max(20, n // 20), warm=2)
+    mix = fast + (full - fast) * min(1.0, interval / counter_every_s) if counter_every_s else full
     name = pynvml.nvmlDeviceGetName(s.gpus[0].handle)
     s.close()
-    return (per / gpus, wall / gpus, trace / gpus, gpus, name), None
+    return (fast / gpus, full / gpus, mix / gpus, wall / gpus, trace / gpus, gpus, name), None
 
 
 def _fake_scenario(gpus: int, samples: int) -> dict:
@@ -363,9 +367,11 @@ def main(argv=None) -> int:
     if res is None:
         print(f"   no GPU here: skipped ({why})")
     else:
-        per_gpu, wall, trace, gpus, name = res
-        print(f"   {gpus} x {name}: {fmt_us(per_gpu)} CPU per sample per GPU, {fmt_us(wall)} wall; "
-              f"power-trace drain {fmt_us(trace)} per GPU;  {core_pct(per_gpu * gpus)}")
+        fast, full, mix, wall, trace, gpus, name = res
+        print(f"   {gpus} x {name}, CPU per sample per GPU: {fmt_us(fast)} without the costly counters "
+              f"({fmt_us(wall)} wall), {fmt_us(full)} with them;")
+        print(f"   at 1 Hz with counters every 5 s (the defaults) {fmt_us(mix)} + power-trace drain "
+              f"{fmt_us(trace)} = {fmt_us(mix + trace)} per GPU;  {core_pct((mix + trace) * gpus)}")
     if a.daemon_seconds > 0:
         print_daemon_runs(a.daemon_seconds, gpu_counts)
     else:

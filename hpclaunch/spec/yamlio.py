@@ -271,6 +271,9 @@ def load_yaml_text(text: str, label: str) -> Any:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f"{label}:{mark.line + 1}:{mark.column + 1}" if mark else label
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        if "nesting depth" in problem:  # PyYAML >= 6.0.3's own parser limit, met before MAX_DEPTH's check
+            raise HpclaunchError(f"{where}: lists and mappings are nested more than {MAX_DEPTH} deep \u2014 "
+                                 "flatten it (no setting is deeper than a few levels)") from None
         raise HpclaunchError(f"{where}: YAML syntax error: {_escaped(problem)} \u2014 fix the YAML at that line") from None
     finally:
         loader.dispose()

@@ -78,7 +78,8 @@ NVML_FI_DEV_MEMORY_TEMP = 82
 NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION = 83
 NVML_FI_DEV_POWER_AVERAGE = 185
 NVML_FI_DEV_POWER_INSTANT = 186
-NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP = 74
+NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP = 74   # = NVML_FI_DEV_PERF_POLICY_POWER
+NVML_FI_DEV_PERF_POLICY_THERMAL = 75
 NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST = 76
 NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN = 269
 NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN = 270
@@ -195,7 +196,8 @@ def _h100(uuid, seed=0, **over):
         "mem_clock": [2619],
         "power_limit_mw": [700000],
         "clocks_event_reasons": lambda i: 0x1 if i == 0 else 0x0,
-        "viol_power_ns": [0],
+        # nvmlDeviceGetViolationStatus(POWER) is field 74's counter (ce_sw_power_cap_ns) and
+        # THERMAL field 75's: one counter each, as an H100 answered (tests/monitors/recorded/)
         "viol_thermal_ns": [0],
         # per-reason cumulative clocks-event time, ns (field values 74, 76, 269-271)
         "ce_sw_power_cap_ns": [0],
@@ -322,11 +324,12 @@ def nvmlDeviceGetUUID(handle):
 _FIELD_KEYS = {NVML_FI_DEV_POWER_INSTANT: "power_instant_mw", NVML_FI_DEV_POWER_AVERAGE: "power_average_mw",
                NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "energy_mj", NVML_FI_DEV_MEMORY_TEMP: "mem_temp_c",
                NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: "ce_sw_power_cap_ns",
+               NVML_FI_DEV_PERF_POLICY_THERMAL: "viol_thermal_ns",
                NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST: "ce_sync_boost_ns",
                NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: "ce_sw_thermal_ns",
                NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: "ce_hw_thermal_ns",
                NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: "ce_hw_power_brake_ns"}
-_ULL_KEYS = {"energy_mj", "ce_sw_power_cap_ns", "ce_sync_boost_ns", "ce_sw_thermal_ns", "ce_hw_thermal_ns",
+_ULL_KEYS = {"energy_mj", "viol_thermal_ns", "ce_sw_power_cap_ns", "ce_sync_boost_ns", "ce_sw_thermal_ns", "ce_hw_thermal_ns",
              "ce_hw_power_brake_ns"}
 
 
@@ -418,7 +421,11 @@ def nvmlDeviceGetCurrentClocksThrottleReasons(handle):
 
 def nvmlDeviceGetViolationStatus(device, perfPolicyType):
     _count("nvmlDeviceGetViolationStatus")
-    key = "viol_power_ns" if perfPolicyType == NVML_PERF_POLICY_POWER else "viol_thermal_ns"
+    key = "viol_thermal_ns"
+    if perfPolicyType == NVML_PERF_POLICY_POWER:  # field 74's counter; a scenario of a driver that
+        series = _dev(device)["series"]           # predates the field may give it as viol_power_ns
+        key = "ce_sw_power_cap_ns" if "ce_sw_power_cap_ns" in series or "viol_power_ns" not in series \
+            else "viol_power_ns"
     return _Struct(referenceTime=int(time.time() * 1e6), violationTime=_next(device, key))
 
 

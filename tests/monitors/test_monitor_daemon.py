@@ -70,7 +70,13 @@ def test_rows_at_the_interval_and_sigterm_exits_0(tmp_path):
     assert tuple(gh) == schema.GPU_COLUMNS
     assert len(grows) == 2 * len(rows)
     assert {r["ranks"] for r in grows} == {"0", "1"}
-    assert all(r[c] == "0" for r in grows for c in schema.THROTTLE_COUNTER_COLUMNS.values())
+    # The costly counters (monitors/nvml.py COUNTER_FIELDS) at the first sample and the closing one
+    # that SIGTERM brings, 2.5 s apart (< --counter-interval 5): empty between, never 0.
+    costly = {"energy_mj", "viol_thermal_ns", "throttle_hw_thermal_slowdown_ns", "throttle_hw_power_brake_slowdown_ns"}
+    read = [i for i, r in enumerate(grows) if r["energy_mj"]]
+    assert read == [0, 1, len(grows) - 2, len(grows) - 1], read
+    assert all((r[c] != "") == (i in read) for i, r in enumerate(grows) for c in costly)
+    assert all(r[c] == "0" for r in grows for c in schema.THROTTLE_COUNTER_COLUMNS.values() if c not in costly)
     _, th, trows = read_csv(mon(tmp_path, schema.power_trace_file(HOST)))
     assert tuple(th) == schema.POWER_TRACE_COLUMNS and len(trows) >= 2 * 10
 

@@ -51,7 +51,7 @@ def test_energy_counter_reset_is_an_event(fake, events):
     sc = fake.default_scenario()
     sc["devices"][0]["series"]["energy_mj"] = [5000, 6000, 7000, 100, 200, 300]
     fake.configure(sc)
-    s = _sampler(fake, events)
+    s = _sampler(fake, events, counter_every_s=0)
     rows = _run(s, 5)
     assert [r[0][C["energy_mj"]] for r in rows] == [6000, 7000, 100, 200, 300]
     resets = events.of("energy_counter_reset")
@@ -63,7 +63,7 @@ def test_gpu_lacking_energy_counter_says_so_and_leaves_the_cell_empty(fake, even
     sc = fake.default_scenario()
     sc["devices"][1]["unsupported"] = ["energy_mj"]
     fake.configure(sc)
-    s = _sampler(fake, events)
+    s = _sampler(fake, events, counter_every_s=0)
     rows = _run(s, 3)
     for r in rows:
         assert r[0][C["energy_mj"]] is not None
@@ -99,16 +99,18 @@ def test_one_gpu_raising_mid_run_gets_an_error_row_and_the_loop_goes_on(fake, ev
 
 
 def test_not_supported_is_probed_once_then_skipped(fake, events):
+    """GPU 0 lacks field 74 (so the power violation counter falls back to the function, which is
+    not there either), the memory temperature and the instant power: each said once, then skipped."""
     sc = fake.default_scenario()
-    sc["devices"][0]["unsupported"] = ["viol_power_ns", "mem_temp_c", "power_instant_mw"]
+    sc["devices"][0]["unsupported"] = ["ce_sw_power_cap_ns", "mem_temp_c", "power_instant_mw"]
     fake.configure(sc)
-    s = _sampler(fake, events)
+    s = _sampler(fake, events, counter_every_s=0)
     rows = _run(s, 5)
     before = fake.CALLS["nvmlDeviceGetViolationStatus"]
     s.sample(2000.0)
-    assert fake.CALLS["nvmlDeviceGetViolationStatus"] - before == 3  # GPU0 thermal, GPU1 both
+    assert fake.CALLS["nvmlDeviceGetViolationStatus"] - before == 0  # thermal is field 75 on both GPUs
     caps = sorted(d["capability"] for d in events.of("source_unavailable") if d.get("gpu_index") == 0)
-    assert caps == ["mem_temp", "power_instant", "violation_power"]
+    assert caps == ["clocks_event_counters", "mem_temp", "power_instant", "violation_power"]
     r = rows[-1][0]
     assert r[C["viol_power_ns"]] is None and r[C["viol_thermal_ns"]] == 0
     assert r[C["mem_temp_c"]] is None
@@ -116,11 +118,51 @@ def test_not_supported_is_probed_once_then_skipped(fake, events):
     assert r[C["power_w"]] is not None and r[C["power_avg_w"]] is not None
 
 
+def test_violation_counters_are_the_batch_fields_and_the_function_only_without_them(fake, events):
+    """Fields 74/75 are the power/thermal violation counters (one read for two columns); a driver
+    that does not know the ids gets nvmlDeviceGetViolationStatus, as before."""
+    sc = fake.default_scenario()
+    for d in sc["devices"]:
+        d["series"]["ce_sw_power_cap_ns"] = [0, 5, 9, 14]
+        d["series"]["viol_thermal_ns"] = [0, 3, 4, 8]
+    sc["devices"][1]["unknown_fields"] = [74, 75]
+    fake.configure(sc)
+    s = _sampler(fake, events, counter_every_s=0)
+    rows = _run(s, 3)
+    g0, g1 = [r[0] for r in rows], [r[1] for r in rows]
+    assert [r[C["viol_power_ns"]] for r in g0] == [5, 9, 14]              # the probe read the first
+    assert [r[C["throttle_sw_power_cap_ns"]] for r in g0] == [5, 9, 14]   # the same read
+    assert [r[C["viol_thermal_ns"]] for r in g0] == [3, 4, 8]
+    assert [r[C["viol_power_ns"]] for r in g1] == [0, 5, 9]               # the function's own calls
+    assert [r[C["viol_thermal_ns"]] for r in g1] == [0, 3, 4]
+    assert fake.CALLS["nvmlDeviceGetViolationStatus"] == 2 * 3            # GPU 1 only
+
+
+def test_costly_counters_are_read_every_counter_interval_and_when_asked(fake, events):
+    """The energy counter and the hardware thermal / power-brake times (COUNTER_FIELDS) are read at
+    the first sample, then every counter_every_s, and whenever sample(counters=True) asks (the
+    daemon's last sample); the other fields every sample. A skipped counter's cell is empty."""
+    from hpclaunch.monitors.nvml import COUNTER_FIELDS
+    s = _sampler(fake, events, counter_every_s=3.0)
+    rows = _run(s, 7)                                   # t = 1000 .. 1006
+    rows.append(s.sample(1006.5, counters=True))
+    read = [i for i, r in enumerate(rows) if r[0][C["energy_mj"]] is not None]
+    assert read == [0, 3, 6, 7]
+    for i, r in enumerate(rows):
+        for col in ("throttle_hw_thermal_slowdown_ns", "throttle_hw_power_brake_slowdown_ns", "viol_thermal_ns"):
+            assert (r[0][C[col]] is not None) == (i in read), (i, col)
+        assert r[0][C["power_w"]] is not None and r[0][C["throttle_sw_power_cap_ns"]] is not None
+    batches = [ids for gpu, ids in fake.FIELDS_ASKED[2:] if gpu == 0]
+    assert [bool(COUNTER_FIELDS & set(ids)) for ids in batches] == [i in read for i in range(8)]
+    energy = [r[0][C["energy_mj"]] for r in rows if r[0][C["energy_mj"]] is not None]
+    assert energy == sorted(energy) and len(set(energy)) == 4       # consecutive reads of the counter
+
+
 def test_field_values_missing_falls_back_to_single_calls(fake, events):
     sc = fake.default_scenario()
     sc["devices"][0]["unsupported"] = ["field_values"]
     fake.configure(sc)
-    s = _sampler(fake, events)
+    s = _sampler(fake, events, counter_every_s=0)
     r = _run(s, 2)[-1][0]
     assert r[C["power_w"]] is not None and r[C["energy_mj"]] is not None
     assert r[C["power_avg_w"]] is None and r[C["mem_temp_c"]] is None
@@ -221,7 +263,7 @@ def test_reason_counters_ride_in_the_existing_field_values_batch(fake, events):
         "ce_hw_thermal_ns": [10, 20, 30, 40],
         "ce_hw_power_brake_ns": [2**40, 2**40 + 7]})
     fake.configure(sc)
-    s = _sampler(fake, events)
+    s = _sampler(fake, events, counter_every_s=0)
     rows = _run(s, 3)
     g0 = [r[0] for r in rows]
     assert [r[C["throttle_sw_power_cap_ns"]] for r in g0] == [0, 400_000_000, 900_000_000]
@@ -241,12 +283,14 @@ def test_reason_counters_not_offered_stay_empty_and_are_said_once(fake, events):
                                        "ce_hw_thermal_ns", "ce_hw_power_brake_ns"]   # NOT_SUPPORTED
     sc["devices"][1]["unknown_fields"] = [269, 270, 271]   # a driver older than these ids
     fake.configure(sc)
-    s = _sampler(fake, events)
+    s = _sampler(fake, events, counter_every_s=0)
     rows = _run(s, 4)
     for r in rows:
         assert [r[0][C[c]] for c in REASON_COLS] == [None] * 5          # empty, never 0
         assert [r[1][C[c]] for c in REASON_COLS] == [0, 0, None, None, None]
-        assert r[0][C["viol_power_ns"]] == 0 and r[0][C["viol_thermal_ns"]] == 0  # the fallback is still read
+        # field 74 is the power violation counter: not offered, and neither is the function (one
+        # counter); the thermal one (field 75) is still read
+        assert r[0][C["viol_power_ns"]] is None and r[0][C["viol_thermal_ns"]] == 0
         assert r[0][C["error"]] is None and r[0][C["power_w"]] is not None
     said = [d for d in events.of("source_unavailable") if d.get("capability") == "clocks_event_counters"]
     assert len(said) == 2
@@ -266,7 +310,7 @@ def test_reason_counters_without_field_values_say_why(fake, events):
     sc = fake.default_scenario()
     sc["devices"][0]["unsupported"] = ["field_values"]
     fake.configure(sc)
-    s = _sampler(fake, events)
+    s = _sampler(fake, events, counter_every_s=0)
     r = _run(s, 2)[-1][0]
     assert [r[C[c]] for c in REASON_COLS] == [None] * 5
     said = [d for d in events.of("source_unavailable")
@@ -278,9 +322,9 @@ def test_reason_counters_without_field_values_say_why(fake, events):
 def test_throttle_counter_going_backwards_is_an_event_and_logged_as_read(fake, events):
     sc = fake.default_scenario()
     sc["devices"][0]["series"]["ce_sw_thermal_ns"] = [100, 200, 300, 50, 60]  # the probe reads the first
-    sc["devices"][0]["series"]["viol_thermal_ns"] = [7_000, 9_000, 10, 20]
+    sc["devices"][0]["series"]["viol_thermal_ns"] = [6_000, 7_000, 9_000, 10, 20]  # field 75, too
     fake.configure(sc)
-    s = _sampler(fake, events)
+    s = _sampler(fake, events, counter_every_s=0)
     rows = _run(s, 4)
     assert [r[0][C["throttle_sw_thermal_slowdown_ns"]] for r in rows] == [200, 300, 50, 60]
     assert [r[0][C["viol_thermal_ns"]] for r in rows] == [7_000, 9_000, 10, 20]

@@ -157,6 +157,9 @@ def close_to(got, cell, factor):
     return abs(got / factor - want) <= 0.0005 + 1e-9 * abs(want)
 
 
+HELD = ("energy_mj", "throttle_hw_thermal_slowdown_ns", "throttle_hw_power_brake_slowdown_ns")
+
+
 def assert_matches_csv(series, run_dir):
     """Every series is the CSV row of the sample it names (hpclaunch_monitor_last_sample_timestamp_seconds)."""
     [(labels, ts)] = series["hpclaunch_monitor_last_sample_timestamp_seconds"]
@@ -175,6 +178,14 @@ def assert_matches_csv(series, run_dir):
     assert host["rapl_energy_uj"] == "" and "hpclaunch_host_rapl_energy_joules_total" not in series
     assert host["cpu_temp_c"] == "" and "hpclaunch_host_cpu_temperature_celsius" not in series
     by_gpu = {r["gpu_index"]: r for r in gpus}
+    # the costly counters are read every few samples: between reads a scrape shows the last read
+    every = rows_of(mon(run_dir, schema.gpu_file(HOST)))
+    for gpu, row in by_gpu.items():
+        for col in HELD:
+            if row[col] == "":
+                before = [r[col] for r in every if r["gpu_index"] == gpu and float(r["time_unix"]) < ts
+                          and r[col] != ""]
+                by_gpu[gpu] = row = {**row, col: before[-1]}
     for name, (col, factor) in GPU_EXPECTED.items():
         got = {lab["gpu"]: (lab, v) for lab, v in series[name]}
         assert set(got) == {"0", "1"}, name
@@ -380,8 +391,11 @@ requeue: {{max_attempts: 1}}
         assert load and load[0]["metric"]["instance"] == f"127.0.0.1:{mport}"
         assert [float(r["value"][1]) for r in query(f'up{{instance="127.0.0.1:{mport}"}}')] == [1.0]
         # a counter over the scrapes: energy keeps rising while the job runs
-        energy = wait_for(lambda: query(f"increase(hpclaunch_gpu_energy_joules_total{sel}[10s])"),
+        # (the counter is read every 5 s: wait for a window that holds two reads)
+        energy = wait_for(lambda: [r for r in query(f"increase(hpclaunch_gpu_energy_joules_total{sel}[10s])")
+                                   or () if float(r["value"][1]) > 0] or None,
                           "two energy scrapes", timeout=30)
+        assert len(energy) == 2
         assert all(float(r["value"][1]) > 0 for r in energy)
     finally:
         hl("cancel", job_id, cwd="/", env=env, check=False)

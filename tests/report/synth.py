@@ -47,6 +47,8 @@ class GpuSpec:
     slowdown: Optional[float] = 89.0
     util: bool = True
     missing_power_frac: float = 0.0          # power cell empty (row kept)
+    counter_every: int = 1                   # the monitor's costly counters (energy, hw thermal and
+    # power-brake time) in every k-th row and the last, as `--counter-interval` writes them
 
     def p(self, t: float) -> float:
         w = 2 * math.pi / self.period
@@ -181,8 +183,14 @@ def write_run(run_dir, gpus: List[GpuSpec], hosts: Optional[List[HostSpec]] = No
             kept.append(t)
         exp["gpu"][(g.host, g.index)] = g.integral(kept[0], kept[-1])
         exp["window"][(g.host, g.index)] = (kept[0], kept[-1])
-        for t in kept:
-            by_host.setdefault(g.host, []).append(gpu_row(g, t, rng))
+        for k, t in enumerate(kept):
+            row = gpu_row(g, t, rng)
+            if k % g.counter_every and k != len(kept) - 1:
+                for col in ("energy_mj", "viol_thermal_ns", "throttle_hw_thermal_slowdown_ns",
+                            "throttle_hw_power_brake_slowdown_ns"):
+                    if col in row:
+                        row[col] = ""
+            by_host.setdefault(g.host, []).append(row)
     gcols = schema.GPU_COLUMNS[:schema.GPU_COLUMNS.index("error") + 1] if old_gpu_header else schema.GPU_COLUMNS
     for h, rows in by_host.items():
         rows.sort(key=lambda r: float(r["time_unix"]))

@@ -264,6 +264,29 @@ def test_old_and_new_gpu_files_of_one_gpu_merge(tmp_path):
     assert r["throttle_source"]["power"] == "violation_counter"  # viol_power_ns is in both files
 
 
+@pytest.mark.parametrize("every", [5, 30])
+def test_counter_read_every_few_samples_keeps_totals_and_idle_energy(tmp_path, every):
+    """The monitor reads the energy counter every --counter-interval (5 s) and at its last sample:
+    the total stays the counter's exact difference, idle energy is split by the power between
+    readings (an idle window that starts and ends between two readings), and sparse readings are
+    no gaps. The same run with a reading at every sample agrees."""
+    spec = dict(idle_window=(2003, 2617), throttle_window=(100, 160), reason_counters=True,
+                hidden_hw_thermal=(500, 900, 0.25), ranks="0")
+    exp = write_run(tmp_path / "sparse", [GpuSpec("n1", 0, counter_every=every, **spec)], duration=3600)
+    write_run(tmp_path / "dense", [GpuSpec("n1", 0, **spec)], duration=3600)
+    sparse, dense = (gpu(build_report(tmp_path / d), "n1", 0) for d in ("sparse", "dense"))
+    g = GpuSpec("n1", 0, **spec)
+    assert sparse["energy_source"] == "counter"
+    close(sparse["energy_j"], exp["gpu_total"], rel=1e-9)
+    assert sparse["energy_estimated_j"] == 0 and sparse["energy_notes"] == []
+    # dense: each 1 s interval idle or not by its left sample (idle from 2003 s to 2617 s)
+    close(dense["idle_energy_j"], g.integral(T0 + 2003, T0 + 2617))
+    close(sparse["idle_energy_j"], dense["idle_energy_j"], rel=1e-4)
+    assert sparse["throttle_s"]["hw_thermal_slowdown"] == pytest.approx(100.0, abs=1e-6)
+    assert sparse["throttle_s"]["sw_power_cap"] == pytest.approx(60.0, abs=1e-6)
+    assert abs(sparse["crosscheck_pct"]) < 0.01
+
+
 def test_near_slowdown_and_idle_energy(tmp_path):
     g = GpuSpec("n1", 0, hot_window=(100, 400), idle_window=(2000, 2600), ranks="0")
     exp = write_run(tmp_path, [g], duration=3600)
