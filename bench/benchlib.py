@@ -90,7 +90,7 @@ class Section:
     def text(self) -> str:
         c = self.ctx
         head = (f"## {self.title}\n\n```\n{self.command}\n```\n\n"
-                f"Run of {c['date']} at commit {c['commit']}, hpclaunch installed as a {c['install']}, "
+                f"Run of {c['date']} at commit {c['commit']}, hpclaunch install: {c['install']}, "
                 f"Python {c['python']}, {c['cpus']} CPUs ({c['machine']}), load average "
                 f"{' / '.join(map(str, c['load_average']))} at the start.")
         return head + "\n\n" + "\n\n".join(self.parts) + "\n"
