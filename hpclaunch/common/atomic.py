@@ -2,14 +2,25 @@
 from __future__ import annotations
 
 import os
-import tempfile
+
+
+def _temp_beside(path: str, folder: str) -> tuple[int, str]:
+    """A new file beside ``path`` that nobody else can have opened (O_EXCL), as tempfile.mkstemp
+    makes it; without tempfile, whose imports (random, hashlib, shutil) every command would pay."""
+    for _ in range(100):
+        tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{folder}: no free temporary name beside {os.path.basename(path)}")
 
 
 def write_atomic(path: str, data: str | bytes, mode: int = 0o600) -> None:
     """Readers see the old file or the whole new one, never a part, even after a crash."""
     folder = os.path.dirname(os.path.abspath(path))
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    fd, tmp = _temp_beside(path, folder)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:

@@ -26,7 +26,8 @@ def field(default: Any = MISSING, *, default_factory: Any = MISSING, metadata: A
 
 
 def model(cls: type | None = None, *, frozen: bool = False):
-    """Class decorator: keyword/positional __init__ from the annotations, defaults, __repr__, __eq__."""
+    """Class decorator: keyword/positional __init__ from the annotations, defaults, __repr__, __eq__;
+    calls ``__post_init__`` after __init__ when the class has one."""
 
     def wrap(c: type) -> type:
         own = []
@@ -44,6 +45,7 @@ def model(cls: type | None = None, *, frozen: bool = False):
         all_fields = tuple(inherited + own)
         c.__model_fields__ = all_fields
         names = [f.name for f in all_fields]
+        post_init = getattr(c, "__post_init__", None)
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             if len(args) > len(names):
@@ -63,6 +65,8 @@ def model(cls: type | None = None, *, frozen: bool = False):
                 else:
                     raise TypeError(f"{c.__name__}() missing argument {f.name!r}")
                 object.__setattr__(self, f.name, value)
+            if post_init is not None:
+                post_init(self)
 
         def __repr__(self) -> str:
             inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in names)

@@ -6,17 +6,17 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.common.model import model
 from hpclaunch.launchers.backends import get_backend
 from hpclaunch.launchers.backends.base import FINAL_STATES, JobRef, JobStatus, State, exit_code_for
 from hpclaunch.runs.registry import JobRecord, Registry
 from hpclaunch.runs.resubmit import resubmit
 
 
-@dataclass
+@model
 class RankLog:
     rank: int
     path: str

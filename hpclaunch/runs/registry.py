@@ -10,12 +10,12 @@ import json
 import os
 import sqlite3
 import time
-from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
 from hpclaunch.common.atomic import file_in_the_way
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.common.identity import current_user
+from hpclaunch.common.model import model
 from hpclaunch.launchers.backends.base import FINAL_STATES as _FINAL
 
 SCHEMA_VERSION = 1
@@ -72,7 +72,7 @@ def home() -> str:
     return os.environ.get("HPCLAUNCH_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state", "hpclaunch")
 
 
-@dataclass
+@model
 class JobRecord:
     key: int
     backend: str

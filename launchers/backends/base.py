@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import abc
 import enum
-from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+from hpclaunch.common.model import field, model
 
 
 class State(str, enum.Enum):
@@ -108,7 +109,7 @@ def state_of(word: Optional[str]) -> State:
     return SLURM_STATES.get(head, State.UNKNOWN)
 
 
-@dataclass
+@model
 class JobStatus:
     state: State
     exit_code: Optional[int] = None
@@ -130,7 +131,7 @@ class JobStatus:
         return self.state in FINAL_STATES
 
 
-@dataclass(frozen=True)
+@model(frozen=True)
 class JobRef:
     """What names a job to its backend: its id, its run directory, and for a sweep its task count."""
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ class LocalBackend(Backend):
     name = "local"
 
     def cluster_name(self) -> str:
-        return "local:" + socket.gethostname()
+        return "local:" + os.uname().nodename  # gethostname(), without importing socket
 
     def check(self, request: BatchRequest, args: Sequence[str], sources) -> None:
         if any(a.startswith("--dependency=") for a in args):
