@@ -1,17 +1,22 @@
-"""The `hpclaunch` command: the parser and the dispatch to each command's module.
+"""The `hpclaunch` command: the dispatch to the parser and to each command's module.
 
-The command modules load on first use (a name table, not imports at the top): `--help` and
-`--version` then load nothing but argparse, and `render` loads nothing it does not use. This is
-the one place the core loads its own modules lazily (docs/architecture.md).
+The parser (cli/parser.py) and the command modules load on first use, through the name table
+below, not through imports at the top: `render` loads nothing it does not use. This is the one
+place the core loads its own modules lazily (docs/architecture.md).
+
+`hpclaunch --help` (and `-h`, or no command) prints the parser's help from the user cache
+(hpclaunch/common/usercache.py) when it was made before for the same parser text, terminal width
+and Python: then it loads neither argparse nor the parser, about half of what it costs otherwise.
 """
 from __future__ import annotations
 
-import argparse
 import importlib
+import os
 import sys
 
-from hpclaunch.common.version import __version__
+from hpclaunch.common import usercache
 from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.common.version import __version__
 
 _COMMANDS = {
     "validate": "spec_commands", "render": "make_commands", "profiles": "spec_commands",
@@ -19,115 +24,24 @@ _COMMANDS = {
     "submit": "run_commands", "status": "run_commands", "list": "run_commands", "logs": "run_commands",
     "cancel": "run_commands", "report": "report_commands", "export": "export_commands",
 }
+_PARSER = "parser"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="hpclaunch",
-        description="Run distributed training on Slurm (or locally) and account for its energy and heat.",
-    )
-    p.add_argument("--version", action="version", version=f"hpclaunch {__version__}")
-    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
-
-    def job_command(name: str, help: str, default: str | None = None) -> argparse.ArgumentParser:
-        c = sub.add_parser(name, help=help, description=help)
-        if default:  # as `init` writes it
-            c.add_argument("job", metavar="JOB.yaml", nargs="?", default=default, help=f"the job file (default: {default})")
-        else:
-            c.add_argument("job", metavar="JOB.yaml", help="the job file")
-        c.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a job key, e.g. -o resources.nodes=4 (repeatable)")
-        return c
-
-    job_command("validate", "check a job file against the schema and its profile's limits", default="job.yaml")
-    job_command("render", "print the sbatch script the job would submit, and nothing else", default="job.yaml")
-
-    c = sub.add_parser("profiles", help="list cluster profiles, or show one",
-                       description="List cluster profiles (yours first: ./hpc_profiles, ~/.config/hpclaunch/profiles, then shipped), or show one resolved.")
-    c.add_argument("action", nargs="?", choices=["list", "show"], default="list")
-    c.add_argument("name", nargs="?", help="profile to show")
-
-    c = sub.add_parser("init", help="write a commented starter job file for a profile")
-    c.add_argument("file", nargs="?", default="job.yaml", help="where to write it (default: job.yaml)")
-    c.add_argument("--profile", default="local", help="cluster profile (default: local)")
-    c.add_argument("--name", default=None, help="job name (default: from the file name)")
-    c.add_argument("--launcher", default="", choices=["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow", "jax",
-                                                      "lightning"],
-                   help="a starter for this launch mode (jax and lightning run under launcher: srun)")
-    c.add_argument("--force", action="store_true", help="replace an existing file")
-
-    c = job_command("submit", "validate, render and queue a job (Slurm, or this machine with --backend local)")
-    c.add_argument("--backend", choices=["slurm", "local"], default=None,
-                   help="where to run (default: slurm if a cluster is configured here, else local)")
-    c.add_argument("--after", action="append", default=[], metavar="JOB[:KIND]",
-                   help="start after JOB (id or name); KIND afterok (default), afterany or afternotok")
-    c.add_argument("--wait", action="store_true", help="follow the job until it ends; exit with its exit code")
-    c.add_argument("--no-preflight", action="store_true", help="skip the checks against the live cluster")
-    c.add_argument("--test-only", action="store_true",
-                   help="preflight and `sbatch --test-only` (when and where it would start); queue nothing")
-    c.add_argument("--json", action="store_true", help="print the submission as JSON")
-
-    c = sub.add_parser("status", help="state of a job (or of your active jobs and those ended in the last hour)")
-    c.add_argument("job", nargs="?", metavar="JOB", help="job id, name or run directory")
-    c.add_argument("--json", action="store_true")
-
-    c = sub.add_parser("list", help="jobs in the registry")
-    c.add_argument("--all", action="store_true", help="finished jobs too")
-    c.add_argument("--since", metavar="AGE", help="submitted within AGE, e.g. 2h, 7d")
-    c.add_argument("--json", action="store_true")
-
-    c = sub.add_parser("logs", help="per-rank logs of a job (the first failing rank first)")
-    c.add_argument("job", metavar="JOB")
-    c.add_argument("--rank", type=int, default=None, help="only this rank")
-    c.add_argument("--task", type=int, default=None,
-                   help="a sweep's task (default: the first that failed, else the last with logs)")
-    c.add_argument("--attempt", type=int, default=None,
-                   help="this attempt, numbered from 0 as on disk (logs/attempt0) and in status (default: the latest)")
-    c.add_argument("--tail", type=int, default=None, metavar="N", help="last N lines of each log")
-    c.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the job ends")
-    c.add_argument("--json", action="store_true")
-
-    c = sub.add_parser("cancel", help="cancel a job")
-    c.add_argument("job", metavar="JOB")
-    c.add_argument("--json", action="store_true")
-
-    c = sub.add_parser("report", help="energy, power and thermal report of a job, or of the fleet with --since",
-                       description="Energy, power and thermal report of a job (id, name or run directory): "
-                                   "text, versioned JSON or one self-contained HTML page. With --since, a fleet view "
-                                   "across the registry's jobs.")
-    c.add_argument("job", nargs="?", metavar="JOB|RUN_DIR")
-    c.add_argument("--format", "-f", choices=["text", "json", "html"], default=None,
-                   help="default: text, or from the -o suffix (.json, .html)")
-    c.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
-    c.add_argument("--since", metavar="AGE", help="fleet view over jobs submitted within AGE, e.g. 7d")
-    c.add_argument("--refresh", action="store_true",
-                   help="fleet view: check every job's logs against its ledger summary (by default only "
-                   "jobs that ended in the last day are checked)")
-
-    c = sub.add_parser("export", help="export a run's checkpoint to ONNX (RUN_DIR/exports/model.onnx + model.json)",
-                       description="Export a train_entry run's checkpoint (the newest that verifies, or --step N) "
-                                   "to ONNX, with a model.json describing its input, classes and source. "
-                                   "Needs hpclaunch[export].")
-    c.add_argument("job", metavar="RUN_DIR|JOB", help="the run directory (it holds checkpoints/), or a job id or name")
-    c.add_argument("--step", type=int, default=None, help="export the checkpoint of this step (default: the newest)")
-    c.add_argument("--format", choices=["onnx"], default="onnx", help="default: onnx")
-    c.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32",
-                   help="dtype of the graph (default fp32, whatever the run trained in)")
-    c.add_argument("-o", "--output", metavar="DIR", help="write into DIR (it must exist) instead of RUN_DIR/exports")
-    c.add_argument("--json", action="store_true", help="print model.json's content")
-
-    c = sub.add_parser("schema", help="print the JSON Schema of job files (or profiles), for editors")
-    c.add_argument("--profile", action="store_true", help="the schema of profile files instead")
-    return p
+def _load(name: str):
+    return importlib.import_module(f"hpclaunch.cli.{name}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if not args.cmd:
-        _parser().print_help()
-        return 2
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv == ["--version"]:
+        print(f"hpclaunch {__version__}")
+        return 0
+    if argv in ([], ["-h"], ["--help"]):
+        sys.stdout.write(top_help())
+        return 0 if argv else 2
+    args = _load(_PARSER).build().parse_args(argv)
     try:
-        module = importlib.import_module(f"hpclaunch.cli.{_COMMANDS[args.cmd]}")
+        module = _load(_COMMANDS[args.cmd])
         return getattr(module, f"cmd_{args.cmd}")(args)
     except HpclaunchError as e:
         print(str(e), file=sys.stderr)
@@ -138,3 +52,41 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def top_help() -> str:
+    """What argparse prints for `hpclaunch --help` here and now, from the cache when it can be."""
+    material = _help_material()
+    name = f"help-{usercache.key('help', texts=[repr(material)])}"
+    cached = usercache.load(name, material)
+    if isinstance(cached, str):
+        return cached
+    text = _load(_PARSER).build().format_help()
+    usercache.store(name, material, text)
+    return text
+
+
+def _help_material() -> tuple:
+    """Everything argparse's help text depends on: the parser's source, the width argparse wraps at
+    (shutil.get_terminal_size's columns), and what decides colour in Pythons that colour help."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        with open(os.path.join(here, f"{_PARSER}.py"), encoding="utf-8") as f:
+            source = f.read()
+    except OSError:
+        source = ""
+    tty = sys.stdout.isatty() if hasattr(sys.stdout, "isatty") else False
+    colour = tuple(os.environ.get(k) for k in ("PYTHON_COLORS", "NO_COLOR", "FORCE_COLOR", "TERM"))
+    return ("help", source, _columns(), tty, colour)
+
+
+def _columns() -> int:
+    """shutil.get_terminal_size().columns, without importing shutil (argparse wraps at this - 2)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+        except (AttributeError, ValueError, OSError):
+            columns = 80
+    return columns

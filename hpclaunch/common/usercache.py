@@ -1,0 +1,89 @@
+"""A per-user cache of what is costly to make and cheap to keep: the compiled templates and the
+top-level help text (``$XDG_CACHE_HOME/hpclaunch``, else ``~/.cache/hpclaunch``).
+
+Every entry carries everything it was made from (the caller's material: template texts, parser
+source, terminal width...) and is used only when that equals today's in full, so a stale entry is
+never read, only left behind. The cache is a speed-up and nothing else: a folder that cannot
+be made, is not the user's own, or is writable by others is not used (what is read from it is run),
+and a failed read or write means the caller makes the thing again.
+"""
+from __future__ import annotations
+
+import marshal
+import os
+import stat
+import sys
+import zlib
+
+from hpclaunch.common.atomic import write_atomic
+from hpclaunch.common.version import __version__
+
+
+def folder() -> str | None:
+    """The cache folder, made 0700 if missing; None when it cannot be made or trusted."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "hpclaunch")
+    try:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        return None
+    return path
+
+
+def key(*parts: object, texts: list[str] | tuple[str, ...] = ()) -> str:
+    """A short name for an entry made from ``parts`` and ``texts`` by this hpclaunch and this Python.
+    Only a name: load() compares the whole material, so a clash of names costs a rebuild, never a
+    stale entry."""
+    crc = zlib.crc32(repr((__version__, sys.implementation.cache_tag, sys.version_info[:3], parts)).encode())
+    size = 0
+    for text in texts:
+        raw = text.encode("utf-8", "surrogatepass")
+        crc = zlib.crc32(raw, zlib.crc32(b"\0", crc))
+        size += len(raw)
+    return f"{crc:08x}{size:x}"
+
+
+def load(name: str, material: tuple) -> object | None:
+    """The data stored under ``name`` when it was made from exactly ``material`` (compared in full,
+    text for text), else None."""
+    raw = _read(name)
+    if raw is None:
+        return None
+    try:
+        stored, data = marshal.loads(raw)
+    except (ValueError, EOFError, TypeError):
+        return None  # a damaged or foreign entry: the caller makes the thing again
+    return data if stored == (_ENVIRONMENT, material) else None
+
+
+def store(name: str, material: tuple, data: object) -> None:
+    """Store ``data`` made from ``material`` (atomically: readers see the old entry or the whole new
+    one); best effort."""
+    path = folder()
+    if path is None:
+        return
+    try:
+        write_atomic(os.path.join(path, name), marshal.dumps(((_ENVIRONMENT, material), data)), mode=0o600)
+    except (OSError, ValueError):
+        pass
+
+
+# What every entry also depends on: marshal's format and code objects change with Python.
+_ENVIRONMENT = (__version__, sys.implementation.cache_tag, tuple(sys.version_info[:3]), marshal.version)
+
+
+def _read(name: str) -> bytes | None:
+    path = folder()
+    if path is None:
+        return None
+    try:
+        with open(os.path.join(path, name), "rb") as f:
+            return f.read()
+    except OSError:
+        return None
