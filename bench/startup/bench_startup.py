@@ -1,101 +1,186 @@
-"""Startup cost of the CLI, side by side with its floor and with TorchX, in one run.
+#!/usr/bin/env python3
+"""CLI start-up on a wheel install, side by side with its floors, submitit, TorchX and hpclaunch
+before the architecture move (issue 12), all in one interleaved run.
 
-Commands are run interleaved (A B C D, A B C D, ...) so machine noise hits all alike; the figure
-of merit is the ratio of medians. Prints a Markdown table.
+    python bench/startup/bench_startup.py [--runs 30] [--old a653515] [--setup-peers] [--markdown PATH]
 
-    python bench/startup/bench_startup.py [--runs 30] [--torchx PATH]
+What it installs (nothing in the caller's environment changes):
+- the work tree as it is (tracked and untracked files, not ignored ones) and ``--old`` (a commit;
+  default a653515, the last commit before the move to layers), each built as a wheel and installed
+  with its dependencies into its own venv under /tmp/hpclaunch-bench-startup/;
+- with ``--setup-peers``, TorchX 0.7.0 in /tmp/hpclaunch-peers (left out when it cannot be had).
 
-TorchX is looked up as `torchx` on PATH or in /tmp/hpclaunch-peers (created with
-`python -m venv /tmp/hpclaunch-peers && /tmp/hpclaunch-peers/bin/pip install torchx` when --setup-peers).
+Every command runs from a scratch folder, interleaved (A B C ..., A B C ...) so machine noise hits
+all alike; the figures of merit are ratios of medians. The template and help caches live in a
+scratch XDG_CACHE_HOME made warm by one run of each command first, except for "render, cold cache",
+which gets an empty cache every time (what the first render after an install costs).
+Goals (issue 20): --help <= 2.0x `python -c pass`; render <= 1.2x `python -c 'import jinja2, yaml'`.
 """
+from __future__ import annotations
+
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402
+
+ROOT = benchlib.REPO
+BASE = "/tmp/hpclaunch-bench-startup"
+PEERS = "/tmp/hpclaunch-peers"
 JOB = """name: bench
 profile: testcluster
 launcher: torchrun
 command: [python, train.py]
 resources: {nodes: 2, tasks_per_node: 2, cpus_per_task: 1, time: "00:30:00"}
 """
+# What a submitit user waits for before the first submit: the import and an executor with the same
+# shape as the job above (AutoExecutor calls no Slurm command to be made).
+SUBMITIT = ("import submitit, tempfile; e = submitit.AutoExecutor(folder=tempfile.mkdtemp()); "
+            "e.update_parameters(nodes=2, tasks_per_node=2, cpus_per_task=1, timeout_min=30)")
 
 
-def timeit(cmd, cwd, env):
+def timeit(cmd, cwd, env) -> float:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     dt = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise SystemExit(f"{cmd} failed: {proc.stderr.decode()[-500:]}")
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
     return dt
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def _run(cmd, **kw) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed: {(proc.stdout + proc.stderr)[-1500:]}")
+
+
+def source_tree(rev: str | None) -> str:
+    """A copy of commit ``rev`` (``git archive``), or of the work tree as it is when rev is None."""
+    src = tempfile.mkdtemp(prefix="hpclaunch-src-")
+    if rev:
+        archive = subprocess.run(["git", "-C", ROOT, "archive", rev], capture_output=True, check=True).stdout
+    else:
+        files = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                               capture_output=True, check=True).stdout
+        archive = subprocess.run(["tar", "-c", "--null", "-T", "-", "--ignore-failed-read"], cwd=ROOT, input=files,
+                                 capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+    return src
+
+
+def install(rev: str | None, label: str) -> str:
+    """A fresh venv with the wheel of ``rev`` (the work tree when None) and its dependencies."""
+    venv = os.path.join(BASE, label)
+    if rev and os.path.exists(os.path.join(venv, "bin", "hpclaunch")):
+        return venv  # a commit does not change: its venv from an earlier run is the same
+    shutil.rmtree(venv, ignore_errors=True)
+    src = source_tree(rev)
+    print(f"installing {rev or 'the work tree'} as a wheel into {venv}", file=sys.stderr)
+    _run([sys.executable, "-m", "venv", venv])
+    _run([f"{venv}/bin/pip", "install", "-q", "--upgrade", "pip", "setuptools", "wheel"])
+    _run([f"{venv}/bin/pip", "wheel", "-q", "--no-deps", "-w", os.path.join(src, "dist"), src])
+    wheel = [f for f in os.listdir(os.path.join(src, "dist")) if f.endswith(".whl")][0]
+    _run([f"{venv}/bin/pip", "install", "-q", os.path.join(src, "dist", wheel)])
+    shutil.rmtree(src, ignore_errors=True)
+    return venv
+
+
+def torchx(setup: bool) -> str | None:
+    exe = shutil.which("torchx") or f"{PEERS}/bin/torchx"
+    if not os.path.exists(exe) and setup:
+        print(f"installing TorchX 0.7.0 into {PEERS}", file=sys.stderr)
+        try:
+            _run([sys.executable, "-m", "venv", PEERS])
+            _run([f"{PEERS}/bin/pip", "install", "-q", "torchx==0.7.0"])
+        except SystemExit as e:
+            print(f"TorchX left out: {str(e)[-300:]}", file=sys.stderr)
+    return exe if os.path.exists(exe) else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--torchx", default=None)
-    ap.add_argument("--setup-peers", action="store_true")
+    ap.add_argument("--old", default="a653515", help="commit to compare with (default: before the layers move)")
+    ap.add_argument("--setup-peers", action="store_true", help="install TorchX if missing")
+    ap.add_argument("--markdown", help="write this bench's section of docs/benchmarks.md here")
     args = ap.parse_args()
-    py = sys.executable
-    bindir = os.path.dirname(py)
-    hpclaunch = os.path.join(bindir, "hpclaunch")
-    torchx = args.torchx or shutil.which("torchx") or "/tmp/hpclaunch-peers/bin/torchx"
-    if not os.path.exists(torchx) and args.setup_peers:
-        subprocess.run([sys.executable, "-m", "venv", "/tmp/hpclaunch-peers"], check=True)
-        subprocess.run(["/tmp/hpclaunch-peers/bin/pip", "install", "-q", "torchx"], check=True)
-    # Installed wheels carry compiled bytecode (pip compiles at install); an editable install under
-    # PYTHONDONTWRITEBYTECODE=1 would recompile every module on every start. Compare like with like.
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env0 = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    subprocess.run([py, "-m", "compileall", "-q"] + [os.path.join(root, d) for d in
-                   ("hpclaunch", "launchers", "monitors", "templates", "hpc_profiles")], env=env0, check=False)
-    work = tempfile.mkdtemp()
+    os.makedirs(BASE, exist_ok=True)
+    old_sha = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", args.old], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    new, old = install(None, "new"), install(old_sha, f"old-{old_sha}")
+    tx = torchx(args.setup_peers)
+    work = tempfile.mkdtemp(prefix="hpclaunch-bench-")
     with open(os.path.join(work, "job.yaml"), "w") as f:
         f.write(JOB)
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
+    env["XDG_CACHE_HOME"] = os.path.join(work, "cache")
+    hl, hl_old, py = f"{new}/bin/hpclaunch", f"{old}/bin/hpclaunch", f"{new}/bin/python"
     cases = {
         "python -c pass": [py, "-c", "pass"],
-        "hpclaunch --help": [hpclaunch, "--help"],
         "floor: python -c 'import jinja2, yaml'": [py, "-c", "import jinja2, yaml"],
-        "hpclaunch render job.yaml": [hpclaunch, "render", "job.yaml"],
-        "hpclaunch validate job.yaml": [hpclaunch, "validate", "job.yaml"],
-        "python -c 'import pydantic; from pydantic import BaseModel'": [py, "-c", "from pydantic import BaseModel"],
-        "python -c 'import msgspec'": [py, "-c", "import msgspec"],
-        "python -c 'import dataclasses'": [py, "-c", "import dataclasses"],
+        "hpclaunch --help": [hl, "--help"],
+        "hpclaunch validate job.yaml": [hl, "validate", "job.yaml"],
+        "hpclaunch render job.yaml": [hl, "render", "job.yaml"],
+        "hpclaunch render job.yaml, cold cache": [hl, "render", "job.yaml"],
+        f"{old_sha}: hpclaunch --help": [hl_old, "--help"],
+        f"{old_sha}: hpclaunch validate job.yaml": [hl_old, "validate", "job.yaml"],
+        f"{old_sha}: hpclaunch render job.yaml": [hl_old, "render", "job.yaml"],
+        "submitit: import + AutoExecutor": [py, "-c", SUBMITIT],
     }
-    if os.path.exists(torchx):
+    if tx:
         cases["torchx run --dryrun -s slurm dist.ddp -j 2x2"] = [
-            torchx, "run", "--dryrun", "-s", "slurm", "dist.ddp", "-j", "2x2", "--script", "train.py"]
-    for name, cmd in list(cases.items()):  # warm the page cache and the template cache
-        try:
-            timeit(cmd, work, env)
-        except SystemExit as e:  # an optional peer (pydantic, msgspec) not installed: leave it out
-            print(f"skipping {name}: {str(e).splitlines()[-1]}", file=sys.stderr)
-            del cases[name]
+            tx, "run", "--dryrun", "-s", "slurm", "dist.ddp", "-j", "2x2", "--script", "train.py"]
+    section = benchlib.Section("CLI start-up (`bench/startup/bench_startup.py`)",
+                               f"python bench/startup/bench_startup.py --runs {args.runs} --old {args.old}"
+                               + (" --setup-peers" if args.setup_peers else ""), python=py)
+
+    def env_for(name):
+        if name.endswith("cold cache"):
+            return dict(env, XDG_CACHE_HOME=tempfile.mkdtemp(dir=work))
+        return env
+
+    for name, cmd in cases.items():  # warm the page cache and the user caches
+        timeit(cmd, work, env_for(name))
     times = {k: [] for k in cases}
     for _ in range(args.runs):
         for name, cmd in cases.items():
-            times[name].append(timeit(cmd, work, env))
-    med = {k: statistics.median(v) for k, v in times.items()}
-    floor = med["floor: python -c 'import jinja2, yaml'"]
-    bare = med["python -c pass"]
-    print(f"| command | median ms | min ms | vs floor | vs `python -c pass` |")
-    print("|---|---:|---:|---:|---:|")
-    for name in cases:
-        print(f"| `{name}` | {med[name] * 1e3:.1f} | {min(times[name]) * 1e3:.1f} | {med[name] / floor:.2f}x | "
-              f"{med[name] / bare:.2f}x |")
-    render = med["hpclaunch render job.yaml"]
-    print()
-    print(f"render / floor = {render / floor:.2f} (goal <= 1.30)")
-    print(f"--help / python -c pass = {med['hpclaunch --help'] / bare:.2f} (goal <= 2.0)")
-    tx = "torchx run --dryrun -s slurm dist.ddp -j 2x2"
-    if tx in med:
-        print(f"torchx dryrun / render = {med[tx] / render:.2f} (goal >= 2.5)")
-    print(f"runs={args.runs} python={sys.version.split()[0]} cpus={os.cpu_count()}")
+            times[name].append(timeit(cmd, work, env_for(name)))
+    bare, floor = times["python -c pass"], times["floor: python -c 'import jinja2, yaml'"]
+    rows = []
+    for name, ts in times.items():
+        s = benchlib.spread(ts)
+        versus_old = ""
+        if name.startswith("hpclaunch") and f"{old_sha}: {name}" in times:
+            versus_old = f"{benchlib.ratio(ts, times[f'{old_sha}: {name}']):.2f}x"
+        rows.append([f"`{name}`", f"{s['median'] * 1e3:.1f}", f"{s['min'] * 1e3:.1f}–{s['max'] * 1e3:.1f}",
+                     f"{benchlib.ratio(ts, bare):.2f}x", f"{benchlib.ratio(ts, floor):.2f}x", versus_old])
+    help_ratio = benchlib.ratio(times["hpclaunch --help"], bare)
+    render_ratio = benchlib.ratio(times["hpclaunch render job.yaml"], floor)
+    section.para(f"Both hpclaunch versions installed as wheels, each in its own venv; {args.runs} interleaved "
+                 f"rounds from a scratch folder; the job is a 2-node x 2-rank torchrun job on the test "
+                 f"cluster's profile. `{old_sha}` is `--old`, the last commit before the layers move (issue 12). "
+                 f"The machine is shared: absolute times move, compare the ratios.")
+    section.table(["command", "median ms", "range ms", "vs `python -c pass`", "vs floor", f"vs {old_sha}"],
+                  rows, "lrrrrr")
+    lines = [f"- `--help` / `python -c pass` = **{help_ratio:.2f}** (goal <= 2.0 "
+             f"{'met' if help_ratio <= 2.0 else 'NOT met'})",
+             f"- render / floor = **{render_ratio:.2f}** (goal <= 1.2 {'met' if render_ratio <= 1.2 else 'NOT met'})",
+             f"- submitit's import + executor / render = "
+             f"**{benchlib.ratio(times['submitit: import + AutoExecutor'], times['hpclaunch render job.yaml']):.2f}**"]
+    if tx:
+        lines.append(f"- TorchX dry run / render = **{benchlib.ratio(times[list(cases)[-1]], times['hpclaunch render job.yaml']):.2f}**")
+    else:
+        lines.append("- TorchX: not installed (`--setup-peers` installs it), left out")
+    lines.append(f"- load average at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    section.para("\n".join(lines))
+    section.write(args.markdown)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
