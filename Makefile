@@ -12,7 +12,7 @@ SLURM_STATE ?= /tmp/hpclaunch-slurm
 # The Slurm packages are installed by tests/cluster/slurm-up.sh itself.
 APT_PACKAGES := openmpi-bin libopenmpi-dev libpmix-dev cmake g++ chromium podman runc prometheus
 
-.PHONY: all venv deps check-deps test test-fast demo golden cluster-up cluster-down bench clean horovod tf-venv
+.PHONY: all venv deps check-deps test test-fast demo golden cluster-up cluster-down bench bench-quick clean horovod tf-venv
 
 all: venv
 
@@ -83,8 +83,14 @@ horovod: venv deps
 golden: venv
 	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/test_render_golden.py
 
-bench: venv
-	$(PY) bench/startup/bench_startup.py
+# Every bench end to end (bench/run_all.py): each installs what it compares against in a venv of its
+# own, writes its section into docs/bench/, then bench/assemble.py makes docs/benchmarks.md from them.
+# The submit bench needs the test cluster. `make bench-quick`: small sizes, docs/ left alone.
+bench: venv deps cluster-up
+	SLURM_CONF=$(SLURM_STATE)/slurm.conf $(PY) bench/run_all.py
+
+bench-quick: venv deps cluster-up
+	SLURM_CONF=$(SLURM_STATE)/slurm.conf $(PY) bench/run_all.py --quick
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache runs artifacts

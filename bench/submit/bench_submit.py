@@ -37,7 +37,13 @@ import textwrap
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import benchlib  # noqa: E402
+
 PY = sys.executable
+# The `hpclaunch` command a user runs (pip's script beside this Python), else `python -m hpclaunch`.
+_SCRIPT = os.path.join(os.path.dirname(PY), "hpclaunch")
+HPCLAUNCH = [_SCRIPT] if os.path.exists(_SCRIPT) else [PY, "-m", "hpclaunch"]
 # Children run with bytecode, as after any pip install. With PYTHONDONTWRITEBYTECODE set (as on the
 # development VMs) an editable hpclaunch recompiled its ~30 modules from source on every run (+0.1 s),
 # while submitit's site-packages had .pyc from pip: that measured compilation, not submission.
@@ -138,14 +144,14 @@ def run_hpclaunch(points: int, parallelism: int, timeout: float) -> dict:
         f.write(sweep_job(points, parallelism))
     env = dict(os.environ, HPCLAUNCH_HOME=os.path.join(work, "home"))
     start = time.monotonic()
-    proc = subprocess.run([PY, "-m", "hpclaunch", "submit", job, "--backend", "slurm", "--json"],
+    proc = subprocess.run(HPCLAUNCH + ["submit", job, "--backend", "slurm", "--json"],
                           cwd=work, env=env, capture_output=True, text=True)
     submit_s = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"hpclaunch submit failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     out = json.loads(proc.stdout[: proc.stdout.rindex("}") + 1])
     # A sweep larger than MaxArraySize is several arrays; the registry has them all.
-    listing = subprocess.run([PY, "-m", "hpclaunch", "list", "--all", "--json"], cwd=work, env=env,
+    listing = subprocess.run(HPCLAUNCH + ["list", "--all", "--json"], cwd=work, env=env,
                              capture_output=True, text=True, check=True)
     ids = sorted({r["job_id"] for r in json.loads(listing.stdout)}, key=int)
     done_s = wait_done(ids, start, timeout)
@@ -202,7 +208,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1, help="rounds; the order alternates each round")
     ap.add_argument("--timeout", type=float, default=1200, help="seconds to wait for one run to drain")
     ap.add_argument("--json", metavar="FILE", help="also write the figures here")
+    ap.add_argument("--markdown", metavar="FILE", help="write this bench's section of docs/benchmarks.md here")
     args = ap.parse_args()
+    section = benchlib.Section("Submitting a 1,000-point sweep (`bench/submit/bench_submit.py`)"
+                               if args.points == 1000 else f"Submitting a {args.points}-point sweep",
+                               f"{os.path.relpath(PY)} bench/submit/bench_submit.py --points {args.points} "
+                               f"--parallelism {args.parallelism} --rounds {args.rounds}")
     if not os.environ.get("SLURM_CONF") and os.path.exists("/tmp/hpclaunch-slurm/slurm.conf"):
         os.environ["SLURM_CONF"] = "/tmp/hpclaunch-slurm/slurm.conf"
     sinfo = subprocess.run(["sinfo", "-h", "-o", "%D nodes x %c CPUs, %P"], capture_output=True, text=True)
@@ -267,6 +278,21 @@ def main() -> int:
                                   "hpclaunch_all_done_s": h_done, "submitit_all_done_s": s_done,
                                   "floor_submit_s": f_sub, "floors": floors,
                                   "submit_ratio": s_sub / h_sub}}, f, indent=2)
+    section.para(f"On the 2-node test cluster (`make cluster-up`), {args.points} points, parallelism "
+                 f"{args.parallelism}, each side a fresh process (`{' '.join(os.path.basename(c) for c in HPCLAUNCH)} "
+                 "submit`, submitit's `map_array`), the order alternated each round; each round also times the "
+                 "floor: a Python process that calls `sbatch` once for the same array (cancelled at once).")
+    section.table(["round", "tool", "submit (s)", "submit -> all done (s)", "tasks"],
+                  [[r["round"], r["tool"], f"{r['submit_s']:.3f}",
+                    f"{r['all_done_s']:.1f}" if "all_done_s" in r else "—",
+                    ", ".join(f"{k} {v}" for k, v in r.get("states", {}).items()) or "—"]
+                   for r in sorted(runs + floors, key=lambda r: r["round"])], "llrrl")
+    h_all = [r["submit_s"] for r in runs if r["tool"] == "hpclaunch"]
+    section.para(f"- hpclaunch submit: {benchlib.fmt(h_all)}; submitit {s_sub:.3f} s; floor {f_sub:.3f} s (medians)\n"
+                 f"- hpclaunch / floor = **{h_sub / f_sub:.2f}** (goal <= 3: {'met' if h_sub / f_sub <= 3 else 'NOT met'})\n"
+                 f"- submitit / hpclaunch = **{s_sub / h_sub:.2f}x** to submit, {s_done / h_done:.2f}x to all done\n"
+                 f"- load average at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    section.write(args.markdown)
     bad = [r for r in runs if set(r["states"]) != {"COMPLETED"} or sum(r["states"].values()) != args.points]
     if bad:
         print(f"warning: not every task COMPLETED: {[(r['tool'], r['states']) for r in bad]}", file=sys.stderr)

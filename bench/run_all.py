@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Every bench end to end, each writing its section into docs/bench/, then docs/benchmarks.md.
+
+    python bench/run_all.py [--only startup,submit] [--quick]
+
+Run by `make bench` (which brings up the test cluster for the submit bench). The startup bench
+installs hpclaunch as a wheel (the work tree and the pre-move commit) and TorchX in venvs of their
+own; the submit bench then runs with that wheel install's Python. A bench that fails is reported
+and the others still run; the exit status is 1 when any failed. A bench script without
+``--markdown`` has its printed output kept as its section (benchlib.Section), so its figures still
+reach the page. bench/gpu runs only where `nvidia-smi` answers; elsewhere docs/bench/gpu-h100.md
+(figures recorded on a real H100) stays as it is.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import benchlib  # noqa: E402
+
+REPO = benchlib.REPO
+OUT = os.path.join(REPO, "docs", "bench")
+WHEEL_PY = "/tmp/hpclaunch-bench-startup/new/bin/python"  # made by the startup bench
+
+
+def benches(quick: bool) -> list[tuple[str, str, list[str], str]]:
+    """(name, title, argv after the script, python) of every bench, in the order they run."""
+    py = sys.executable
+    wheel = WHEEL_PY if os.path.exists(WHEEL_PY) else py
+    out = [
+        ("startup", "bench/startup/bench_startup.py", ["--setup-peers", "--runs", "10" if quick else "30"], py),
+        ("submit", "bench/submit/bench_submit.py", ["--points", "100" if quick else "1000", "--rounds", "1" if quick else "2"],
+         wheel),
+        ("monitor", "bench/monitor/bench_monitor.py", ["--quick"] if quick else [], py),
+        ("report", "bench/report/bench_report.py", ["--hosts", "4"] if quick else [], py),
+        ("fleet", "bench/fleet/bench_fleet.py", ["--jobs", "1000"] if quick else [], py),
+        ("train_overhead", "bench/train_overhead/bench_train_overhead.py",
+         ["--with-monitor"] + (["--reps", "2", "--steps", "100"] if quick else []), py),
+    ]
+    if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0:
+        out.append(("gpu", "bench/gpu/gpu_checks.py", ["--out", tempfile.mkdtemp(prefix="hpclaunch-gpu-")], py))
+    return out
+
+
+def takes_markdown(python: str, script: str) -> bool:
+    proc = subprocess.run([python, script, "--help"], cwd=REPO, capture_output=True, text=True)
+    return "--markdown" in proc.stdout
+
+
+def run(name: str, script: str, argv: list[str], python: str, out: str) -> bool:
+    """Run one bench (by path: the repository is not on a wheel Python's sys.path) into out/NAME.md."""
+    target = os.path.join(out, f"{name}.md")
+    if takes_markdown(python, script):
+        cmd = [python, os.path.join(REPO, script), *argv, "--markdown", target]
+        print(f"== {name}: {' '.join(cmd)}", flush=True)
+        return subprocess.run(cmd, cwd=REPO).returncode == 0
+    cmd = [python, os.path.join(REPO, script), *argv]
+    print(f"== {name}: {' '.join(cmd)} (no --markdown: its output becomes the section)", flush=True)
+    proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    print(proc.stdout, flush=True)
+    if proc.returncode != 0:
+        return False
+    section = benchlib.Section(f"`{script}`", " ".join([os.path.relpath(python, REPO), script, *argv]), python=python)
+    section.para("This bench prints its figures rather than writing a section; its output, as printed:")
+    section.para("```\n" + proc.stdout.strip() + "\n```")
+    section.write(target)
+    return True
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma list of bench names (default: all)")
+    ap.add_argument("--quick", action="store_true",
+                    help="small sizes, to check that every bench runs; sections go to a scratch folder, "
+                         "docs/ is left alone")
+    args = ap.parse_args()
+    out = tempfile.mkdtemp(prefix="hpclaunch-bench-quick-") if args.quick else OUT
+    only = {n for n in args.only.split(",") if n}
+    failed = []
+    for name, script, argv, python in benches(args.quick):
+        if only and name not in only:
+            continue
+        if name == "submit" and python != WHEEL_PY:
+            print("submit: no wheel install yet (run the startup bench first); using this Python", flush=True)
+        if not run(name, script, argv, python, out):
+            failed.append(name)
+    if args.quick:
+        print(f"sections of the quick run: {out} (docs/ unchanged)")
+    else:
+        subprocess.run([sys.executable, os.path.join(HERE, "assemble.py")], check=True)
+    if failed:
+        print(f"benches that failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
