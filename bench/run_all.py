@@ -96,8 +96,7 @@ def main() -> int:
         subprocess.run([sys.executable, os.path.join(HERE, "assemble.py")], check=True)
     if failed:
         print(f"benches that failed: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
