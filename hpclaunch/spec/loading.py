@@ -1,13 +1,12 @@
 """From a job file, a profile and overrides to one validated, resolved job."""
 from __future__ import annotations
 
-import copy
 import hashlib
 import os
 
 from hpclaunch.common.errors import InvalidInput, Problem
 from hpclaunch.spec.job import Job
-from hpclaunch.spec.merge import merge_into, set_path
+from hpclaunch.spec.merge import copy_plain, merge_into, set_path
 from hpclaunch.common.model import model
 from hpclaunch.spec.overrides import parse_override
 from hpclaunch.spec.profiles import LoadedProfile, load_profile
@@ -50,7 +49,7 @@ def resolve_job(job_path: str, overrides: list[str] | tuple[str, ...] = (), cwd:
     if found:
         raise InvalidInput([Problem(shown, "", found, fix="start from `hpclaunch init`", has_value=False)])
     parsed = [parse_override(o) for o in overrides]
-    data = copy.deepcopy(data)
+    data = copy_plain(data)
     for key, value in parsed:
         set_path(data, key, value)
     origins = {key: f"{OVERRIDE_LABEL} (-o {key})" for key, _ in parsed}

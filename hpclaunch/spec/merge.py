@@ -1,7 +1,6 @@
 """Layered configuration: deep merge of plain dicts, remembering where each value came from."""
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 
@@ -14,8 +13,20 @@ def merge_into(base: dict, layer: dict, origins: dict[str, str], label: str, pre
         else:
             if isinstance(base.get(key), dict):  # only a mapping replaced has origins below it
                 _forget_below(origins, path)
-            base[key] = copy.deepcopy(value)
+            base[key] = copy_plain(value)
             origins[path] = label
+
+
+def copy_plain(value: Any) -> Any:
+    """A deep copy of YAML data (mappings, lists, sets; every other value YAML gives is immutable).
+    copy.deepcopy would do, but importing `copy` costs every command a few ms (issue 20)."""
+    if isinstance(value, dict):
+        return {k: copy_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_plain(v) for v in value]
+    if isinstance(value, set):
+        return set(value)
+    return value
 
 
 def _forget_below(origins: dict[str, str], path: str) -> None:

@@ -6,7 +6,6 @@ value came from (`sources`), as validation's are. Reads only the BatchRequest.
 """
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Callable, Optional
 
@@ -63,6 +62,7 @@ def _partition(request: BatchRequest, parts: list[dict], cluster: str, bad: Bad)
         return default[0]
     match = [p for p in parts if p.get("PartitionName") == request.partition]
     if not match:
+        import difflib  # only to word an error: not on every submit's path
         close = difflib.get_close_matches(request.partition, names, n=1)
         bad("slurm.partition", f"no such partition on cluster '{cluster}'", request.partition,
             (f"did you mean '{close[0]}'? " if close else "") + f"partitions: {', '.join(names)}")
