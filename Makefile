@@ -12,7 +12,7 @@ SLURM_STATE ?= /tmp/hpclaunch-slurm
 # The Slurm packages are installed by tests/cluster/slurm-up.sh itself.
 APT_PACKAGES := openmpi-bin libopenmpi-dev libpmix-dev cmake g++ chromium podman runc prometheus
 
-.PHONY: all venv deps check-deps test test-fast demo golden cluster-up cluster-down bench bench-quick clean horovod tf-venv
+.PHONY: all venv deps check-deps test test-fast demo golden cluster-up cluster-down bench bench-quick bench-deps clean horovod tf-venv
 
 all: venv
 
@@ -86,11 +86,15 @@ golden: venv
 # Every bench end to end (bench/run_all.py): each installs what it compares against in a venv of its
 # own, writes its section into docs/bench/, then bench/assemble.py makes docs/benchmarks.md from them.
 # The submit bench needs the test cluster. `make bench-quick`: small sizes, docs/ left alone.
-bench: venv deps cluster-up
+bench: venv deps cluster-up bench-deps
 	SLURM_CONF=$(SLURM_STATE)/slurm.conf $(PY) bench/run_all.py
 
-bench-quick: venv deps cluster-up
+bench-quick: venv deps cluster-up bench-deps
 	SLURM_CONF=$(SLURM_STATE)/slurm.conf $(PY) bench/run_all.py --quick
+
+# The report bench's peers, checked by import (no stamp).
+bench-deps: venv
+	@(cd / && $(abspath $(PY)) -c 'import pandas, polars') 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache runs artifacts
