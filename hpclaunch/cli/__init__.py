@@ -20,7 +20,7 @@ from hpclaunch.common.version import __version__
 
 _COMMANDS = {
     "validate": "spec_commands", "render": "make_commands", "profiles": "spec_commands",
-    "init": "make_commands", "schema": "spec_commands",
+    "init": "make_commands", "schema": "schema_commands",
     "submit": "run_commands", "status": "run_commands", "list": "run_commands", "logs": "run_commands",
     "cancel": "run_commands", "report": "report_commands", "export": "export_commands",
 }

@@ -2,15 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.spec.job import Job
 from hpclaunch.spec.loading import resolve_job
-from hpclaunch.spec.profile import Profile
 from hpclaunch.spec.profiles import available_profiles, find_profile, load_profile
-from hpclaunch.spec.typedload import json_schema
 from hpclaunch.spec.yamlio import display_path, dump_yaml
 
 
@@ -51,14 +47,4 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         except Exception as e:  # a broken user profile must not hide the others
             desc = f"(invalid: {str(e).splitlines()[0]})"
         print(f"{name:<14} {desc}  [{display_path(path)}]")
-    return 0
-
-
-
-def cmd_schema(args: argparse.Namespace) -> int:
-    if args.profile:
-        schema = json_schema(Profile, "hpclaunch cluster profile")
-    else:
-        schema = json_schema(Job, "hpclaunch job file")
-    print(json.dumps(schema, indent=2, default=str))
     return 0

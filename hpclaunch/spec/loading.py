@@ -1,7 +1,6 @@
 """From a job file, a profile and overrides to one validated, resolved job."""
 from __future__ import annotations
 
-import hashlib
 import os
 
 from hpclaunch.common.errors import InvalidInput, Problem
@@ -29,6 +28,7 @@ class Resolved:
 
     @property
     def source_hash(self) -> str:
+        import hashlib  # stdlib, ~3 ms with OpenSSL: submit needs it, validate and render do not
         return hashlib.sha256(self.source_bytes).hexdigest()
 
     def to_document(self) -> dict:
