@@ -79,3 +79,27 @@ def test_a_reused_slurm_job_id_retires_the_older_row(tmp_path, monkeypatch):
     assert [e["kind"] for e in reg.events(old.key)] == ["submitted", "job_id_reused"]
     other = reg.add(backend="slurm", cluster="elsewhere", job_id="5", name="third", run_dir="/runs/third-5")
     assert other.job_id == "5" and reg.get(new.key).job_id == "5"  # another cluster's id 5 is another job
+
+
+def test_an_existing_registry_opens_without_writing_and_a_missing_index_is_made(tmp_path, monkeypatch):
+    from hpclaunch.runs import registry as regmod
+    path = str(tmp_path / "registry.db")
+    regmod.Registry(path).close()
+    statements = []
+    real_connect = sqlite3.connect
+
+    def traced(*args, **kwargs):
+        db = real_connect(*args, **kwargs)
+        db.set_trace_callback(statements.append)
+        return db
+
+    monkeypatch.setattr(regmod.sqlite3, "connect", traced)
+    regmod.Registry(path).close()
+    assert not [s for s in statements if s.strip().startswith(("BEGIN", "CREATE", "INSERT"))], statements
+    with real_connect(path) as db:
+        db.execute("DROP INDEX jobs_time")
+    statements.clear()
+    regmod.Registry(path).close()
+    assert any(s.strip().startswith("CREATE INDEX IF NOT EXISTS jobs_time") for s in statements), statements
+    with real_connect(path) as db:
+        assert db.execute("SELECT 1 FROM sqlite_master WHERE name = 'jobs_time'").fetchone()

@@ -66,6 +66,8 @@ CREATE TABLE IF NOT EXISTS ledger (
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+# The tables and indexes _DDL makes: a registry that has them all needs no DDL run when opened.
+_DDL_OBJECTS = {part.split()[0] for part in _DDL.split("IF NOT EXISTS ")[1:]}
 
 
 def home() -> str:
@@ -181,7 +183,8 @@ class Registry:
         except sqlite3.OperationalError:
             pass  # some network filesystems refuse WAL; rollback journals are still atomic
         self._db.execute("PRAGMA synchronous = FULL")
-        self._check_version()
+        if self._check_version() and self._has_every_object():
+            return  # made before by this schema: no write transaction (two fsyncs) on every command
         self._db.execute("BEGIN IMMEDIATE")  # SQLite's own errors here are _unusable()'s to explain
         try:
             for statement in _DDL.split(";"):
@@ -197,10 +200,15 @@ class Registry:
         except OSError:
             pass
 
-    def _check_version(self) -> None:
-        """A registry another hpclaunch wrote: a newer one's is not ours to read or change."""
+    def _has_every_object(self) -> bool:
+        names = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master")}
+        return _DDL_OBJECTS <= names
+
+    def _check_version(self) -> bool:
+        """A registry another hpclaunch wrote: a newer one's is not ours to read or change. True when
+        it is at this schema version."""
         if not self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone():
-            return  # new (the tables are made next)
+            return False  # new (the tables are made next)
         row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         version = _as(int, row[0]) if row is not None else SCHEMA_VERSION
         if version is None:
@@ -210,6 +218,7 @@ class Registry:
             raise HpclaunchError(f"{self.path}: the job registry was written by a newer hpclaunch (schema "
                                  f"{version}; this one reads {SCHEMA_VERSION}) \u2014 upgrade hpclaunch "
                                  "(pip install -U hpclaunch), or set $HPCLAUNCH_HOME to use another registry")
+        return row is not None and version == SCHEMA_VERSION
 
     def check(self) -> None:
         """Read every page (SQLite's quick_check): a damaged registry is the user's one line *before*
