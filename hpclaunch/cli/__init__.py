@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--test-only", action="store_true",
                    help="preflight and `sbatch --test-only` (when and where it would start); queue nothing")
     c.add_argument("--json", action="store_true", help="print the submission as JSON")
+    c.add_argument("--remote", nargs="?", const="", default=None, metavar="NAME",
+                   help="submit from this machine over ssh: copy the project to the cluster of profile NAME "
+                        "(default: the job's profile) and submit it there (docs/remote.md)")
 
     c = sub.add_parser("status", help="state of a job (or of your active jobs and those ended in the last hour)")
     c.add_argument("job", nargs="?", metavar="JOB", help="job id, name or run directory")

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 from hpclaunch.spec.job import _mem_check, _slurm_word, _time_check, runs_root_problem
 from hpclaunch.common.model import model
 from hpclaunch.spec.container import ContainerRuntime, arguments_problem as _arguments
+from hpclaunch.spec.remote import Remote
 from hpclaunch.spec.typedload import Scalar, field
 
 _HOST_PART = re.compile(r"[A-Za-z0-9.-]*")  # fullmatch: `$` would pass a final newline
@@ -155,3 +156,5 @@ class Profile:
     container: ContainerRuntime = field(default_factory=ContainerRuntime)
     runs_root: str = field("runs", help="where run directories go, relative to the submit directory or absolute",
                            check=lambda v: runs_root_problem(v))
+    remote: Optional[Remote] = field(None, help="how to reach this cluster's login node from your own machine "
+                                     "(hpclaunch submit --remote; docs/remote.md)")
