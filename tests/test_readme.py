@@ -32,6 +32,9 @@ ELSEWHERE = {
     "pip install '.[mpi]'": "make venv",
     "pip install '.[export]'": "make venv",
     "pip install '.[monitor]'": "make venv",
+    # needs a login node reachable by ssh with a profile naming it: tests/test_remote_cluster.py submits
+    # with --remote to the test cluster's node c1 (real sshd), then runs status, logs and report through it
+    "hpclaunch submit job.yaml --remote mycluster": "tests/test_remote_cluster.py",
 }
 
 

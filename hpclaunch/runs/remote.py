@@ -152,6 +152,24 @@ def ship(session: SshSession, pkg: Package, say: Callable[[str], None]) -> str:
     return final
 
 
+MAX_WORD = 4096
+MAX_WORDS = 64 << 10
+
+
+def check_words(words: Sequence[str]) -> None:
+    """Command-line values that go to the remote shell (quoted): one printable line each, bounded,
+    so a value can neither break the remote command apart nor exceed what a login shell takes."""
+    for word in words:
+        if len(word) > MAX_WORD or not word.isprintable():
+            shown = word[:60] + ("..." if len(word) > 60 else "")
+            raise HpclaunchError(f"command line: {shown!r}: a value sent to the remote hpclaunch must be one line "
+                                 f"of printable text, at most {MAX_WORD} characters — shorten it or put it in "
+                                 "the job file")
+    if sum(len(w) + 1 for w in words) > MAX_WORDS:
+        raise HpclaunchError(f"command line: more than {MAX_WORDS} characters for the remote hpclaunch — "
+                             "put the values in the job file")
+
+
 def _remote_failed(session: SshSession, what: str, code: int, err: str) -> HpclaunchError:
     last = [ln.strip() for ln in err.splitlines() if ln.strip()]
     why = last[-1][:300] if last else f"exit {code}"
@@ -179,12 +197,7 @@ def submit_remote(job_path: str, overrides: Sequence[str], target: Target, *, ba
     reg = registry or Registry()
     reg.check()
     pkg, sub_dir, job_rel = package_for(job_path, cwd, target)
-    session = (sessions or Sessions()).get(target)
-    session.check_hpclaunch()
-    code_dir = ship(session, pkg, say)
-    remote_cwd = code_dir if sub_dir == "." else f"{code_dir}/{sub_dir}"
-    args = ["submit", os.path.relpath(job_rel, sub_dir) if sub_dir != "." else job_rel,
-            "--backend", backend or "slurm"]
+    args = ["submit", os.path.relpath(job_rel, sub_dir), "--backend", backend or "slurm"]
     if target.remote.runs_root:
         args += ["-o", f"runs_root={target.remote.runs_root}"]
     for o in overrides:
@@ -194,6 +207,11 @@ def submit_remote(job_path: str, overrides: Sequence[str], target: Target, *, ba
     if not preflight:
         args.append("--no-preflight")
     args += ["--test-only", "--json"] if test_only else ["--json"]
+    check_words(args)   # before anything is copied
+    session = (sessions or Sessions()).get(target)
+    session.check_hpclaunch()
+    code_dir = ship(session, pkg, say)
+    remote_cwd = code_dir if sub_dir == "." else f"{code_dir}/{sub_dir}"
     code, out, err = session.hpclaunch(*args, cwd=remote_cwd)
     if code != 0:
         raise relay_failure(session, code, err)
@@ -202,7 +220,9 @@ def submit_remote(job_path: str, overrides: Sequence[str], target: Target, *, ba
             say(f"remote {target.name}: {line}")
     try:
         answer = json.loads(out[out.index("{"): out.rindex("}") + 1])
-    except ValueError:
+        if not test_only and not all(isinstance(answer.get(k), (str, int)) for k in ("job_id", "name", "run_dir")):
+            raise ValueError(out)
+    except (ValueError, AttributeError):
         raise HpclaunchError(f"remote {target.name} ({session.destination}): the remote hpclaunch answered no job "
                              f"({out.strip()[:200]!r}) \u2014 run it there by hand: cd {remote_cwd} && "
                              f"{session.hpclaunch_words(*args)}") from None
@@ -241,6 +261,7 @@ def statuses(records: List[JobRecord], reg: Registry, sessions: Sessions) -> Dic
         for rec in recs:
             row = by_dir.get(rec.run_dir)
             if row is None:
+                check_words([rec.run_dir])
                 code, text, err = session.hpclaunch("status", rec.run_dir, "--json")
                 if code != 0:
                     raise relay_failure(session, code, err)
@@ -266,6 +287,7 @@ def run_on(rec: JobRecord, command: str, flags: Sequence[str], sessions: Session
     """The remote `hpclaunch COMMAND RUN_DIR FLAGS` for a remote job: (exit code, stdout, stderr),
     or its output passed to `out`/`err` as it comes (logs --follow)."""
     session = sessions.get(target_of(rec))
+    check_words([rec.run_dir, *flags])
     return session.hpclaunch(command, rec.run_dir, *flags, out=out, err=err)
 
 
