@@ -118,6 +118,19 @@ def test_a_profile_without_a_remote_section(run_cli, project):
     assert "profile 'testcluster' has no remote: section" in lines[0] and "--remote NAME" in lines[0], lines
 
 
+def test_remote_before_the_job_file_reads_as_the_job_file(run_cli, project):
+    # `submit --remote job.yaml`: NAME is optional, so job.yaml is the job, and the job's profile the remote
+    code, out, lines = _submit(run_cli, "--remote", "job.yaml")
+    assert code == 2 and len(lines) == 1 and out == ""
+    assert "profile 'testcluster' has no remote: section" in lines[0], lines
+
+
+def test_submit_without_a_job_file_says_which_is_missing(run_cli, project):
+    code, out, lines = _submit(run_cli, "--remote", "far")
+    assert code == 2 and len(lines) == 1 and out == ""
+    assert lines[0].startswith("submit: which job file?") and "--remote [NAME]" in lines[0], lines
+
+
 def test_an_unknown_remote(run_cli, project):
     code, _, lines = _submit(run_cli, "job.yaml", "--remote", "fra")
     assert code == 2 and len(lines) == 1 and "profile 'fra' not found" in lines[0] and "did you mean 'far'" in lines[0]

@@ -29,12 +29,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"hpclaunch {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
-    def job_command(name: str, help: str, default: str | None = None) -> argparse.ArgumentParser:
+    def job_command(name: str, help: str, default: str | None = None, optional: bool = False) -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help, description=help)
         if default:  # as `init` writes it
             c.add_argument("job", metavar="JOB.yaml", nargs="?", default=default, help=f"the job file (default: {default})")
-        else:
-            c.add_argument("job", metavar="JOB.yaml", help="the job file")
+        else:  # optional: the command says what is missing itself
+            c.add_argument("job", metavar="JOB.yaml", help="the job file", **({"nargs": "?"} if optional else {}))
         c.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                        help="override a job key, e.g. -o resources.nodes=4 (repeatable)")
         return c
@@ -56,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="a starter for this launch mode (jax and lightning run under launcher: srun)")
     c.add_argument("--force", action="store_true", help="replace an existing file")
 
-    c = job_command("submit", "validate, render and queue a job (Slurm, or this machine with --backend local)")
+    c = job_command("submit", "validate, render and queue a job (Slurm, or this machine with --backend local)",
+                    optional=True)
     c.add_argument("--backend", choices=["slurm", "local"], default=None,
                    help="where to run (default: slurm if a cluster is configured here, else local)")
     c.add_argument("--after", action="append", default=[], metavar="JOB[:KIND]",

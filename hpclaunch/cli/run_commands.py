@@ -17,6 +17,12 @@ from hpclaunch.runs.summary import batch_log, failure_summary, last_lines
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    if args.job is None:
+        if args.remote and args.remote.endswith((".yaml", ".yml")):  # `submit --remote job.yaml`: NAME is optional
+            args.job, args.remote = args.remote, ""
+        else:
+            raise HpclaunchError("submit: which job file? \u2014 e.g. hpclaunch submit job.yaml "
+                                 "(from your own machine: hpclaunch submit job.yaml --remote [NAME])")
     if args.remote is not None:
         return remote.cmd_submit(args)
     if args.test_only:

@@ -233,9 +233,14 @@ def submit_remote(job_path: str, overrides: Sequence[str], target: Target, *, ba
     snapshot = {"remote": {"name": target.name, "source": target.source, "settings": to_plain(target.remote),
                            "host": session.destination, "code_dir": code_dir, "submit_dir": remote_cwd,
                            "backend": answer.get("backend"), "cluster": answer.get("cluster")}}
-    rec = reg.add(backend=BACKEND, cluster=target.name, job_id=str(answer["job_id"]), name=str(answer["name"]),
-                  run_dir=str(answer["run_dir"]), job_file=os.path.abspath(job_path), job_sha256=sha,
-                  resolved=snapshot)
+    try:
+        rec = reg.add(backend=BACKEND, cluster=target.name, job_id=str(answer["job_id"]), name=str(answer["name"]),
+                      run_dir=str(answer["run_dir"]), job_file=os.path.abspath(job_path), job_sha256=sha,
+                      resolved=snapshot)
+    except HpclaunchError as e:  # the job runs: say where, so it is not lost with the local row
+        raise HpclaunchError(f"{str(e).splitlines()[0]} \u2014 note: the job IS queued on remote {target.name} as "
+                             f"job {answer['job_id']} ({answer['run_dir']}); follow it there with hpclaunch status "
+                             f"{answer['job_id']}") from None
     return rec, answer
 
 

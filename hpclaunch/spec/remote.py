@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from hpclaunch.common.model import model
 from hpclaunch.spec.job import looks_secret, runs_root_problem
-from hpclaunch.spec.typedload import Scalar, field
+from hpclaunch.spec.typedload import Scalar, field, pattern_check
 
 MAX_TEXT = 1024          # a path, an option value, a command word
 MAX_ENV_VALUE = 4096
@@ -60,11 +60,8 @@ def _one_line(value: str, limit: int = MAX_TEXT) -> Optional[Tuple[str, str]]:
     return None
 
 
-def _destination(value: str) -> Optional[Tuple[str, str]]:
-    if not _DESTINATION.fullmatch(value):
-        return ("is not an ssh destination", "write [user@]host with letters, digits and . _ - "
-                "(a name from ~/.ssh/config works too), e.g. me@login.cluster.org")
-    return None
+_destination = pattern_check(_DESTINATION, "is not an ssh destination", "write [user@]host with letters, digits "
+                             "and . _ - (a name from ~/.ssh/config works too), e.g. me@login.cluster.org")
 
 
 def _code_root(value: str) -> Optional[Tuple[str, str]]:
