@@ -25,6 +25,8 @@ import time
 import pytest
 from hlcli import hl
 
+from hpclaunch.launchers.backends.base import state_of
+
 pytestmark = pytest.mark.cluster
 
 VENV_BIN = os.path.dirname(sys.executable)
@@ -70,6 +72,11 @@ class Relay:
                     pass
 
     def close(self):
+        # shutdown first: close() alone leaves the socket listening while _accept blocks in accept() (Linux)
+        try:
+            self.server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.server.close()
 
 
@@ -133,7 +140,8 @@ remote:
 JOB = """name: remote-ddp
 profile: testcluster
 launcher: srun
-command: [bash, -c, 'echo "rank $SLURM_PROCID on $(hostname)"; cat tracked.txt untracked.txt; sleep 4; echo done']
+command: [bash, -c, 'echo "rank $SLURM_PROCID on $(hostname)"; cat tracked.txt untracked.txt; sleep "$HOLD"; echo done']
+env: {HOLD: "4"}
 resources: {nodes: 2, tasks_per_node: 1, cpus_per_task: 1, time: "00:05:00"}
 monitor: {interval: 0.5}
 """
@@ -219,7 +227,7 @@ def test_submit_remote_ships_the_project_and_every_command_answers_over_one_conn
         # a second submit of the unchanged project copies nothing
         marker = code_dir / ".hpclaunch-code"
         stamp = (marker.stat().st_mtime_ns, marker.stat().st_ino, (code_dir / "tracked.txt").stat().st_ino)
-        again = hl("submit", "job.yaml", "--remote", PROFILE, "--json", cwd=str(project))
+        again = hl("submit", "job.yaml", "--remote", PROFILE, "-o", "env.HOLD=600", "--json", cwd=str(project))
         assert "code: unchanged, nothing copied" in again.stderr and "copied 5" not in again.stderr, again.stderr
         assert (marker.stat().st_mtime_ns, marker.stat().st_ino, (code_dir / "tracked.txt").stat().st_ino) == stamp
         assert _code_dirs(code_root) == [code_dir.name]
@@ -227,7 +235,7 @@ def test_submit_remote_ships_the_project_and_every_command_answers_over_one_conn
 
         # a changed project gets a code directory of its own; the old one stays as it was
         (project / "untracked.txt").write_text("changed\n")
-        changed = hl("submit", "job.yaml", "--remote", PROFILE, "--json", cwd=str(project))
+        changed = hl("submit", "job.yaml", "--remote", PROFILE, "-o", "env.HOLD=600", "--json", cwd=str(project))
         assert "code: copied 5 files" in changed.stderr, changed.stderr
         dirs = _code_dirs(code_root)
         assert len(dirs) == 2 and code_dir.name in dirs
@@ -235,8 +243,35 @@ def test_submit_remote_ships_the_project_and_every_command_answers_over_one_conn
         assert (new / "untracked.txt").read_text() == "changed\n"
         assert (code_dir / "untracked.txt").read_text() == "untracked content\n"
         assert not [n for n in os.listdir(code_root) if n.startswith(".incoming")]
+        _close_masters(runtime_dir)
+
+        # cancel through ssh: one connection; the remote Slurm job ends CANCELLED, and status here says so
         for job in (json.loads(again.stdout), json.loads(changed.stdout)):
-            hl("cancel", job["job_id"], cwd="/")
+            before = relay.connections
+            cancel = hl("cancel", job["job_id"], cwd="/")
+            assert relay.connections == before + 1, \
+                f"cancel opened {relay.connections - before}: {cancel.stdout}{cancel.stderr}"
+            _close_masters(runtime_dir)
+            deadline, state = time.time() + 120, None
+            while time.time() < deadline:
+                state = json.loads(hl("status", job["job_id"], "--json", cwd="/").stdout)["state"]
+                _close_masters(runtime_dir)
+                if state_of(state).final:
+                    break
+                time.sleep(1)
+            assert state == "CANCELLED", (job["job_id"], state)
+            row = [r for r in json.loads(hl("list", "--all", "--json", cwd="/").stdout) if r["job_id"] == job["job_id"]]
+            assert [r["state"] for r in row] == ["CANCELLED"], row   # the remote's answer, recorded here
+            _close_masters(runtime_dir)
+
+        # the login node gone (the relay closed): status of a remote job is one line, exit 69; list still
+        # lists, from what the registry last saw, with a warning
+        relay.close()
+        _close_masters(runtime_dir)
+        gone = hl("status", sub["job_id"], cwd="/", check=False)
+        lines = gone.stderr.strip().splitlines()
+        assert gone.returncode == 69 and len(lines) == 1 and "Traceback" not in gone.stderr, gone.stderr
+        assert f"remote {PROFILE}: ssh root@127.0.0.1: cannot reach 127.0.0.1 port {relay.port}" in lines[0], lines
     finally:
         relay.close()
 
@@ -244,7 +279,7 @@ def test_submit_remote_ships_the_project_and_every_command_answers_over_one_conn
 def test_a_folder_that_is_no_repository_is_shipped_whole_less_its_runs(cluster_ssh, hpc_home, runtime_dir, tmp_path):
     project = tmp_path / "plain"
     project.mkdir()
-    (project / "job.yaml").write_text(JOB.replace("sleep 4; ", "").replace("cat tracked.txt untracked.txt; ", ""))
+    (project / "job.yaml").write_text(JOB.replace('sleep "$HOLD"; ', "").replace("cat tracked.txt untracked.txt; ", ""))
     (project / "data").mkdir()
     (project / "data" / "a.txt").write_text("a\n")
     (project / "runs" / "old-1").mkdir(parents=True)
