@@ -187,6 +187,10 @@ def test_submit_remote_ships_the_project_and_every_command_answers_over_one_conn
         assert not (code_dir / "ignored.txt").exists()
         assert sub["backend"] == "remote" and sub["remote"] == PROFILE and sub["remote_backend"] == "slurm"
         assert sub["run_dir"].startswith(str(code_dir) + "/runs/")
+        # the next command within ControlPersist rides on submit's connection: the settings read back
+        # from the registry make the same ssh command line (the same control socket) as the profile did
+        assert json.loads(hl("status", sub["job_id"], "--json", cwd="/").stdout)["remote"] == PROFILE
+        assert relay.connections == 1, f"status after submit opened {relay.connections - 1} connections"
         _close_masters(runtime_dir)
 
         # both registries hold the job: here as remote PROFILE's, there as a Slurm job

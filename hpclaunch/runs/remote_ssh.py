@@ -98,7 +98,9 @@ class SshSession:
         self.host = remote.host.rpartition("@")[2]
         self._checked = False
         options: List[str] = []
-        for key, value in (remote.ssh_options or {}).items():  # first: ssh keeps the first value it reads
+        # Sorted: the registry keeps the settings with sorted keys, so a later command builds the same
+        # command line (and control socket name) as submit did, and can reuse its connection.
+        for key, value in sorted((remote.ssh_options or {}).items()):  # before ours: ssh keeps the first value
             options += _option(key, str(value))
         identity = repr((self.destination, remote.port, options)).encode()
         self.control_path = os.path.join(control_dir(), hashlib.sha256(identity).hexdigest()[:16])

@@ -143,8 +143,14 @@ def entry_problems(remote: Remote, path: str = "remote") -> Iterator[Tuple[str, 
             yield (f"{path}.{section}", f"has {len(entries)} entries (at most {MAX_ENTRIES})", len(entries),
                    "keep the ones the login node needs")
             continue
+        seen: Dict[str, str] = {}   # ssh reads option names in any case: two spellings would race
         for name, value in entries.items():
             sub = f"{path}.{section}.{name}"
+            if section == "ssh_options" and name.lower() in seen:
+                yield (sub, f"sets the same ssh option as {seen[name.lower()]} (ssh ignores case)", name,
+                       "keep one of them")
+                continue
+            seen.setdefault(name.lower(), name)
             if section == "env":
                 if not _ENV_NAME.fullmatch(name):
                     yield (sub, "is not a valid environment variable name", name,
