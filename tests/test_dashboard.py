@@ -4,6 +4,7 @@ through Debian's chromedriver. Screenshots are kept: $HPCLAUNCH_TEST_ARTIFACTS/d
 the test's tmp folder (the path is printed)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -57,9 +58,7 @@ def scenario() -> dict:
 @pytest.fixture
 def browser_parts(require):
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
-    try:
-        import selenium  # noqa: F401  (is it installed?)
-    except ImportError:
+    if importlib.util.find_spec("selenium") is None:
         missing.append("selenium (make venv)")
     require(f"needs {', '.join(missing)} (make deps, make venv)" if missing else None, "tests/test_dashboard.py")
 
@@ -201,8 +200,9 @@ def _get(url, cookie=None):
         return e.code, e.read().decode(), e.headers
 
 
-def test_a_non_loopback_bind_needs_the_printed_token(hpc_home, dashboard):
-    dash = dashboard("--host", "0.0.0.0", "--port", "0")
+@pytest.mark.parametrize("args", [["--host", "0.0.0.0", "--port", "0"], ["--token"]])
+def test_a_non_loopback_bind_needs_the_printed_token(hpc_home, dashboard, args):
+    dash = dashboard(*args)
     token = re.search(r"\?token=([\w-]+)$", dash.url).group(1)
     assert len(token) >= 32
     for path in ("/", "/api/jobs", "/vendor/plotly.min.js", "/static/dashboard.js", "/job/1/events"):
@@ -260,3 +260,76 @@ def test_chromedriver_is_debians(browser_parts):
     browser = subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout
     driver = subprocess.run([CHROMEDRIVER, "--version"], capture_output=True, text=True).stdout
     assert browser.split()[1].split(".")[0] == driver.split()[1].split(".")[0], (browser, driver)
+
+
+def test_the_list_asks_each_backend_once_per_refresh_for_all_its_jobs(hpc_home, tmp_path, monkeypatch):
+    from hpclaunch.dashboard.board import Board
+    from hpclaunch.runs import jobs
+
+    (tmp_path / "job.yaml").write_text("name: sleeper\nlauncher: srun\ncommand: [sleep, '60']\n"
+                                       "resources: {nodes: 1, tasks_per_node: 1}\nmonitor: {interval: 0}\n")
+    ids = [json.loads(hl("submit", "job.yaml", "--backend", "local", "--json", "-o", f"name=sleeper{i}",
+                         cwd=str(tmp_path)).stdout)["job_id"] for i in range(3)]
+    calls = []
+
+    class Counting:
+        def __init__(self, backend):
+            self.backend = backend
+
+        def statuses(self, refs):
+            calls.append(("statuses", len(refs)))
+            return self.backend.statuses(refs)
+
+        def status(self, ref):
+            calls.append(("status", 1))
+            return self.backend.status(ref)
+
+        def __getattr__(self, name):
+            return getattr(self.backend, name)
+
+    real = jobs.get_backend
+    monkeypatch.setattr(jobs, "get_backend", lambda name: Counting(real(name)))
+    try:
+        board = Board(since_s=86400, refresh_s=3600)
+        for _ in range(3):   # three pages open, each asking twice
+            rows = board.rows()["jobs"]
+            board.job(rows[0]["key"])
+        assert calls == [("statuses", 3)], calls
+        assert {r["name"] for r in rows} == {"sleeper0", "sleeper1", "sleeper2"}
+        assert {r["state"] for r in rows} <= {"PENDING", "RUNNING"} and all(r["source"] == "local" for r in rows)
+        board.refresh_s = 0
+        board.rows()
+        assert calls == [("statuses", 3)] * 2, calls
+    finally:
+        for job_id in ids:
+            hl("cancel", job_id, check=False)
+
+
+def test_a_job_page_is_sent_only_new_points_until_the_series_is_thinned(tmp_path, monkeypatch):
+    sys.path.insert(0, os.path.join(HERE, "report"))
+    from synth import GpuSpec, HostSpec, write_run
+
+    from hpclaunch.dashboard import live
+    from hpclaunch.monitors import schema
+
+    monkeypatch.setattr(live, "UPDATE_S", 0.0)
+    write_run(tmp_path, [GpuSpec("n1", 0), GpuSpec("n1", 1)], hosts=[HostSpec("n1")], duration=1500)
+    view = live.JobLive(str(tmp_path))
+    first, seen = view.payload(None)
+    assert first["full"] and sorted(first["charts"]) == ["cpu", "mem", "power", "temp"]
+    assert sorted(first["charts"]["power"]) == ["n1 GPU0", "n1 GPU1"]
+    assert len(first["charts"]["power"]["n1 GPU0"]["t"]) == 1501
+    again, seen = view.payload(seen)
+    assert not again["full"] and again["charts"] == {}             # nothing new: nothing sent
+    path = tmp_path / schema.MONITOR_DIR / schema.gpu_file("n1")
+    last_two = path.read_text().splitlines(keepends=True)[-2:]
+    with open(path, "a") as f:
+        f.write("".join(last_two))                                 # one more sample of each GPU
+    delta, seen = view.payload(seen)
+    assert not delta["full"] and {k: len(v["t"]) for k, v in delta["charts"]["power"].items()} == \
+        {"n1 GPU0": 1, "n1 GPU1": 1}
+    with open(path, "a") as f:
+        f.write("".join(last_two) * 500)                           # past MAX_POINTS: thinned in pairs
+    thinned, _ = view.payload(seen)
+    assert thinned["full"] and len(thinned["charts"]["power"]["n1 GPU0"]["t"]) <= live.MAX_POINTS
+    assert len(thinned["charts"]["temp"]["n1 GPU1"]["y"]) == len(thinned["charts"]["temp"]["n1 GPU1"]["t"])

@@ -128,6 +128,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--port", type=int, default=0, help="port (default 0: any free one; the URL says which)")
     c.add_argument("--since", default="7d", metavar="AGE",
                    help="list jobs submitted within AGE, e.g. 2h, 30d (default 7d), and every active one")
+    c.add_argument("--token", action="store_true",
+                   help="require the printed URL's token on 127.0.0.1 too (on a shared login node, every "
+                   "user of the node can reach its 127.0.0.1)")
 
     c = sub.add_parser("schema", help="print the JSON Schema of job files (or profiles), for editors")
     c.add_argument("--profile", action="store_true", help="the schema of profile files instead")

@@ -10,4 +10,4 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     since = parse_age(args.since)
     from hpclaunch.dashboard.server import serve  # aiohttp and the rest load only for this command
 
-    return serve(args.host, args.port, since)
+    return serve(args.host, args.port, since, token=args.token)

@@ -1,6 +1,6 @@
 """Starting the dashboard: the `[dashboard]` extra's parts found (one line when missing), the socket
-bound (one line per way that fails), a token made when the address is not loopback, the URL printed,
-and the server run until Ctrl-C or SIGTERM (exit 0)."""
+bound (one line per way that fails), a token made when the address is not loopback (or when asked),
+the URL printed, and the server run until Ctrl-C or SIGTERM (exit 0)."""
 from __future__ import annotations
 
 import errno
@@ -17,7 +17,8 @@ from hpclaunch.common.errors import HpclaunchError
 EXTRA = "pip install 'hpclaunch[dashboard]' (in this repository: make venv)"
 
 
-def serve(host: str, port: int, since_s: float, refresh_s: Optional[float] = None) -> int:
+def serve(host: str, port: int, since_s: float, token: bool = False) -> int:
+    """``token``: require the token on loopback too (a shared login node's 127.0.0.1 is every user's)."""
     if not 0 <= port <= 65535:
         raise HpclaunchError(f"--port {port}: expected a port from 1 to 65535, or 0 for any free one")
     plotly_js = plotly_js_path()
@@ -27,15 +28,15 @@ def serve(host: str, port: int, since_s: float, refresh_s: Optional[float] = Non
         from hpclaunch.dashboard.app import make_app
     except ImportError as e:
         raise HpclaunchError(f"hpclaunch dashboard: {e.name or e} is not installed \u2014 {EXTRA}") from None
-    from hpclaunch.dashboard.board import REFRESH_S, Board
+    from hpclaunch.dashboard.board import Board
 
     sock, loopback = bind(host, port)
-    token = None if loopback else secrets.token_urlsafe(32)
+    secret = secrets.token_urlsafe(32) if token or not loopback else None
     bound = sock.getsockname()
-    board = Board(since_s, REFRESH_S if refresh_s is None else refresh_s)
-    app = make_app(board, plotly_js, token, bound[0], cookie=f"hpclaunch_dashboard_{bound[1]}")
-    print(f"hpclaunch dashboard: {url(bound, token)}", flush=True)
-    print("  (Ctrl-C stops it" + ("" if loopback else "; the token in this URL is printed only here") + ")",
+    board = Board(since_s)
+    app = make_app(board, plotly_js, secret, bound[0], cookie=f"hpclaunch_dashboard_{bound[1]}")
+    print(f"hpclaunch dashboard: {url(bound, secret)}", flush=True)
+    print("  (Ctrl-C stops it" + ("; the token in this URL is printed only here" if secret else "") + ")",
           file=sys.stderr, flush=True)
     # run_app turns SIGINT and SIGTERM into a clean stop and returns; open streams get a second to close
     web.run_app(app, sock=sock, print=None, shutdown_timeout=1.0, handle_signals=True)
