@@ -2,10 +2,11 @@
 daemon recorded and why a source was unavailable. Whole lines only, as the other readers."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Dict
+
+from hpclaunch.reports import readers
 
 
 def _event_records(paths, marker: str):
@@ -17,16 +18,10 @@ def _event_records(paths, marker: str):
             f = open(p, "r", errors="replace")
         except OSError:
             continue
-        with f:
-            for line in f:
-                if marker not in line or not line.endswith("\n"):
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict):
-                    yield str(rec.get("host") or fname_host), rec
+        with f:  # only the lines that can be what is looked for are parsed
+            records, _ = readers.parse_jsonl(line for line in f if marker in line)
+        for rec in records:
+            yield str(rec.get("host") or fname_host), rec
 
 
 def recorded_intervals(paths) -> Dict[str, float]:
