@@ -1,13 +1,15 @@
 """`hpclaunch dashboard` as a user meets it: a real local job (its monitor reading the fake NVML, its
 ranks appending step records), the server as a subprocess, and Debian's chromium driven by selenium
-through Debian's chromedriver. Screenshots are kept: $HPCLAUNCH_TEST_ARTIFACTS/dashboard if set, else
-the test's tmp folder (the path is printed)."""
+through Debian's chromedriver. Screenshots are kept in artifacts/dashboard/ at the repository's root
+(git-ignored, beside the report test's artifacts/report-test.png), or $HPCLAUNCH_TEST_ARTIFACTS/dashboard
+when that is set; the path is printed."""
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -21,6 +23,7 @@ import pytest
 from hlcli import hl
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "monitors"))
 import fake_nvml  # noqa: E402
 
@@ -46,6 +49,16 @@ STEPS = textwrap.dedent("""\
 """)
 
 
+def readme_lines() -> list:
+    """The README's `hpclaunch dashboard` lines as argument lists: tests/test_readme.py leaves them to
+    this file (a server runs until Ctrl-C), which runs each exactly as written."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        return [shlex.split(line.split("#")[0])[2:] for line in f if line.startswith("hpclaunch dashboard")]
+
+
+README_LINES = readme_lines()
+
+
 def scenario() -> dict:
     """The fake's two H100s, going from idle to load, as JSON (lists rather than functions)."""
     devices = []
@@ -64,10 +77,12 @@ def browser_parts(require):
 
 
 @pytest.fixture
-def artefacts(tmp_path):
-    base = os.environ.get("HPCLAUNCH_TEST_ARTIFACTS")
-    folder = os.path.join(base, "dashboard") if base else str(tmp_path / "screenshots")
+def artefacts():
+    folder = os.path.join(os.environ.get("HPCLAUNCH_TEST_ARTIFACTS") or os.path.join(ROOT, "artifacts"), "dashboard")
     os.makedirs(folder, exist_ok=True)
+    for name in ("jobs.png", "job.png", "failed.png"):   # a failed run must not leave the last good run's pictures
+        if os.path.exists(os.path.join(folder, name)):
+            os.remove(os.path.join(folder, name))
     print(f"\ndashboard screenshots: {folder}")
     return folder
 
@@ -149,6 +164,7 @@ def wait_for(driver, script, what, timeout=45.0):
 
 
 def test_the_dashboard_follows_a_running_job_in_chromium(browser_parts, running_job, dashboard, artefacts):
+    assert [] in README_LINES                                         # the README's first line, as written
     dash = dashboard()
     assert dash.url == f"http://127.0.0.1:{dash.port}/"           # loopback: no token
     driver = chrome()
@@ -186,6 +202,9 @@ def test_the_dashboard_follows_a_running_job_in_chromium(browser_parts, running_
         driver.save_screenshot(os.path.join(artefacts, "job.png"))
         severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert severe == [], severe
+    except BaseException:
+        driver.save_screenshot(os.path.join(artefacts, "failed.png"))   # what the page showed when it failed
+        raise
     finally:
         driver.quit()
     assert dash.stop() == 0                                           # Ctrl-C: exit 0
@@ -200,7 +219,7 @@ def _get(url, cookie=None):
         return e.code, e.read().decode(), e.headers
 
 
-@pytest.mark.parametrize("args", [["--host", "0.0.0.0", "--port", "0"], ["--token"]])
+@pytest.mark.parametrize("args", [a for a in README_LINES if "--host" in a] + [["--token"]])
 def test_a_non_loopback_bind_needs_the_printed_token(hpc_home, dashboard, args):
     dash = dashboard(*args)
     token = re.search(r"\?token=([\w-]+)$", dash.url).group(1)
@@ -227,6 +246,28 @@ def test_loopback_answers_only_to_loopback_names(hpc_home, dashboard):
     assert e.value.code == 403
     assert _get(dash.local("/job/999"))[0] == 200 and _get(dash.local("/api/job/999"))[0] == 404
     assert _get(dash.local("/job/x1"))[0] == 404
+
+
+def test_a_job_submitted_elsewhere_is_listed_with_what_the_registry_knows(hpc_home, dashboard):
+    """A row whose run directory is on another machine (submit --remote's rows: backend "remote"): listed
+    with the registry's state, its page without live data, and no backend error for it."""
+    from hpclaunch.runs.registry import Registry
+
+    reg = Registry()
+    far = reg.add(backend="remote", cluster="big-cluster", job_id="4242", name="far-away", nodes=2,
+                  run_dir="/nonexistent/shared/code/far-away-4242", state="RUNNING")
+    reg.close()
+    dash = dashboard()
+    code, body, _ = _get(dash.local("/api/jobs"))
+    listed = json.loads(body)
+    assert code == 200 and listed["error"] == "", listed
+    assert [(r["job_id"], r["backend"], r["cluster"], r["state"], r["local"]) for r in listed["jobs"]] == \
+        [("4242", "remote", "big-cluster", "RUNNING", False)]
+    code, body, _ = _get(dash.local(f"/api/job/{far.key}"))
+    page = json.loads(body)
+    assert code == 200 and page["job"]["nodes_requested"] == 2 and page["job"]["hosts"] == []
+    assert page["live"] == {"full": True, "charts": {}, "ranks": [], "notes": []}
+    assert dash.stop() == 0
 
 
 @pytest.mark.parametrize("args, message", [

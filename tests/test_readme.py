@@ -33,8 +33,8 @@ ELSEWHERE = {
     "pip install '.[export]'": "make venv",
     "pip install '.[monitor]'": "make venv",
     "pip install '.[dashboard]'": "make venv",
-    # a server that runs until Ctrl-C: tests/test_dashboard.py starts it, drives it in headless Chromium,
-    # checks the token on a non-loopback address, and stops it with SIGINT
+    # a server that runs until Ctrl-C: tests/test_dashboard.py reads these lines from the README and runs
+    # each as written (the first driven in headless Chromium, the second for its token), stops it with SIGINT
     "hpclaunch dashboard": "tests/test_dashboard.py",
     "hpclaunch dashboard --host 0.0.0.0 --port 8765": "tests/test_dashboard.py",
 }
