@@ -244,7 +244,8 @@ def test_loopback_answers_only_to_loopback_names(hpc_home, dashboard):
     with pytest.raises(urllib.error.HTTPError) as e:   # a rebinding page names its own host
         urllib.request.urlopen(req, timeout=10)
     assert e.value.code == 403
-    assert _get(dash.local("/job/999"))[0] == 200 and _get(dash.local("/api/job/999"))[0] == 404
+    assert _get(dash.local("/job/999"))[:2] == (404, "no job 999 in the registry (the list: /)\n")
+    assert _get(dash.local("/api/job/999"))[0] == 404 and _get(dash.local("/job/999/events"))[0] == 404
     assert _get(dash.local("/job/x1"))[0] == 404
 
 
@@ -374,3 +375,22 @@ def test_a_job_page_is_sent_only_new_points_until_the_series_is_thinned(tmp_path
     thinned, _ = view.payload(seen)
     assert thinned["full"] and len(thinned["charts"]["power"]["n1 GPU0"]["t"]) <= live.MAX_POINTS
     assert len(thinned["charts"]["temp"]["n1 GPU1"]["y"]) == len(thinned["charts"]["temp"]["n1 GPU1"]["t"])
+
+
+def test_a_rank_s_attempt_comes_from_its_header_when_steps_leave_it_out(tmp_path, monkeypatch):
+    """train_entry names the attempt in each header (one per attempt), not in its step records."""
+    from hpclaunch.dashboard import live
+
+    monkeypatch.setattr(live, "UPDATE_S", 0.0)
+    (tmp_path / "metrics").mkdir()
+    path = tmp_path / "metrics" / "rank3.jsonl"
+    header = {"kind": "header", "schema": "hpclaunch.metrics/1", "rank": 3}
+    step = {"kind": "step", "rank": 3, "epoch": 0, "loss": 1.5}
+    path.write_text("".join(json.dumps(r) + "\n" for r in (dict(header, attempt=0), dict(step, step=10))))
+    view = live.JobLive(str(tmp_path))
+    msg, _ = view.payload(None)
+    assert [(r["rank"], r["step"], r["attempt"], r["records"]) for r in msg["ranks"]] == [(3, 10, 0, 1)]
+    with open(path, "a") as f:   # requeued: a new header, then steps again
+        f.write("".join(json.dumps(r) + "\n" for r in (dict(header, attempt=1), dict(step, step=4))))
+    msg, _ = view.payload(None)
+    assert [(r["rank"], r["step"], r["attempt"], r["records"]) for r in msg["ranks"]] == [(3, 4, 1, 2)]

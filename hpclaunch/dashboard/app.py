@@ -46,7 +46,10 @@ def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, coo
         return page("index.html", since=_age(board.since_s), refresh=f"{board.refresh_s:g}")
 
     async def job_page(request: web.Request) -> web.Response:
-        return page("job.html", key=_key(request))
+        key = _key(request)
+        if await on_registry(board.job, key) is None:   # not a page that would say "reconnecting" forever
+            raise web.HTTPNotFound(text=f"no job {key} in the registry (the list: /)\n")
+        return page("job.html", key=key)
 
     async def jobs_json(request: web.Request) -> web.Response:
         return web.json_response(await on_registry(board.rows))
@@ -88,6 +91,9 @@ def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, coo
     async def plotly(request: web.Request) -> web.FileResponse:
         return web.FileResponse(plotly_js, headers={"Cache-Control": "max-age=86400"})
 
+    async def favicon(request: web.Request) -> web.Response:
+        return web.Response(status=204)   # the pages name none; a browser still asks (on a 404 page, say)
+
     async def close_thread(app: web.Application) -> None:
         registry_thread.shutdown(wait=False, cancel_futures=True)
 
@@ -98,6 +104,7 @@ def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, coo
     app.router.add_get("/api/jobs", jobs_json)
     app.router.add_get("/api/job/{key}", job_json)
     app.router.add_get("/vendor/plotly.min.js", plotly)
+    app.router.add_get("/favicon.ico", favicon)
     app.router.add_static("/static/", os.path.join(HERE, "static"))
     app.on_cleanup.append(close_thread)
     return app

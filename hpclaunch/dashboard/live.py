@@ -64,6 +64,7 @@ class JobLive:
         self.generation = 0
         self.series: Dict[Tuple[str, str], Series] = {}
         self.ranks: Dict[int, dict] = {}
+        self.header_attempt: Dict[int, int] = {}   # rank -> the attempt its newest header names
         self.bad_lines = 0
         self.notes: list = []
         self._followers: Dict[str, object] = {}
@@ -142,13 +143,19 @@ class JobLive:
 
     def _add_metrics(self, name: str, records: list) -> None:
         for rec in records:
-            if rec.get("kind") != "step":
+            if rec.get("kind") not in ("step", "header"):
                 continue
             try:
                 rank = int(rec.get("rank", name[4:].split(".")[0]))
             except (TypeError, ValueError):
                 continue
+            if rec["kind"] == "header":   # train_entry's step records leave the attempt to the header
+                if type(rec.get("attempt")) is int:
+                    self.header_attempt[rank] = rec["attempt"]
+                continue
             mine = self.ranks.setdefault(rank, {"records": 0})
+            if rank in self.header_attempt:
+                mine["attempt"] = self.header_attempt[rank]
             mine["records"] += 1
             for k in RANK_FIELDS:
                 v = rec.get(k)

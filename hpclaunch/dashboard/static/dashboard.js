@@ -92,7 +92,8 @@
     var spec = CHARTS[name];
     return {
       title: {text: spec[0], font: {size: 14}}, height: 280, margin: {l: 55, r: 15, t: 40, b: 40},
-      xaxis: {type: "date"}, yaxis: {title: {text: spec[1]}, rangemode: "tozero"},
+      // empty, a date axis would show the year 2000: no axes, only the note
+      xaxis: {type: "date", visible: !empty}, yaxis: {title: {text: spec[1]}, rangemode: "tozero", visible: !empty},
       legend: {orientation: "h", y: -0.2}, showlegend: true,
       annotations: empty ? [{text: spec[2], showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}] : []
     };
