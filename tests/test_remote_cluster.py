@@ -285,15 +285,17 @@ def test_submit_remote_ships_the_project_and_every_command_answers_over_one_conn
 def test_a_folder_that_is_no_repository_is_shipped_whole_less_its_runs(cluster_ssh, hpc_home, runtime_dir, tmp_path):
     project = tmp_path / "plain"
     project.mkdir()
-    (project / "job.yaml").write_text(JOB.replace('sleep "$HOLD"; ', "").replace("cat tracked.txt untracked.txt; ", ""))
+    # the job names the remote's profile itself: --remote without NAME takes the job's profile
+    (project / "job.yaml").write_text(JOB.replace('sleep "$HOLD"; ', "").replace("cat tracked.txt untracked.txt; ", "")
+                                      .replace("profile: testcluster", f"profile: {PROFILE}"))
     (project / "data").mkdir()
     (project / "data" / "a.txt").write_text("a\n")
     (project / "runs" / "old-1").mkdir(parents=True)
     (project / "runs" / "old-1" / "rank0.log").write_text("an earlier local run\n")
     code_root = tmp_path / "code"
     write_profile(project, cluster_ssh, code_root, tmp_path / "remote-home")
-    proc = hl("submit", "job.yaml", "--remote", PROFILE, "--test-only", cwd=str(project))
-    assert "copied 3 files" in proc.stderr and "preflight passed" in proc.stdout, proc.stdout + proc.stderr
+    proc = hl("submit", "job.yaml", "--remote", "--test-only", cwd=str(project))
+    assert "copied 3 files" in proc.stderr and f"preflight passed on {PROFILE}" in proc.stdout, proc.stdout + proc.stderr
     [code_dir] = _code_dirs(code_root)
     shipped = sorted(os.path.relpath(os.path.join(d, f), code_root / code_dir)
                      for d, _, files in os.walk(code_root / code_dir) for f in files)
