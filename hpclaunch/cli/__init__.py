@@ -23,6 +23,7 @@ _COMMANDS = {
     "init": "make_commands", "schema": "schema_commands",
     "submit": "run_commands", "status": "run_commands", "list": "run_commands", "logs": "run_commands",
     "cancel": "run_commands", "report": "report_commands", "export": "export_commands",
+    "dashboard": "dashboard_commands",
 }
 _PARSER = "parser"
 
