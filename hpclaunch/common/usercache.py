@@ -11,29 +11,19 @@ from __future__ import annotations
 
 import marshal
 import os
-import stat
 import sys
 import zlib
 
 from hpclaunch.common.atomic import write_atomic
+from hpclaunch.common.privatedir import private_dir
 from hpclaunch.common.version import __version__
 
 
 def folder() -> str | None:
-    """The cache folder, made 0700 if missing; None when it cannot be made or trusted."""
+    """The cache folder, made 0700 if missing; None when it cannot be made or trusted (not ours, a
+    link, or writable by others: what is read from it is run)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.path.join(base, "hpclaunch")
-    try:
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            os.makedirs(path, mode=0o700, exist_ok=True)
-            st = os.stat(path)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-        return None
-    return path
+    return private_dir(os.path.join(base, "hpclaunch"), open_bits=0o022)
 
 
 def key(*parts: object, texts: list[str] | tuple[str, ...] = ()) -> str:

@@ -24,6 +24,7 @@ import threading
 from typing import Callable, List, Optional, Tuple
 
 from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.common.privatedir import private_dir
 from hpclaunch.common.version import __version__
 from hpclaunch.runs.registry import home
 
@@ -48,24 +49,6 @@ class RemoteError(HpclaunchError):
         self.exit_code = exit_code
 
 
-def _private_dir(path: str) -> Optional[str]:
-    """`path`, made 0700 if missing; None when it exists but is not a private folder of ours (a
-    link, another owner, open to others): a socket there could be swapped under us."""
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-        st = os.lstat(path)
-    except OSError:
-        return None
-    import stat
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        return None
-    return path
-
-
 def control_dir() -> str:
     """Where the control sockets live: the user's runtime folder ($XDG_RUNTIME_DIR, a per-user
     tmpfs), else hpclaunch's state folder (the registry's), else a short private folder in /tmp
@@ -77,7 +60,7 @@ def control_dir() -> str:
     candidates.append(os.path.join(home(), "ssh"))
     candidates.append(os.path.join("/tmp", f"hpclaunch-ssh-{os.getuid()}"))
     for path in candidates:
-        if len(path) + 17 <= _SOCKET_MAX and _private_dir(path):
+        if len(path) + 17 <= _SOCKET_MAX and private_dir(path):
             return path
     raise HpclaunchError(f"cannot make a private folder for ssh's control socket (tried {', '.join(candidates)})"
                          " \u2014 set $XDG_RUNTIME_DIR to a short folder only you can use")
