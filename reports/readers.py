@@ -7,9 +7,9 @@ logs cheap.
 
 Two engines, same result:
 
-* ``"pyarrow"`` (default when pyarrow is importable): multi-threaded C++ parser; rows whose cell
-  count differs from the header's are skipped through ``invalid_row_handler``. Measured in
-  ``bench/report/bench_report.py``.
+* ``"pyarrow"`` (default when pyarrow is importable): strict multi-threaded C++ parser, no Python
+  per row; a file with lines whose cell count differs from the header's is filtered with numpy
+  first (``reports/csv_arrow.py``). Measured in ``bench/report/bench_report.py``.
 * ``"csv"``: the standard library's csv module; tolerant of anything (repeated schema/header
   lines after a daemon restart appended to the same file, unparsable cells). Used when pyarrow
   is missing or refuses a file.
@@ -32,6 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from hpclaunch.monitors import schema
+from hpclaunch.reports import csv_arrow
 
 # Columns the reports read (others are ignored; a newer schema may add columns at the end).
 GPU_NUMERIC = (
@@ -170,7 +171,9 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
         engine = "pyarrow" if have_pyarrow() else "csv"
     if engine == "pyarrow":
         try:
-            _read_pyarrow(t, header, skip, numeric, text, None if end == size else end)
+            t.n, t.num, t.text, t.skipped_rows = csv_arrow.parse(path, None if end == size else end, header,
+                                                                 skip, numeric, text)
+            _absent_as_missing(t, numeric, text)
             t.engine = "pyarrow"
             t.skipped_rows += partial
             return t
@@ -186,65 +189,7 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
     return t
 
 
-def _read_pyarrow(t: Table, header, skip, numeric, text, end: Optional[int] = None) -> None:
-    """``end``: parse only the first ``end`` bytes (up to the last newline), None = whole file."""
-    import pyarrow as pa
-
-    if end is None:
-        _parse_pyarrow(t, t.path, header, skip, numeric, text)
-        return
-    # Rare (a killed writer's file): a zero-copy view of the mapped file, cut at its last newline.
-    with pa.memory_map(t.path) as mm:
-        _parse_pyarrow(t, pa.BufferReader(mm.read_buffer(end)), header, skip, numeric, text)
-
-
-def _parse_pyarrow(t: Table, source, header, skip, numeric, text) -> None:
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
-
-    present_num = [c for c in numeric if c in header]
-    present_txt = [c for c in text if c in header]
-    skipped = [0]
-
-    def on_invalid(row):
-        skipped[0] += 1
-        return "skip"
-
-    types = {c: pa.float64() for c in present_num}
-    types.update({c: pa.dictionary(pa.int32(), pa.string()) for c in present_txt})
-    # Duplicate header names would confuse column selection; the csv path copes.
-    if len(set(header)) != len(header):
-        raise ValueError("duplicate column names")
-    tbl = pcsv.read_csv(
-        source,
-        read_options=pcsv.ReadOptions(skip_rows=skip, column_names=header, use_threads=True,
-                                      block_size=8 << 20),
-        parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
-        convert_options=pcsv.ConvertOptions(column_types=types,
-                                            include_columns=present_num + present_txt,
-                                            null_values=[""], strings_can_be_null=True,
-                                            quoted_strings_can_be_null=True),
-    )
-    t.skipped_rows = skipped[0]
-    t.n = tbl.num_rows
-    if present_txt:
-        tbl = tbl.unify_dictionaries()
-    for c in present_num:
-        col = tbl.column(c)
-        t.num[c] = (np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in col.chunks])
-                    if col.num_chunks else np.empty(0)).astype(np.float64, copy=False)
-    for c in present_txt:
-        col = tbl.column(c)
-        if col.num_chunks == 0:
-            t.text[c] = (np.empty(0, np.int32), [])
-            continue
-        dic = col.chunk(0).dictionary.to_pylist()
-        codes = np.concatenate([ch.indices.fill_null(-1).to_numpy(zero_copy_only=False)
-                                for ch in col.chunks]).astype(np.int32, copy=False)
-        # empty string values (only if not mapped to null) count as empty too
-        if "" in dic:
-            codes = np.where(codes == dic.index(""), -1, codes).astype(np.int32)
-        t.text[c] = (codes, dic)
+def _absent_as_missing(t: Table, numeric, text) -> None:
     for c in numeric:
         if c not in t.num:
             t.num[c] = np.full(t.n, np.nan)
@@ -264,7 +209,8 @@ def _read_csvmod(t: Table, header, numeric, text) -> None:
     nan = math.nan
     with open(t.path, "r", newline="", errors="replace") as f:
         # only newline-terminated lines (the unterminated last one is counted by the caller)
-        for row in csv.reader(ln for ln in f if ln.endswith("\n")):
+        # no quoting: the contract has no quotes (as the pyarrow engine reads it)
+        for row in csv.reader((ln for ln in f if ln.endswith("\n")), quoting=csv.QUOTE_NONE):
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
             if row[0].lstrip().startswith("#"):
