@@ -91,36 +91,71 @@ def parse(path: str, end: Optional[int], header: Sequence[str], skip: int, numer
             data, bad = whole_rows(buf, skip, len(header))
             tbl = _strict(pa.BufferReader(pa.py_buffer(data)), header, 0, types, include)
         n = tbl.num_rows
-        num = {c: _float_column(tbl.column(c), n) for c in present_num}
-        txt = {c: _codes(tbl.column(c), n) for c in present_txt}
+        num = {c: float_column(tbl.column(c), n) for c in present_num}
+        txt = {c: codes_column(tbl.column(c), n) for c in present_txt}
     return n, num, txt, bad
 
 
-def _float_column(col, n: int) -> np.ndarray:
-    """One float64 array (NaN for empty cells), copied out of Arrow memory."""
+# Arrow arrays to numpy through their buffers: Array.to_numpy would import pandas (pyarrow's
+# pandas_compat) when it is installed, 0.3-1 s of a report spent on an import.
+
+
+def valid_mask(arr) -> np.ndarray:
+    """Bool per element of an Arrow array: not null."""
+    n = len(arr)
+    if not arr.null_count:
+        return np.ones(n, bool)
+    bits = np.frombuffer(arr.buffers()[0], np.uint8)
+    return np.unpackbits(bits, bitorder="little", count=arr.offset + n)[arr.offset:].astype(bool)
+
+
+def float_chunk(arr) -> np.ndarray:
+    """A float64 Arrow array as numpy, NaN for nulls (a view of Arrow memory when it has none)."""
+    n = len(arr)
+    buf = arr.buffers()[1]
+    if n == 0 or buf is None:
+        return np.full(n, np.nan)
+    vals = np.frombuffer(buf, np.float64, count=n, offset=arr.offset * 8)
+    return np.where(valid_mask(arr), vals, np.nan) if arr.null_count else vals
+
+
+def string_list(arr) -> List[str]:
+    """A (small) string Arrow array as a list, "" for nulls (Array.to_pylist imports pandas too)."""
+    n = len(arr)
+    if n == 0:
+        return []
+    offs = np.frombuffer(arr.buffers()[1], np.int32, count=n + 1, offset=arr.offset * 4).tolist()
+    data = arr.buffers()[2]
+    raw = data.to_pybytes() if data is not None else b""
+    ok = valid_mask(arr).tolist()
+    return [raw[offs[i]:offs[i + 1]].decode("utf-8", "replace") if ok[i] else "" for i in range(n)]
+
+
+def float_column(col, n: int) -> np.ndarray:
+    """One float64 array (NaN for empty cells) of a chunked column, copied out of Arrow memory."""
     out = np.empty(n)
     a = 0
     for ch in col.chunks:
         b = a + len(ch)
-        out[a:b] = ch.to_numpy(zero_copy_only=False)
+        out[a:b] = float_chunk(ch)
         a = b
     return out
 
 
-def _codes(col, n: int) -> Tuple[np.ndarray, List[str]]:
+def codes_column(col, n: int) -> Tuple[np.ndarray, List[str]]:
     """Dictionary chunks -> (int32 codes into one value list, -1 = empty cell; the values)."""
     values: Dict[str, int] = {}
     out = np.empty(n, np.int32)
     a = 0
     for ch in col.chunks:
         b = a + len(ch)
-        dic = ch.dictionary.to_pylist()
+        dic = string_list(ch.dictionary)
         remap = np.array([-1 if not v else values.setdefault(v, len(values)) for v in dic] + [-1], np.int32)
         idx = ch.indices
         raw = np.frombuffer(idx.buffers()[1], np.int32, count=len(idx), offset=idx.offset * 4) \
             if len(idx) else np.empty(0, np.int32)
         if idx.null_count:
-            raw = np.where(idx.is_valid().to_numpy(zero_copy_only=False), raw, len(dic))
+            raw = np.where(valid_mask(idx), raw, len(dic))
         out[a:b] = remap[raw]
         a = b
     return out, list(values)

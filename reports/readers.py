@@ -369,14 +369,12 @@ def _metrics_pyarrow(path) -> Tuple[Dict[str, np.ndarray], int]:
         explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore", newlines_in_values=False))
     out: Dict[str, np.ndarray] = {}
     kind = tbl.column("kind")
-    out["is_step"] = np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in kind.chunks]) == "step" \
-        if kind.num_chunks else np.zeros(0, bool)
-    out["is_epoch"] = np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in kind.chunks]) == "epoch" \
-        if kind.num_chunks else np.zeros(0, bool)
+    codes, values = csv_arrow.codes_column(pa.chunked_array([ch.dictionary_encode() for ch in kind.chunks],
+                                                            pa.dictionary(pa.int32(), pa.string())), tbl.num_rows)
+    for name, value in (("is_step", "step"), ("is_epoch", "epoch")):
+        out[name] = codes == values.index(value) if value in values else np.zeros(tbl.num_rows, bool)
     for c in METRIC_FLOATS:
-        col = tbl.column(c)
-        out[c] = (np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in col.chunks]).astype(np.float64)
-                  if col.num_chunks else np.zeros(0))
+        out[c] = csv_arrow.float_column(tbl.column(c), tbl.num_rows)
     return out, bad
 
 
