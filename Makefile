@@ -85,6 +85,8 @@ golden: venv
 
 bench: venv
 	$(PY) bench/startup/bench_startup.py
+	$(PY) -m pip install -q -e '.[bench]'  # the report bench's peers: pandas, polars
+	$(PY) bench/report/bench_report.py --markdown docs/bench/report.md
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache runs artifacts
