@@ -67,32 +67,41 @@ def _strict(source, header: Sequence[str], skip: int, types: dict, include: List
 
 
 def parse(path: str, end: Optional[int], header: Sequence[str], skip: int, numeric: Sequence[str],
-          text: Sequence[str]):
+          text: Sequence[str], data: Optional[bytes] = None):
     """(rows, {numeric column: float64 array}, {text column: (int32 codes, -1 = empty; values)},
     lines skipped) of the first ``end`` bytes of ``path`` (None: all of it, which ends in a
-    newline). Raises on anything but a cell-count mismatch (the caller falls back to the csv module)."""
+    newline), or of ``data`` (complete lines) when given. Raises on anything but a cell-count
+    mismatch (the caller falls back to the csv module)."""
     import pyarrow as pa
 
     if len(set(header)) != len(header):  # would confuse column selection; the csv engine copes
         raise ValueError("duplicate column names")
+    if data is not None:
+        return _parse_buffer(pa.py_buffer(data), header, skip, numeric, text)
+    with pa.memory_map(path) as mm:  # the columns returned are copies: the map may close
+        return _parse_buffer(mm.read_buffer(end) if end is not None else mm.read_buffer(),
+                             header, skip, numeric, text)
+
+
+def _parse_buffer(buf, header: Sequence[str], skip: int, numeric: Sequence[str], text: Sequence[str]):
+    import pyarrow as pa
+
     present_num = [c for c in numeric if c in header]
     present_txt = [c for c in text if c in header]
     types = {c: pa.float64() for c in present_num}
     types.update({c: pa.dictionary(pa.int32(), pa.string()) for c in present_txt})
     include = present_num + present_txt
     bad = 0
-    with pa.memory_map(path) as mm:
-        buf = mm.read_buffer(end) if end is not None else mm.read_buffer()
-        try:
-            tbl = _strict(pa.BufferReader(buf), header, skip, types, include)
-        except pa.ArrowInvalid as e:
-            if "columns, got" not in str(e):
-                raise
-            data, bad = whole_rows(buf, skip, len(header))
-            tbl = _strict(pa.BufferReader(pa.py_buffer(data)), header, 0, types, include)
-        n = tbl.num_rows
-        num = {c: float_column(tbl.column(c), n) for c in present_num}
-        txt = {c: codes_column(tbl.column(c), n) for c in present_txt}
+    try:
+        tbl = _strict(pa.BufferReader(buf), header, skip, types, include)
+    except pa.ArrowInvalid as e:
+        if "columns, got" not in str(e):
+            raise
+        kept, bad = whole_rows(buf, skip, len(header))
+        tbl = _strict(pa.BufferReader(pa.py_buffer(kept)), header, 0, types, include)
+    n = tbl.num_rows
+    num = {c: float_column(tbl.column(c), n) for c in present_num}
+    txt = {c: codes_column(tbl.column(c), n) for c in present_txt}
     return n, num, txt, bad
 
 

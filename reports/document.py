@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from hpclaunch.monitors import schema
-from hpclaunch.reports import readers, xid
+from hpclaunch.reports import events, readers, xid
 from hpclaunch.reports.gpu_stats import gpu_rows, gpu_stats, index_gpu_tables
 from hpclaunch.reports.hosts import host_stats
 from hpclaunch.reports.metrics import job_info, metrics_summary, rank_hosts
@@ -49,14 +49,14 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
     htabs = list(logs.read(files["host"], readers.read_host_log, HOST_COUNTERS))
     if logs.skipped:
         warnings.append(f"{logs.skipped} malformed row(s) skipped (unterminated last lines or cell-count mismatches)")
-    hosts = host_stats(htabs, warnings, readers.unavailable_sources(files["events"]))
+    hosts = host_stats(htabs, warnings, events.unavailable_sources(files["events"]))
     t0, t1 = job_window(fcols, hosts)
     duration = (t1 - t0) if t0 is not None else None
     if duration is None:
         warnings.append("no samples at all: duration unknown")
     per_gpu = PerGpu(keys, segs, fcols, txt, warnings)
     if keys and duration is not None:
-        per_gpu.run(t0, t1, bins, readers.recorded_intervals(files["events"]))
+        per_gpu.run(t0, t1, bins, events.recorded_intervals(files["events"]))
     gpus = per_gpu.gpus
     mstats["duplicates"] = per_gpu.duplicates
     xid.apply(gpus, xid.read(files["events"]), warnings)  # gpus[].xids, from the events files
