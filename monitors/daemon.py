@@ -98,22 +98,43 @@ def host_name(arg: Optional[str] = None) -> str:
 
 
 class _ParentWatch:
-    """Cheap "is my parent still there" check, once per interval."""
+    """Cheap "is my parent still there" check, once per interval.
 
-    def __init__(self, pid: Optional[int]):
+    ``--parent-pid``: its ``/proc/<pid>/stat`` is opened once and re-read with one ``pread`` a
+    check. The open file stays bound to that process: once it is reaped the read fails (ESRCH),
+    even if the pid is reused by then, and a zombie reads state ``Z``. Without ``/proc``: psutil
+    (``is_running`` also catches a reused pid), else ``kill(pid, 0)``.
+    """
+
+    def __init__(self, pid: Optional[int], proc_root: str = "/proc"):
         self.pid = pid
         self.ppid = os.getppid()
+        self.fd = None
         self.proc = None
         if pid is not None:
             try:
-                import psutil  # noqa: WPS433
-                self.proc = psutil.Process(pid)
-            except Exception:
-                self.proc = None
+                self.fd = os.open(os.path.join(proc_root, str(pid), "stat"), os.O_RDONLY)
+            except OSError:
+                self.fd = None
+            # With /proc there and no such pid, kill(pid, 0) below says it is gone.
+            if self.fd is None and not os.path.isdir(os.path.join(proc_root, "self")):
+                try:
+                    import psutil  # noqa: WPS433
+                    self.proc = psutil.Process(pid)
+                except Exception:
+                    self.proc = None
 
     def gone(self) -> Optional[str]:
         if self.pid is not None:
-            if self.proc is not None:
+            if self.fd is not None:
+                try:
+                    stat = os.pread(self.fd, 512, 0)
+                except OSError:  # ESRCH: exited and reaped
+                    return f"parent pid {self.pid} is gone"
+                state = stat[stat.rfind(b")") + 2:][:1]  # the name in (...) may hold anything
+                if state in (b"Z", b"X", b""):
+                    return f"parent pid {self.pid} is {'a zombie' if state == b'Z' else 'gone'}"
+            elif self.proc is not None:
                 try:
                     if not self.proc.is_running():  # also catches a recycled pid
                         return f"parent pid {self.pid} is gone"
@@ -131,6 +152,14 @@ class _ParentWatch:
         if os.getppid() != self.ppid:
             return f"reparented (parent {self.ppid} exited)"
         return None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
 
 
 class Daemon:
@@ -388,6 +417,7 @@ class Daemon:
                     self.stop_reason = "duration"
                 break
             self._wait(nxt - time.monotonic())
+        watch.close()
         if self.nvml is not None and self.samples:
             self.tick(final=True)
         self.finish(cpu0, wall0)

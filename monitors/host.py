@@ -52,22 +52,22 @@ class HostSampler:
         if self.fast:
             self._open_proc()
         ps = self._ps
-        if ps is None:
+        if ps is None and self._proc_fds is None:  # the /proc path needs no psutil (nor its import)
             try:
                 import psutil as ps  # noqa: WPS433
             except ImportError as e:
                 ps = None
                 self.reason = f"psutil is not installed ({e}); only load and own CPU time are recorded"
         self._ps = ps
-        if ps is not None:
+        if ps is not None and self._proc_fds is None:
             self._proc = ps.Process()
         self.available = True
         if self.events is not None:
             if self.reason and self._proc_fds is None:
                 self.events.emit("source_unavailable", {"source": "psutil", "reason": self.reason})
-            self.events.emit("source_available", {
-                "source": self.name, "via": "/proc" if self._proc_fds is not None else "psutil",
-                "psutil": getattr(ps, "__version__", None)})
+            via = {"via": "/proc"} if self._proc_fds is not None else \
+                {"via": "psutil", "psutil": getattr(ps, "__version__", None)}
+            self.events.emit("source_available", {"source": self.name, **via})
         return True
 
     # -- /proc fast path -----------------------------------------------------------------
@@ -84,11 +84,14 @@ class HostSampler:
             self._proc_fds = None
 
     def _cpu_pct(self) -> Optional[float]:
-        line = os.pread(self._proc_fds[0], 512, 0).split(b"\n", 1)[0].split()
-        v = [int(x) for x in line[1:9]]  # user nice system idle iowait irq softirq steal
-        v += [0] * (8 - len(v))
-        total = sum(v)
-        busy = total - v[3] - v[4]
+        # The first line only ("cpu  user nice system idle iowait irq softirq steal ..."): 512 bytes
+        # hold it even with every field at 20 digits.
+        f = os.pread(self._proc_fds[0], 512, 0).split(b"\n", 1)[0].split()[1:9]
+        if len(f) < 8:  # an old kernel without steal (or irq/softirq)
+            f += [b"0"] * (8 - len(f))
+        user, nice, system, idle, iowait, irq, softirq, steal = map(int, f)
+        busy = user + nice + system + irq + softirq + steal
+        total = busy + idle + iowait
         last, self._last_cpu = self._last_cpu, (total, busy)
         if last is None:
             return None
@@ -98,6 +101,11 @@ class HostSampler:
         return round(min(100.0, max(0.0, 100.0 * (busy - last[1]) / dt)), 1)
 
     def _meminfo(self):
+        """(MemTotal, MemAvailable) in bytes. The kernel lists them first and third (since Linux
+        3.14); looked for by name all the same, the whole file only when they are not there."""
+        head = os.pread(self._proc_fds[1], 256, 0).split(b"\n", 3)
+        if len(head) > 3 and head[0].startswith(b"MemTotal:") and head[2].startswith(b"MemAvailable:"):
+            return int(head[0].split()[1]) * 1024, int(head[2].split()[1]) * 1024
         total = avail = None
         for ln in os.pread(self._proc_fds[1], 8192, 0).split(b"\n"):
             if ln.startswith(b"MemTotal:"):

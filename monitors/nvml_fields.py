@@ -1,5 +1,5 @@
 """NVML's field ids and return codes as the GPU sampler (monitors/nvml.py) uses them, and the
-decoding of one ``nvmlFieldValue_t``. Kept here so a fake binding need not define them all."""
+decoding of an ``nvmlValue_t``. Kept here so a fake binding need not define them all."""
 
 # Field ids (nvml.h).
 FI_MEMORY_TEMP = 82
@@ -40,7 +40,3 @@ def value_of(value_type, union):
     """The value held in an nvmlValue_t union, by its type; None for a type NVML has not defined."""
     return getattr(union, _MEMBERS[value_type]) if 0 <= value_type < len(_MEMBERS) else None
 
-
-def field_value(v):
-    """The value of one nvmlFieldValue_t."""
-    return value_of(v.valueType, v.value)
