@@ -120,3 +120,34 @@ monitor: {{interval: 0}}
     assert sums[0] == sums[1], lines   # each worker trained on its own data: equal only if all-reduced
     script = open(os.path.join(run_dir, "script.sbatch")).read()
     assert "TF_CONFIG" in script
+
+
+def test_tensorflow_worker_ports_are_checked_free_on_every_node(slurm, hpc_home, tmp_path):
+    """A worker's port taken on c2 only (the head, c1, has it free: the rendezvous check alone would
+    pass): the workers move to the next base free on both nodes, and training works."""
+    python = os.path.join(os.path.dirname(EXAMPLES), ".venv-tf", "bin", "python")
+    assert os.path.exists(python), "TensorFlow's venv is missing: make tf-venv (make test runs it)"
+    port = 29417
+    holder = subprocess.Popen(["ip", "netns", "exec", "sn2", "python3", "-c",
+                               "import socket, time\ns = socket.socket()\n"
+                               f"s.bind(('', {port}))\ns.listen()\nprint('held', flush=True)\ntime.sleep(600)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        _, run_dir = submit_wait(tmp_path, f"""
+name: tf-ports
+profile: testcluster
+launcher: tensorflow
+command: [{python}, {EXAMPLES}/tf_multiworker.py]
+resources: {{nodes: 2, tasks_per_node: 1, time: "00:05:00"}}
+rendezvous: {{port: {port}}}
+monitor: {{interval: 0}}
+""")
+    finally:
+        holder.kill()
+        holder.wait()
+    out = open(os.path.join(run_dir, "logs", "slurm.out")).read()
+    assert f"ports from {port} are taken on some node; using {port + 1}" in out, out
+    lines = [rank_log(run_dir, r).strip().splitlines()[-1] for r in (0, 1)]
+    assert lines[0].startswith("worker 0/2 host c1 ") and lines[1].startswith("worker 1/2 host c2 "), lines
+    assert lines[0].split("checksum ")[1] == lines[1].split("checksum ")[1], lines
