@@ -22,10 +22,8 @@ import errno
 import os
 import select
 import signal
-import socket
 import sys
 import time
-import traceback
 from typing import List, Optional
 
 from . import prometheus, schema
@@ -93,7 +91,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 
 def host_name(arg: Optional[str] = None) -> str:
-    name = arg or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    # os.uname().nodename is what socket.gethostname() returns on Linux, without importing
+    # socket (with its enums, selectors, array: several ms of the daemon's start-up).
+    name = arg or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "host"
 
 
@@ -179,6 +179,7 @@ class Daemon:
         self._errors_said: set = set()
         self._stderr_said = False
         self._rfd = self._wfd = None
+        self._poll = None
         self.gpu_log = self.host_log = self.trace_log = self.jetson_log = None
         self.nvml = self.hostsrc = self.jetson = None
         self.exporter = None  # prometheus.Exporter when --prometheus-port/--prometheus-textfile
@@ -215,6 +216,7 @@ class Daemon:
         if (source, msg) in self._errors_said:
             return
         self._errors_said.add((source, msg))
+        import traceback  # only on an error: traceback brings linecache, tokenize, textwrap
         tb = traceback.format_exception(type(e), e, e.__traceback__)
         self.events.emit("error", {"source": source, "error": msg, "traceback": "".join(tb[-3:])})
         stderr(f"{source}: {msg}")
@@ -285,7 +287,8 @@ class Daemon:
             return None
 
     def _start_nvml(self) -> None:
-        from .nvml import NvmlSampler, load_pynvml
+        from .nvml import NvmlSampler
+        from .nvml_binding import load_pynvml
         from .ranks import gpu_rank_map
         a = self.args
         nv = self._nvml_module
@@ -318,6 +321,9 @@ class Daemon:
             signal.set_wakeup_fd(self._wfd)
         except (ValueError, OSError):  # not the main thread: rely on the flag alone
             self._rfd = self._wfd = None
+        if self._rfd is not None and hasattr(select, "poll"):  # one object for the whole run
+            self._poll = select.poll()
+            self._poll.register(self._rfd, select.POLLIN)
         for sig in _STOP_SIGNALS:
             try:
                 signal.signal(sig, self._on_signal)
@@ -336,7 +342,10 @@ class Daemon:
             while self.stop_reason is None and time.monotonic() < end:
                 time.sleep(min(0.05, max(0.0, end - time.monotonic())))
             return
-        r, _, _ = select.select([self._rfd], [], [], seconds)
+        if self._poll is not None:
+            r = self._poll.poll(seconds * 1000.0)
+        else:
+            r, _, _ = select.select([self._rfd], [], [], seconds)
         if r:
             try:
                 data = os.read(self._rfd, 64)
@@ -475,6 +484,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return d.run()
     except Exception as e:  # never a silent death: say why, then go
         stderr(f"crashed: {type(e).__name__}: {e}")
+        import traceback
         traceback.print_exc()
         try:
             if d.events is not None:

@@ -26,6 +26,10 @@ from . import schema
 
 _COL = {c: i for i, c in enumerate(schema.HOST_COLUMNS)}
 _NCOL = len(schema.HOST_COLUMNS)
+# HostSampler._sample_proc builds its row in this order: a column added to the schema must go there too.
+_PROC_ROW = ("time_unix", "host", "cpu_pct", "mem_used_mib", "mem_total_mib", "load1", "rapl_energy_uj",
+             "cpu_temp_c", "monitor_cpu_s", "monitor_rss_mib")
+assert schema.HOST_COLUMNS == _PROC_ROW, "monitors/host.py: _sample_proc's row order is not the schema's"
 _MIB = 1048576.0
 
 
@@ -83,10 +87,9 @@ class HostSampler:
                 os.close(fd)
             self._proc_fds = None
 
-    def _cpu_pct(self) -> Optional[float]:
-        # The first line only ("cpu  user nice system idle iowait irq softirq steal ..."): 512 bytes
-        # hold it even with every field at 20 digits.
-        f = os.pread(self._proc_fds[0], 512, 0).split(b"\n", 1)[0].split()[1:9]
+    def _cpu_pct(self, stat: bytes) -> Optional[float]:
+        """From /proc/stat's first line, "cpu  user nice system idle iowait irq softirq steal ..."."""
+        f = stat.split(b"\n", 1)[0].split()[1:9]
         if len(f) < 8:  # an old kernel without steal (or irq/softirq)
             f += [b"0"] * (8 - len(f))
         user, nice, system, idle, iowait, irq, softirq, steal = map(int, f)
@@ -100,12 +103,12 @@ class HostSampler:
             return None
         return round(min(100.0, max(0.0, 100.0 * (busy - last[1]) / dt)), 1)
 
-    def _meminfo(self):
+    def _meminfo(self, head: bytes):
         """(MemTotal, MemAvailable) in bytes. The kernel lists them first and third (since Linux
-        3.14); looked for by name all the same, the whole file only when they are not there."""
-        head = os.pread(self._proc_fds[1], 256, 0).split(b"\n", 3)
-        if len(head) > 3 and head[0].startswith(b"MemTotal:") and head[2].startswith(b"MemAvailable:"):
-            return int(head[0].split()[1]) * 1024, int(head[2].split()[1]) * 1024
+        3.14): ``head`` is the file's first bytes; the whole file is read only when they are not there."""
+        lines = head.split(b"\n", 3)
+        if len(lines) > 3 and lines[0].startswith(b"MemTotal:") and lines[2].startswith(b"MemAvailable:"):
+            return int(lines[0].split()[1]) * 1024, int(lines[2].split()[1]) * 1024
         total = avail = None
         for ln in os.pread(self._proc_fds[1], 8192, 0).split(b"\n"):
             if ln.startswith(b"MemTotal:"):
@@ -128,19 +131,14 @@ class HostSampler:
             self._proc_fds = None
 
     def sample(self, now: float) -> tuple:
+        if self._proc_fds is not None:
+            return self._sample_proc(now)
         row = [None] * _NCOL
         row[0] = now
         row[1] = self.host
         ps = self._ps
         C = _COL
-        if self._proc_fds is not None:
-            row[C["cpu_pct"]] = self._cpu_pct()
-            total, avail = self._meminfo()
-            if total is not None:
-                row[C["mem_total_mib"]] = total / _MIB
-                if avail is not None:
-                    row[C["mem_used_mib"]] = (total - avail) / _MIB
-        elif ps is not None:
+        if ps is not None:
             pct = ps.cpu_percent(interval=None)
             row[C["cpu_pct"]] = pct if self._primed else None
             self._primed = True
@@ -159,6 +157,27 @@ class HostSampler:
         row[C["monitor_cpu_s"]] = cpu_s
         row[C["monitor_rss_mib"]] = rss
         return tuple(row)
+
+    def _sample_proc(self, now: float) -> tuple:
+        """The /proc path in one piece: at 1 Hz every call runs with cold caches, where each
+        Python call and lookup costs several times its hot price (the kernel's side, generating
+        /proc/stat and /proc/meminfo, is about half of what is left)."""
+        pread = os.pread
+        stat_fd, mem_fd, statm_fd = self._proc_fds
+        pct = self._cpu_pct(pread(stat_fd, 512, 0))  # 512 bytes hold the first line at 20 digits a field
+        total, avail = self._meminfo(pread(mem_fd, 256, 0))
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = None
+        rapl = self.rapl.read() if self.rapl is not None else None
+        temp = self.cpu_temp.read() if self.cpu_temp is not None else None
+        cpu_s = time.process_time()  # user+system, ns resolution (psutil's is 10 ms ticks)
+        rss = int(pread(statm_fd, 128, 0).split(None, 2)[1]) * self._page / _MIB
+        return (now, self.host, pct,
+                (total - avail) / _MIB if total is not None and avail is not None else None,
+                total / _MIB if total is not None else None,
+                load, rapl, temp, cpu_s, rss)
 
     def own_usage(self):
         """(cumulative CPU seconds user+system, RSS MiB) of this process."""

@@ -1,7 +1,7 @@
 """NVIDIA GPUs through NVML: one row per GPU per interval, plus the driver's power samples.
 
 The ``pynvml`` module (from ``nvidia-ml-py``) is a parameter of :class:`NvmlSampler`
-so tests inject a fake; :func:`load_pynvml` imports the real one lazily.
+so tests inject a fake; ``monitors/nvml_binding.py`` imports the real one lazily.
 
 Per GPU and interval the sampler makes eight NVML calls: one
 ``nvmlDeviceGetFieldValues`` batch (instant power, 1 s average power, memory
@@ -33,10 +33,7 @@ gives that GPU a row with empty measurements and the reason in ``error``
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import operator
-import os
 import time
 from typing import Dict, List, Optional
 
@@ -44,10 +41,8 @@ from . import schema
 from .nvml_errors import err_text
 from .nvml_fields import (COUNTER_FIELDS, FI_MEMORY_TEMP, FI_PERF_POWER, FI_PERF_THERMAL, FI_POWER_AVERAGE,
                           FI_POWER_INSTANT, FI_TOTAL_ENERGY, REASON_FIELDS, THROTTLE_MASK, FIELD_NOT_THERE,
-                          NOT_THERE, value_of)
+                          NOT_THERE, VALUE_MEMBERS, value_of)
 from .xid import XidWatcher
-
-FAKE_ENV = "HPCLAUNCH_MONITOR_FAKE_NVML"  # test hook: module name or .py path replacing pynvml
 
 _COL = {c: i for i, c in enumerate(schema.GPU_COLUMNS)}
 _NCOL = len(schema.GPU_COLUMNS)
@@ -57,29 +52,15 @@ _REASON_COL = {fid: _COL[schema.THROTTLE_COUNTER_COLUMNS[name]] for fid, name in
 _FIELD_COL = {FI_MEMORY_TEMP: _COL["mem_temp_c"]}
 _FIELD_VAR = {FI_POWER_INSTANT: "power", FI_POWER_AVERAGE: "avg", FI_TOTAL_ENERGY: "energy",
               FI_PERF_THERMAL: "perf_thermal", FI_PERF_POWER: "perf_power"}
-_NO_VALUES = [None] * (_NCOL - 5)
-_TIME_AND_GPU = operator.itemgetter(0, 2)  # the power trace's order  # a row's cells after time, host, index, uuid, ranks
+_NO_VALUES = [None] * (_NCOL - 5)  # a row's cells after time, host, index, uuid, ranks
+# A power sample's value by its nvmlValueType_t: what value_of() reads, as one C call.
+_SAMPLE_VALUE = tuple(operator.attrgetter("sampleValue." + m) for m in VALUE_MEMBERS)
+_TIME_AND_GPU = operator.itemgetter(0, 2)  # the power trace's order
 (_POWER, _POWER_AVG, _ENERGY, _TEMP, _MEM_USED, _MEM_TOTAL, _UTIL, _MEM_UTIL, _SM_CLOCK, _MEM_CLOCK,
  _LIMIT, _REASONS, _SLOWDOWN, _SHUTDOWN, _ECC, _ERROR, _XID) = (_COL[c] for c in (
     "power_w", "power_avg_w", "energy_mj", "temp_c", "mem_used_mib", "mem_total_mib", "util_pct",
     "mem_util_pct", "sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "throttle_reasons",
     "slowdown_temp_c", "shutdown_temp_c", "ecc_dbe_total", "error", "xid_count"))
-
-
-def load_pynvml():
-    """The NVML binding: ``pynvml`` from nvidia-ml-py, or the test hook's module."""
-    fake = os.environ.get(FAKE_ENV)
-    if fake:
-        if fake.endswith(".py"):
-            spec = importlib.util.spec_from_file_location("hpclaunch_fake_nvml", fake)
-            mod = importlib.util.module_from_spec(spec)
-            import sys
-            sys.modules[spec.name] = mod
-            spec.loader.exec_module(mod)
-            return mod
-        return importlib.import_module(fake)
-    import pynvml  # noqa: WPS433 (lazy on purpose)
-    return pynvml
 
 
 class _Gpu:
@@ -502,14 +483,13 @@ class NvmlSampler:
             last = floor if first else g.trace_ts
             keep_all = first and floor == 0
             host, index, add = self.host, g.index, rows.append
-            for s in samples:  # tens a second per GPU on a real driver: kept lean
+            value = _SAMPLE_VALUE[vtype] if 0 <= vtype < len(_SAMPLE_VALUE) else None
+            # tens a second per GPU on a real driver: kept lean (one C call for the value)
+            for s in samples if value is not None else ():  # a type NVML has not defined: none
                 ts = s.timeStamp
                 if ts <= floor and not keep_all:
                     continue
-                mw = value_of(vtype, s.sampleValue)
-                if mw is None:
-                    continue
-                add((ts / 1e6, host, index, mw / 1000.0))
+                add((ts / 1e6, host, index, value(s) / 1000.0))
                 if ts > last:
                     last = ts
             g.trace_ts = last

@@ -33,10 +33,10 @@ THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 
 # The member of NVML's value union that holds a value of each nvmlValueType_t (0..6).
-_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
 
 def value_of(value_type, union):
     """The value held in an nvmlValue_t union, by its type; None for a type NVML has not defined."""
-    return getattr(union, _MEMBERS[value_type]) if 0 <= value_type < len(_MEMBERS) else None
+    return getattr(union, VALUE_MEMBERS[value_type]) if 0 <= value_type < len(VALUE_MEMBERS) else None
 
