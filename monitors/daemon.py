@@ -27,7 +27,7 @@ import time
 from typing import List, Optional
 
 from . import prometheus, schema
-from .logfiles import CsvLog, EventLog, stderr
+from .logfiles import CsvLog, EventLog, close_fds, stderr
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -154,12 +154,7 @@ class _ParentWatch:
         return None
 
     def close(self) -> None:
-        if self.fd is not None:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-            self.fd = None
+        self.fd = close_fds(self.fd)
 
 
 class Daemon:

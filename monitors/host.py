@@ -23,6 +23,7 @@ import time
 from typing import Optional
 
 from . import schema
+from .logfiles import close_fds
 
 _COL = {c: i for i, c in enumerate(schema.HOST_COLUMNS)}
 _NCOL = len(schema.HOST_COLUMNS)
@@ -123,12 +124,7 @@ class HostSampler:
 
     def close(self) -> None:
         if self._proc_fds is not None:
-            for fd in self._proc_fds:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            self._proc_fds = None
+            self._proc_fds = close_fds(*self._proc_fds)
 
     def sample(self, now: float) -> tuple:
         if self._proc_fds is not None:

@@ -69,6 +69,18 @@ def format_rows(rows: Iterable[Sequence]) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def close_fds(*fds: Optional[int]) -> None:
+    """Close each descriptor that is not None, quietly (a close error loses nothing written here:
+    every write was a syscall of its own). Returns None, for ``self.fd = close_fds(self.fd)``."""
+    for fd in fds:
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    return None
+
+
 ErrorHook = Callable[[str, OSError], None]
 RecoverHook = Callable[[str, int, OSError], None]  # path, writes dropped in the streak, its last error
 
@@ -165,12 +177,7 @@ class _AppendFile:
             self.torn_lines += 1
 
     def close(self) -> None:
-        if self.fd is not None:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-            self.fd = None
+        self.fd = close_fds(self.fd)
 
 
 def _read_head(path: str, limit: int = 8192) -> Optional[bytes]:
