@@ -1,0 +1,66 @@
+"""The monitor bench's own venv: CodeCarbon (the peer) and this working tree's hpclaunch as a wheel.
+
+Both are timed from one interpreter, installed the way users install them (a wheel, byte-compiled
+by pip: an editable install pays for its import hook, and a tree without ``__pycache__`` compiles
+every module at each start). The venv lives in ``~/.cache/hpclaunch/bench-venvs/monitor``
+(``$HPCLAUNCH_BENCH_VENVS`` moves it). What it holds is checked by what it needs, never by a stamp:
+CodeCarbon is installed when ``import codecarbon`` fails, and the wheel of the working tree is
+rebuilt and reinstalled at every run, so the bench never times stale code.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Optional, Tuple
+
+VENVS = os.environ.get("HPCLAUNCH_BENCH_VENVS") or os.path.expanduser("~/.cache/hpclaunch/bench-venvs")
+PEERS = ("codecarbon",)
+
+
+def _run(cmd, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def _tail(p: subprocess.CompletedProcess) -> str:
+    """The last line pip or venv printed: the one that says why."""
+    lines = (p.stderr or p.stdout or "").strip().splitlines()
+    return lines[-1] if lines else f"exit {p.returncode}"
+
+
+def ensure(repo: str, name: str = "monitor") -> Tuple[Optional[str], list]:
+    """(python of the venv, notes). None when no venv with hpclaunch could be made: the bench then
+    runs in the current interpreter and says so. A peer that pip cannot install is a note."""
+    venv = os.path.join(VENVS, name)
+    py = os.path.join(venv, "bin", "python")
+    notes = []
+    if not os.path.exists(py):
+        # The base interpreter, not this venv's: a venv made from a venv points at its base anyway.
+        base = getattr(sys, "_base_executable", sys.executable)
+        p = _run([base, "-m", "venv", venv])
+        if p.returncode != 0:
+            return None, [f"cannot create {venv}: {_tail(p)}"]
+    missing = [m for m in PEERS if _run([py, "-c", f"import {m}"], cwd="/").returncode != 0]
+    peers = "CodeCarbon"
+    if missing:
+        print(f"bench venv {venv}: pip install {' '.join(missing)} (once; a minute or two)", flush=True)
+        p = _run([py, "-m", "pip", "install", "-q", *missing])
+        if p.returncode != 0:
+            peers = "no peer"
+            notes.append(f"pip could not install {' '.join(missing)} ({_tail(p)}): its sections are skipped")
+    with tempfile.TemporaryDirectory() as out:
+        # The wheel is built by this interpreter's setuptools (no build isolation: nothing to download).
+        p = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                  "-w", out, repo])
+        wheels = glob.glob(os.path.join(out, "hpclaunch-*.whl"))
+        if p.returncode != 0 or not wheels:
+            return None, notes + [f"cannot build the hpclaunch wheel: {_tail(p)}"]
+        # --no-deps: the monitor needs only psutil (CodeCarbon brings it; the /proc path runs without).
+        p = _run([py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheels[0]])
+        if p.returncode != 0:
+            return None, notes + [f"cannot install the hpclaunch wheel into {venv}: {_tail(p)}"]
+    notes.insert(0, f"venv {venv}: this tree's hpclaunch as a wheel, {peers}")
+    return py, notes
