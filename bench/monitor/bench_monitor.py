@@ -60,7 +60,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # daemons.py, startup.py, peer_venv.py; bench/benchlib.py
 import benchlib  # noqa: E402  (bench/benchlib.py)
 from daemons import FAKE, fake_scenario, goal, load_fake, whole_daemon  # noqa: E402  (bench/monitor/daemons.py)
 SPACED_N = 150
@@ -301,7 +301,6 @@ def paths(a, n: int, cc_why, section) -> None:
 
 def startup_section(n: int, codecarbon: bool, section=None) -> None:
     import json
-    sys.path.insert(0, HERE)
     import startup
     print(f"\n7. start-up, {n} runs of each, interleaved (seconds from spawn)")
     with tempfile.TemporaryDirectory() as tmp:
@@ -376,7 +375,6 @@ def main(argv=None) -> int:
         print(json.dumps(_child_run(a.child, a.run_s, a.run_interval)))
         return 0
     if not (a.here or a.in_venv):
-        sys.path.insert(0, HERE)
         import peer_venv
         py, notes = peer_venv.ensure(REPO)
         for x in notes:

@@ -14,9 +14,9 @@ import subprocess
 import sys
 import tempfile
 
-import benchlib  # bench/benchlib.py: bench_monitor.py puts bench/ on sys.path
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402  (bench/benchlib.py)
 REPO = os.path.dirname(os.path.dirname(HERE))
 BENCH = os.path.join(HERE, "bench_monitor.py")  # its --child codecarbon runs the tracker alone
 FAKE = os.path.join(REPO, "tests", "monitors", "fake_nvml.py")
