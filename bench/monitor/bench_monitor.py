@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """CPU cost and start-up of the per-node monitor, side by side with CodeCarbon.
 
-    .venv/bin/python bench/monitor/bench_monitor.py --markdown docs/bench/monitor.md   # ~5 min
+    .venv/bin/python bench/monitor/bench_monitor.py --markdown docs/bench/monitor.md   # ~4 min
+    .venv/bin/python bench/monitor/bench_monitor.py --baseline main     # section 6 beside main's daemons
     .venv/bin/python bench/monitor/bench_monitor.py --quick                            # ~2 min
     .venv/bin/python bench/monitor/bench_monitor.py --daemon-only --daemon-seconds 30 --fake-gpus 0,2,8
 
@@ -31,7 +32,9 @@ Sections (CPU time = time.process_time(), user+system of the process, threads in
    0 GPUs is ``--no-nvml`` (host only); N > 0 injects the tests' fake NVML the way the
    daemon tests do (HPCLAUNCH_MONITOR_FAKE_NVML + a scenario file of N H100s), so the
    NVML figures are the Python side only, power trace included. hpclaunch's figures are
-   the daemon's own ``monitor_stats`` event: loop CPU per sample.
+   the daemon's own ``monitor_stats`` event: loop CPU per sample. ``--baseline REF``: the
+   daemons of commit REF too (its wheel, bench/monitor/peer_venv.py), in the same rounds,
+   and this tree's CPU per sample over theirs, round by round.
 7. Start-up, interleaved (floor, hpclaunch host only, hpclaunch 2 fake GPUs, CodeCarbon,
    then again): spawn of ``python -m hpclaunch.monitors`` to the time_unix of its first
    CSV row (host row; GPU row), against the spawn of a Python that imports CodeCarbon and
@@ -363,6 +366,8 @@ def main(argv=None) -> int:
                     help="section 6: comma list of fake GPU counts (0 = host only) (default 0,2,8)")
     ap.add_argument("--startup-runs", type=int, default=15, help="section 7: runs of each (0: skip)")
     ap.add_argument("--daemon-only", action="store_true", help="run section 6 only")
+    ap.add_argument("--baseline", metavar="REF", help="section 6: also run the daemons of this commit "
+                    "(e.g. main, or the commit before a change) beside this tree's, and give the ratios")
     ap.add_argument("--here", action="store_true",
                     help="run in this interpreter: no bench venv (CodeCarbon only if importable here)")
     ap.add_argument("--markdown", metavar="PATH", help="write the section for docs/benchmarks.md there "
@@ -377,6 +382,8 @@ def main(argv=None) -> int:
     if not (a.here or a.in_venv):
         import peer_venv
         py, notes = peer_venv.ensure(REPO)
+        if a.baseline:  # built here (the bench venv has no wheel package to build it with); said below
+            peer_venv.baseline(REPO, a.baseline)
         for x in notes:
             print(f"# {x}", flush=True)
         if py is not None:
@@ -403,14 +410,20 @@ def main(argv=None) -> int:
         print(f"# CodeCarbon: not importable here ({cc_why}): its sections are skipped")
         section.para(f"CodeCarbon was not importable ({cc_why}): its figures are missing.")
     gpu_counts = [int(x) for x in a.fake_gpus.split(",") if x.strip()]
+    baseline = None
+    if a.baseline:
+        import peer_venv
+        site, note = peer_venv.baseline(REPO, a.baseline, build=not a.in_venv)
+        print(f"# {note}")
+        baseline = (a.baseline, site) if site else None
     if a.daemon_only:
-        whole_daemon(a.daemon_seconds or 30.0, gpu_counts, a.rounds, cc_why is None, section)
+        whole_daemon(a.daemon_seconds or 30.0, gpu_counts, a.rounds, cc_why is None, section, baseline)
         section.write(a.markdown)
         return 0
     print(f"# samples per path: {n}; CPU = time.process_time() per call\n")
     paths(a, n, cc_why, section)
     if a.daemon_seconds > 0:
-        whole_daemon(a.daemon_seconds, gpu_counts, a.rounds, cc_why is None, section)
+        whole_daemon(a.daemon_seconds, gpu_counts, a.rounds, cc_why is None, section, baseline)
     if a.startup_runs > 0:
         startup_section(a.startup_runs, cc_why is None, section)
     section.para(f"Load average at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}. The machine "

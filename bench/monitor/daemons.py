@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -42,13 +43,18 @@ def fake_scenario(gpus: int, samples: int) -> dict:
     return {"driver": "550.54.15", "devices": devs}
 
 
-def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: bool = False) -> dict:
+def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: bool = False,
+                baseline_site: Optional[str] = None) -> dict:
     """Start one daemon per GPU count at once (and CodeCarbon's tracker beside them when
-    ``codecarbon``); returns {count: monitor_stats detail} (and "codecarbon": {"cpu_s_per_sample"})."""
+    ``codecarbon``; and, with ``baseline_site``, one more per count importing hpclaunch from that
+    directory: an older commit's code); returns {count: monitor_stats detail}, {("baseline",
+    count): ...} and "codecarbon": {"cpu_s_per_sample"}."""
     out, procs = {}, {}
+    keys = list(gpu_counts) + ([("baseline", n) for n in gpu_counts] if baseline_site else [])
     with tempfile.TemporaryDirectory() as tmp:
-        for n in gpu_counts:
-            run_dir = os.path.join(tmp, f"gpus{n}")
+        for key in keys:
+            n = key[1] if isinstance(key, tuple) else key
+            run_dir = os.path.join(tmp, f"gpus{n}" + ("-baseline" if isinstance(key, tuple) else ""))
             os.makedirs(run_dir)
             env = dict(os.environ)
             for k in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_NODEID",
@@ -60,15 +66,18 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
                 cmd.append("--no-nvml")
             else:
                 sc = os.path.join(tmp, f"scenario{n}.json")
-                with open(sc, "w") as f:
+                with open(sc, "w") as f:  # the baseline's daemon of this count reads it too
                     json.dump(fake_scenario(n, int(seconds / interval) + 10), f)
                 env.update({"HPCLAUNCH_MONITOR_FAKE_NVML": FAKE, "HPCLAUNCH_FAKE_NVML_SCENARIO": sc})
-            procs[n] = (subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE,
+            if isinstance(key, tuple):
+                env["PYTHONPATH"] = baseline_site
+            procs[key] = (subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True), run_dir)
         cc = subprocess.Popen([sys.executable, BENCH, "--child", "codecarbon",
                                "--run-s", str(seconds), "--run-interval", str(interval)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) if codecarbon else None
-        for n, (p, run_dir) in procs.items():
+        for key, (p, run_dir) in procs.items():
+            n = key[1] if isinstance(key, tuple) else key
             _, err = p.communicate(timeout=seconds + 120)
             if p.returncode != 0:
                 raise RuntimeError(f"daemon with {n} fake GPUs exited {p.returncode}: {err[-2000:]}")
@@ -80,7 +89,7 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
                         stats = rec["detail"]
             if stats is None or (n and stats.get("gpus") != n):
                 raise RuntimeError(f"daemon with {n} fake GPUs: no monitor_stats for {n} GPUs: {stats}")
-            out[n] = stats
+            out[key] = stats
         if cc is not None:
             res, err = cc.communicate(timeout=seconds + 120)
             if cc.returncode != 0:
@@ -90,12 +99,16 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
     return out
 
 
-def _label(n) -> str:
+def _label(n, base_name: str = "baseline") -> str:
+    if isinstance(n, tuple):
+        return _label(n[1]).replace("hpclaunch", f"hpclaunch {base_name}", 1)
     return "CodeCarbon tracker, 1 s" if n == "codecarbon" else \
         "hpclaunch, host only" if n == 0 else f"hpclaunch, {n} fake GPU{'s' if n > 1 else ''}"
 
 
-def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, section=None) -> None:
+def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, section=None,
+                 baseline: Optional[tuple] = None) -> None:
+    """``baseline``: (name, site directory) of an older commit's hpclaunch, run beside this one."""
     print(f"\n6. whole daemon at 1 Hz, {rounds} round(s) of {seconds:g} s, all started together each round "
           "(python -m hpclaunch.monitors; fake NVML = Python side only; figures from its monitor_stats event)")
     per: dict = {}
@@ -103,11 +116,12 @@ def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, sect
     for r in range(rounds):
         load = os.getloadavg()[0]
         loads.append(load)
-        res = daemon_runs(seconds, gpu_counts, codecarbon=codecarbon)
+        res = daemon_runs(seconds, gpu_counts, codecarbon=codecarbon, baseline_site=baseline and baseline[1])
         for n, st in res.items():
             per.setdefault(n, []).append(st["cpu_s_per_sample"] * 1e3)
         print(f"   round {r + 1}: load {load:.2f}; " + ", ".join(
             f"{_label(n)} {st['cpu_s_per_sample'] * 1e3:.3f} ms" for n, st in res.items()), flush=True)
+    old = {n[1]: per.pop(n) for n in list(per) if isinstance(n, tuple)}
     base = per.get(0)
     gpus = sorted(n for n in per if n not in (0, "codecarbon"))
     # Per GPU over host only, round by round (the daemons of a round ran side by side), then the
@@ -143,6 +157,24 @@ def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, sect
                        "over host only"), rows)
         if verdicts:
             section.para("Goals (issue 20):\n" + "\n".join(f"- {v}" for v in verdicts))
+    if old:
+        _against_baseline(per, old, baseline[0], section)
+
+
+def _against_baseline(per: dict, old: dict, name: str, section=None) -> None:
+    """This tree's daemons over the baseline's, round by round (they ran side by side)."""
+    rows = []
+    for n, xs in old.items():
+        ratios = [a / b for a, b in zip(per[n], xs)]
+        rows.append((_label(n).replace("hpclaunch, ", ""), benchlib.fmt(xs, "ms"), benchlib.fmt(per[n], "ms"),
+                     benchlib.fmt(ratios, "x", 2)))
+        print(f"   {_label(n)}: {name} {benchlib.fmt(xs, 'ms')}, this tree {benchlib.fmt(per[n], 'ms')}, "
+              f"ratio {benchlib.fmt(ratios, 'x', 2)}")
+    if section is not None:
+        section.para(f"**This tree against {name}**, the same daemons from that commit's wheel, started in the "
+                     "same rounds beside the ones above (CPU per sample; ratio round by round, this tree over "
+                     f"{name}):")
+        section.table(("daemon", name, "this tree", "ratio"), rows)
 
 
 def goal(what: str, value_ms: float, goal_ms: float) -> str:
