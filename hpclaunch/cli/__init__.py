@@ -18,6 +18,7 @@ _COMMANDS = {
     "init": "make_commands", "schema": "spec_commands",
     "submit": "run_commands", "status": "run_commands", "list": "run_commands", "logs": "run_commands",
     "cancel": "run_commands", "report": "report_commands", "export": "export_commands",
+    "dashboard": "dashboard_commands",
 }
 
 
@@ -29,12 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"hpclaunch {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
-    def job_command(name: str, help: str, default: str | None = None) -> argparse.ArgumentParser:
+    def job_command(name: str, help: str, default: str | None = None, optional: bool = False) -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help, description=help)
         if default:  # as `init` writes it
             c.add_argument("job", metavar="JOB.yaml", nargs="?", default=default, help=f"the job file (default: {default})")
-        else:
-            c.add_argument("job", metavar="JOB.yaml", help="the job file")
+        else:  # optional: the command says what is missing itself
+            c.add_argument("job", metavar="JOB.yaml", help="the job file", **({"nargs": "?"} if optional else {}))
         c.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                        help="override a job key, e.g. -o resources.nodes=4 (repeatable)")
         return c
@@ -56,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="a starter for this launch mode (jax and lightning run under launcher: srun)")
     c.add_argument("--force", action="store_true", help="replace an existing file")
 
-    c = job_command("submit", "validate, render and queue a job (Slurm, or this machine with --backend local)")
+    c = job_command("submit", "validate, render and queue a job (Slurm, or this machine with --backend local)",
+                    optional=True)
     c.add_argument("--backend", choices=["slurm", "local"], default=None,
                    help="where to run (default: slurm if a cluster is configured here, else local)")
     c.add_argument("--after", action="append", default=[], metavar="JOB[:KIND]",
@@ -66,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--test-only", action="store_true",
                    help="preflight and `sbatch --test-only` (when and where it would start); queue nothing")
     c.add_argument("--json", action="store_true", help="print the submission as JSON")
+    c.add_argument("--remote", nargs="?", const="", default=None, metavar="NAME",
+                   help="submit from this machine over ssh: copy the project to the cluster of profile NAME "
+                        "(default: the job's profile) and submit it there (docs/remote.md)")
 
     c = sub.add_parser("status", help="state of a job (or of your active jobs and those ended in the last hour)")
     c.add_argument("job", nargs="?", metavar="JOB", help="job id, name or run directory")
@@ -115,6 +120,21 @@ def _parser() -> argparse.ArgumentParser:
                    help="dtype of the graph (default fp32, whatever the run trained in)")
     c.add_argument("-o", "--output", metavar="DIR", help="write into DIR (it must exist) instead of RUN_DIR/exports")
     c.add_argument("--json", action="store_true", help="print model.json's content")
+
+    c = sub.add_parser("dashboard", help="a local web page of your jobs, live: state, ranks' progress, power, heat",
+                       description="Serve a web page listing the registry's jobs and, per job, its state, "
+                                   "attempts, nodes, each rank's progress and charts of GPU power and "
+                                   "temperature, host CPU and memory, updated while it runs (docs/dashboard.md). "
+                                   "Runs until Ctrl-C. Needs hpclaunch[dashboard].")
+    c.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1, this machine only); any other "
+                   "address needs the token in the printed URL")
+    c.add_argument("--port", type=int, default=0, help="port (default 0: any free one; the URL says which)")
+    c.add_argument("--since", default="7d", metavar="AGE",
+                   help="list jobs submitted within AGE, e.g. 2h, 30d (default 7d), and every active one")
+    c.add_argument("--token", action="store_true",
+                   help="require the printed URL's token on 127.0.0.1 too (on a shared login node, every "
+                   "user of the node can reach its 127.0.0.1)")
 
     c = sub.add_parser("schema", help="print the JSON Schema of job files (or profiles), for editors")
     c.add_argument("--profile", action="store_true", help="the schema of profile files instead")

@@ -27,7 +27,11 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise HpclaunchError("report: which job? — give a job id, name or run directory, or --since 7d")
         run_dir = args.job if os.path.isdir(args.job) else None
         if run_dir is None:
-            run_dir = find_job(args.job).run_dir
+            job = find_job(args.job)
+            if job.record.backend == "remote":  # its run directory is on the cluster: its hpclaunch reports
+                from hpclaunch.cli.remote_commands import cmd_report as remote_report
+                return remote_report(args, job.record, fmt)
+            run_dir = job.run_dir
         if not os.path.isdir(os.path.join(run_dir, "monitor")) and not os.path.isdir(os.path.join(run_dir, "metrics")):
             raise HpclaunchError(f"{run_dir}: no monitor/ or metrics/ folder — is this a run directory?")
         color = args.output is None and sys.stdout.isatty()

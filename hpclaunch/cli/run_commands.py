@@ -6,6 +6,7 @@ import os
 import sys
 import time as _time
 
+from hpclaunch.cli import remote_commands as remote
 from hpclaunch.cli.output import counts, parse_age, print_json
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import State, exit_code_for, state_of
@@ -16,6 +17,14 @@ from hpclaunch.runs.summary import batch_log, failure_summary, last_lines
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    if args.job is None:
+        if args.remote and args.remote.endswith((".yaml", ".yml")):  # `submit --remote job.yaml`: NAME is optional
+            args.job, args.remote = args.remote, ""
+        else:
+            raise HpclaunchError("submit: which job file? \u2014 e.g. hpclaunch submit job.yaml "
+                                 "(from your own machine: hpclaunch submit job.yaml --remote [NAME])")
+    if args.remote is not None:
+        return remote.cmd_submit(args)
     if args.test_only:
         verdict = test_only(args.job, args.override, after=args.after)
         if args.json:
@@ -127,15 +136,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     """One job, or (no JOB) the active jobs and those that ended in the last hour: a job that just ended
     is what one asks about. Attempts are numbered from 0, as on disk (logs/attempt0) and in `logs --attempt`:
     `attempt` is the latest one's number, `attempts` how many have run."""
+    reg = Registry()
     if args.job:
-        jobs = [find_job(args.job)]
+        records = [find_job(args.job, reg).record]
     else:
         from hpclaunch.runs.registry import FINAL_STATES
-        reg, recent = Registry(), _time.time() - 3600
-        jobs = [Job(r, reg) for r in reg.list()
-                if r.state not in FINAL_STATES or (r.end_time or r.submit_time) >= recent]
+        recent = _time.time() - 3600
+        records = [r for r in reg.list() if r.state not in FINAL_STATES or (r.end_time or r.submit_time) >= recent]
+    far = remote.status_rows([r for r in records if remote.is_remote(r)], reg, tolerant=not args.job)
     rows = []
-    for job in jobs:
+    for rec in records:
+        if rec.key in far:
+            rows.append(far[rec.key])
+            continue
+        job = Job(rec, reg)
         st = job.status()
         hosts = {} if job.record.array_size else hosts_of(job.run_dir)
         rows.append({"job_id": job.id, "name": job.name, "backend": job.record.backend, "state": st.state,
@@ -148,12 +162,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not rows:
         print("no active jobs and none ended in the last hour (hpclaunch list --all shows older ones)")
     for r in rows:
-        extra = f" tasks: {counts(r['tasks'])}" if r["tasks"] else ""
-        code = f" exit {r['exit_code']}" if r["exit_code"] is not None else ""
-        reason = f" ({r['reason']})" if r["reason"] and r["reason"] != "None" else ""
-        ranks = f" ranks on {_hosts_text(r['hosts'])}" if r["hosts"] else ""
-        print(f"{r['job_id']:>8} {r['name'][:30]:<30} {r['state']:<11}{code} attempt {r['attempt']} "
-              f"elapsed {r['elapsed'] or '-'} nodes {r['nodes'] or '-'}{reason}{extra}{ranks}")
+        extra = f" tasks: {counts(r['tasks'])}" if r.get("tasks") else ""
+        code = f" exit {r['exit_code']}" if r.get("exit_code") is not None else ""
+        reason = f" ({r['reason']})" if r.get("reason") and r["reason"] != "None" else ""
+        ranks = f" ranks on {_hosts_text(r['hosts'])}" if r.get("hosts") else ""
+        where = f" on remote {r['remote']}" if r.get("remote") else ""
+        print(f"{r['job_id']:>8} {r['name'][:30]:<30} {r['state']:<11}{code} attempt {r.get('attempt', 0)} "
+              f"elapsed {r.get('elapsed') or '-'} nodes {r.get('nodes') or '-'}{reason}{extra}{ranks}{where}")
     return 0
 
 
@@ -164,14 +179,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     recs = reg.list(since=since, active_only=not (args.all or args.since))
     active = [r for r in recs if not state_of(r.state).final]
     if active:  # the registry holds the last state anyone saw: ask the backends, once each
-        refresh(active, reg)
+        refresh([r for r in active if not remote.is_remote(r)], reg)
+        remote.refresh([r for r in active if remote.is_remote(r)], reg)
         recs = reg.list(since=since, active_only=not (args.all or args.since))
     if args.json:
         print_json([r.public() for r in recs])
         return 0
     for r in recs:
         when = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(r.submit_time))
-        print(f"{r.job_id:>8} {r.backend:<6} {r.name[:30]:<30} {r.state:<11} {when} {r.user} {r.run_dir}")
+        print(f"{r.job_id:>8} {r.backend:<6} {r.name[:30]:<30} {r.state:<11} {when} {r.user} {remote.location(r)}")
     if not recs:
         print("no jobs" + ("" if args.all or args.since else " active (add --all for finished ones)"))
     return 0
@@ -182,6 +198,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.tail is not None and args.tail < 0:
         raise HpclaunchError(f"--tail {args.tail}: give a number of lines (0 or more; 0 = the whole log)")
     job = find_job(args.job)
+    if remote.is_remote(job.record):
+        return remote.cmd_logs(args, job.record)
     task = args.task
     tasks = job.tasks() if task is None else []
     if tasks:  # a sweep: one task's logs, the first failure's by default
@@ -252,6 +270,8 @@ def _follow_logs(job, rank, task=None) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a job; one that already ended is left as it is, and that is not an error (exit 0)."""
     job = find_job(args.job)
+    if remote.is_remote(job.record):
+        return remote.cmd_cancel(args, job.record)
     st = job.status()
     if st.final:
         if args.json:

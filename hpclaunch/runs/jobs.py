@@ -46,6 +46,9 @@ class Job:
         return self.record.run_dir
 
     def _backend(self):
+        if self.record.backend == "remote":  # submit --remote: its hpclaunch, over ssh, follows it
+            raise HpclaunchError(f"job {self.id} ran on remote {self.record.cluster}: follow it with the command "
+                                 f"(hpclaunch status {self.id}, hpclaunch logs {self.id}), which asks the cluster")
         return get_backend(self.record.backend)
 
     def ref(self, record: Optional[JobRecord] = None) -> JobRef:

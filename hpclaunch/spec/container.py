@@ -6,7 +6,7 @@ import re
 from typing import List, Literal, Optional, Tuple
 
 from hpclaunch.common.model import model
-from hpclaunch.spec.typedload import field
+from hpclaunch.spec.typedload import field, pattern_check
 
 RUNTIMES = ("pyxis", "apptainer", "podman")
 
@@ -32,11 +32,8 @@ def _mounts(values: List[str]) -> Optional[Tuple[str, str]]:
     return None
 
 
-def _image(value: str) -> Optional[Tuple[str, str]]:
-    if not _IMAGE.fullmatch(value):
-        return ("is not an image reference", "e.g. nvcr.io#nvidia/pytorch:24.05-py3, docker://..., "
-                "/path/to/image.sif or localhost/name:tag")
-    return None
+_image = pattern_check(_IMAGE, "is not an image reference", "e.g. nvcr.io#nvidia/pytorch:24.05-py3, docker://..., "
+                       "/path/to/image.sif or localhost/name:tag")
 
 
 def _env_names(values: List[str]) -> Optional[Tuple[str, str]]:

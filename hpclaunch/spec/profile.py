@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 from hpclaunch.spec.job import _mem_check, _slurm_word, _time_check, runs_root_problem
 from hpclaunch.common.model import model
 from hpclaunch.spec.container import ContainerRuntime, arguments_problem as _arguments
-from hpclaunch.spec.typedload import Scalar, field
+from hpclaunch.spec.remote import Remote
+from hpclaunch.spec.typedload import Scalar, field, pattern_check
 
 _HOST_PART = re.compile(r"[A-Za-z0-9.-]*")  # fullmatch: `$` would pass a final newline
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9._-]+")
@@ -23,10 +24,7 @@ _PLAIN_WORD = re.compile(r"[A-Za-z0-9._-]+")
 # the templates need no quoting of their own for it: the name is written into comment lines
 # ("# ... profile 'NAME'"), where a newline would start a command; setup lines are trusted site
 # code but one line each; arguments are quoted, but no argument can carry a NUL.
-def _plain_word(value: str) -> Optional[Tuple[str, str]]:
-    if not _PLAIN_WORD.fullmatch(value):
-        return ("is not a plain name", "use letters, digits and . _ - only, e.g. my-cluster")
-    return None
+_plain_word = pattern_check(_PLAIN_WORD, "is not a plain name", "use letters, digits and . _ - only, e.g. my-cluster")
 
 
 def _one_line(value: str) -> Optional[Tuple[str, str]]:
@@ -155,3 +153,5 @@ class Profile:
     container: ContainerRuntime = field(default_factory=ContainerRuntime)
     runs_root: str = field("runs", help="where run directories go, relative to the submit directory or absolute",
                            check=lambda v: runs_root_problem(v))
+    remote: Optional[Remote] = field(None, help="how to reach this cluster's login node from your own machine "
+                                     "(hpclaunch submit --remote; docs/remote.md)")

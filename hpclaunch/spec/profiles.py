@@ -10,6 +10,7 @@ from hpclaunch.spec.job import env_entry_problem
 from hpclaunch.spec.merge import merge_into
 from hpclaunch.common.model import model
 from hpclaunch.spec.profile import Profile
+from hpclaunch.spec.remote import entry_problems
 from hpclaunch.spec.typedload import Loader, SourceMap, wrong_kind
 from hpclaunch.spec.yamlio import display_path, load_yaml_file
 
@@ -121,6 +122,9 @@ def load_profile(ref: str, base_dir: str | None = None, cwd: str | None = None,
         found = env_entry_problem(str(name), [value], whose="a profile's")
         if found:
             loader.problem(f"env.{name}", *found)
+    if profile is not None and profile.remote is not None:
+        for found in entry_problems(profile.remote):
+            loader.problem(*found)
     if loader.problems:
         raise InvalidInput(loader.problems)
     return LoadedProfile(profile, path, list(reversed(chain)), origins, merged)

@@ -31,6 +31,12 @@ def meta(help: str = "", *, minimum: float | None = None, maximum: float | None 
             "example": example, "nonfinite": nonfinite}
 
 
+def pattern_check(pattern: "typing.Pattern[str]", message: str, fix: str) -> Check:
+    """A field check: the whole value matches `pattern` (fullmatch: `$` would pass a final newline),
+    else the problem (message, fix)."""
+    return lambda value: None if pattern.fullmatch(value) else (message, fix)
+
+
 def field(default: Any = MISSING, *, default_factory: Any = MISSING,
           **kwargs: Any) -> Any:
     """A model field with hpclaunch metadata (help text, bounds, a value check)."""
