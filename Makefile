@@ -86,6 +86,7 @@ golden: venv
 
 bench: venv
 	$(PY) bench/startup/bench_startup.py
+	$(PY) bench/monitor/bench_monitor.py --markdown docs/bench/monitor.md
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache runs artifacts
