@@ -86,6 +86,7 @@ golden: venv
 
 bench: venv
 	$(PY) bench/startup/bench_startup.py
+	$(PY) bench/monitor/bench_monitor.py --markdown docs/bench/monitor.md
 	$(PY) -m pip install -q -e '.[bench]'  # the report bench's peers: pandas, polars
 	$(PY) bench/report/bench_report.py --markdown docs/bench/report.md
 
