@@ -361,6 +361,29 @@ class Registry:
                 out[row[0]] = (row[1], row[2])
         return out
 
+    # What the fleet view reads of a job, with its ledger entry (signature, summary JSON; None if none).
+    FLEET_COLUMNS = ("key", "job_id", "name", "user", "partition", "run_dir", "submit_time", "state", "end_time",
+                     "signature", "summary")
+
+    def fleet(self, since: float | None = None) -> list[tuple]:
+        """FLEET_COLUMNS of the jobs submitted since `since`, newest first, in one query: a
+        10,000-job fleet view reads this and nothing else when every job is ledgered."""
+        sql = ("SELECT j.key, j.job_id, j.name, j.user, j.partition, j.run_dir, j.submit_time, j.state, j.end_time,"
+               " l.signature, l.summary FROM jobs j LEFT JOIN ledger l ON l.job_key = j.key")
+        args: list[Any] = []
+        if since is not None:
+            sql += " WHERE j.submit_time >= ?"
+            args.append(since)
+        kinds = [_COLUMNS.get(c, str) for c in self.FLEET_COLUMNS]
+        defaults = [_NOT_NULL.get(c) for c in self.FLEET_COLUMNS]
+        out = []
+        for row in self._rows(sql + " ORDER BY j.submit_time DESC", args):
+            vals = tuple(_as(k, v) for k, v in zip(kinds, row))
+            if None in vals:  # read defensively, as _record does
+                vals = tuple(d if v is None else v for v, d in zip(vals, defaults))
+            out.append(vals)
+        return out
+
     def put_ledger(self, entries: Sequence[tuple[int, str, str]]) -> None:
         """Write (key, logs signature, summary JSON) entries, replacing older ones, in one transaction."""
         if not entries:
