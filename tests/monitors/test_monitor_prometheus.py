@@ -21,7 +21,7 @@ import pytest
 import fake_nvml
 from hlcli import hl
 from hpclaunch.monitors import schema
-from monitor_helpers import FAKE_PATH, read_csv, read_events
+from monitor_helpers import FAKE_PATH, PrometheusServer, free_ports, read_csv, read_events, wait_for
 
 HOST = "node7"
 JOB_NAME = 'digits "ddp", v2'   # a quote and a comma: label values are escaped, CSV cells are not
@@ -61,27 +61,6 @@ def _needs_prometheus_client(require):
                 "tests/monitors/test_monitor_prometheus.py")
 
 
-def free_ports(n=1):
-    """n consecutive ports nothing listens on, with a socket bound to each (close them to free them)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        held = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("", p))
-            return base, held
-        except OSError:
-            for s in held:
-                s.close()
-    raise AssertionError(f"no {n} consecutive free ports")
-
-
 def scenario():
     """Two H100s as the default scenario, as JSON (lists, not functions), with throttle time and an XID."""
     devices = []
@@ -113,16 +92,6 @@ def start(run_dir, *extra, env_extra=None, interval=0.1, umask=None):
 
 def mon(run_dir, name):
     return os.path.join(str(run_dir), schema.MONITOR_DIR, name)
-
-
-def wait_for(check, what, timeout=15.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"no {what} after {timeout} s")
 
 
 def rows_of(path):
@@ -329,11 +298,6 @@ def test_textfile_is_replaced_whole_each_sample_and_promtool_accepts_it(tmp_path
     assert os.listdir(folder) == []   # removed at stop: a finished job's series go away
 
 
-def _get_json(url):
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return json.loads(r.read().decode())
-
-
 def test_a_prometheus_server_scrapes_a_local_jobs_monitor(tmp_path, hpc_home, require):
     """A local-backend job with monitor.prometheus_port; a real Prometheus scrapes it; PromQL finds the job."""
     server = shutil.which("prometheus")
@@ -363,21 +327,8 @@ requeue: {{max_attempts: 1}}
         port_file = os.path.join(st["run_dir"], "monitor", schema.prometheus_port_file(socket.gethostname().split(".")[0]))
         wait_for(lambda: os.path.exists(port_file), "the job's monitor port file", timeout=30)
         assert open(port_file).read() == f"{mport}\n"
-        (tmp_path / "prometheus.yml").write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            f"scrape_configs:\n  - job_name: hpclaunch\n    static_configs: [{{targets: ['127.0.0.1:{mport}']}}]\n")
-        prom = subprocess.Popen([server, f"--config.file={tmp_path / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{qport}"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        api = f"http://127.0.0.1:{qport}/api/v1/query?query="
-
-        def query(q):
-            try:
-                res = _get_json(api + urllib.parse.quote(q))
-            except (urllib.error.URLError, ConnectionError):
-                return None
-            return res["data"]["result"] if res.get("status") == "success" else None
-
+        prom = PrometheusServer(server, tmp_path, [f"127.0.0.1:{mport}"], qport)
+        query = prom.query
         sel = f'{{job_id="{job_id}"}}'
         power = wait_for(lambda: query("hpclaunch_gpu_power_watts" + sel), "the job's GPU series in Prometheus",
                          timeout=60)
@@ -400,5 +351,4 @@ requeue: {{max_attempts: 1}}
     finally:
         hl("cancel", job_id, cwd="/", env=env, check=False)
         if prom is not None:
-            prom.terminate()
-            prom.wait(timeout=30)
+            prom.close()
