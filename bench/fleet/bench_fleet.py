@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -141,6 +142,7 @@ def main() -> int:
         f"ledgered: the same {len(sample)} jobs (JSON)": (hl + ["--format", "json"], ledger_home, None),
     }
     times = {name: [] for name in cases}
+    cpu = {name: [] for name in cases}   # the process's CPU time: what load on the shared cores does not add
     outputs = {}
     load_before = os.getloadavg()
     for _ in range(args.reps):
@@ -151,9 +153,12 @@ def main() -> int:
                 db.commit()
                 db.close()
             env = dict(os.environ, HPCLAUNCH_HOME=h)
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             out = subprocess.run(cmd, capture_output=True, text=True, cwd="/", env=env)
             times[name].append(time.perf_counter() - t)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[name].append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
             if out.returncode != 0:
                 raise SystemExit(f"{name}: exit {out.returncode}: {out.stderr[-2000:]}")
             outputs[name] = out.stdout
@@ -168,15 +173,18 @@ def main() -> int:
     per_job = (benchlib.spread(times[names[4]])["median"] - benchlib.spread(times[names[5]])["median"]) / len(sample)
 
     floor = times[names[0]]
-    rows = [(f"`{n}`" if n.startswith("python") else n, benchlib.fmt(times[n]),
+    rows = [(f"`{n}`" if n.startswith("python") else n, benchlib.fmt(times[n]), benchlib.fmt(cpu[n]),
              f"{benchlib.ratio(times[n], floor):.1f}×") for n in names]
     section.para(
         f"{args.jobs:,} ended jobs of 2 nodes × 4 GPUs each (10 min logs), submitted over the last 29 days: "
         f"the ledger entries of jobs that ended over a day ago are trusted, the other jobs' logs are statted. "
         f"Each figure is one `python -m hpclaunch` process, start to the last byte of output, interleaved, "
         f"{args.reps} rounds; load average {' / '.join(f'{x:.2f}' for x in load_before)} before and "
-        f"{' / '.join(f'{x:.2f}' for x in load_after)} after (2 cores shared with other work).")
-    section.table(["command", "time, median [min–max, n]", "vs `python -c pass`"], rows)
+        f"{' / '.join(f'{x:.2f}' for x in load_after)} after (2 cores shared with other work). The process's CPU "
+        f"time (user + system, from getrusage) is what it costs on an idle core: the wall time of a loaded "
+        f"machine adds the waits for a core.")
+    section.table(["command", "wall time, median [min–max, n]", "CPU time (user + system)", "wall vs `python -c pass`"],
+                  rows)
     section.para(
         f"Without a ledger every job's report is built from its logs: "
         f"{per_job * 1000:.0f} ms a job here (the sample's log-based median less its ledgered one, over "

@@ -135,3 +135,14 @@ def test_slurm_comment_line_is_compact_json_of_the_report(tmp_path):
     empty = tmp_path / "empty"
     (empty / "monitor").mkdir(parents=True)
     assert main([str(empty)]) == 1
+
+
+def test_hand_edited_registry_rows_are_read_defensively(hpc_home, tmp_path):
+    reg = Registry()
+    a, b = _job(tmp_path, reg, 0), _job(tmp_path, reg, 1)
+    reg._db.execute("UPDATE jobs SET partition = 7, job_id = 1234, name = 4.5 WHERE key = ?", (a.key,))
+    rows = {r[0]: r for r in reg.fleet()}
+    assert (rows[a.key][1], rows[a.key][2], rows[a.key][4]) == ("1234", "4.5", "7")
+    assert type(rows[b.key][6]) is float and rows[b.key][4] == "gpu"
+    fleet = build_fleet_report(ledger.fleet_rows(reg))
+    assert {j["partition"] for j in fleet.data["jobs"]} == {"7", "gpu"}
