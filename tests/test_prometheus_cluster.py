@@ -37,7 +37,7 @@ requeue: {{max_attempts: 1}}
 
 
 def _state(job_id):
-    return json.loads(hl("status", job_id, "--json", check=False, cwd="/").stdout)
+    return json.loads(hl("status", job_id, "--json", cwd="/").stdout)
 
 
 def test_prometheus_scrapes_a_two_node_jobs_monitors(slurm, hpc_home, tmp_path, require):
