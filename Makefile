@@ -8,9 +8,10 @@ SLURM_STATE ?= /tmp/hpclaunch-slurm
 # Slurm's mpi/pmix plugin, which dlopens the unversioned libpmix.so that only the -dev package ships;
 # cmake and g++ for the Horovod build; Chromium to check the HTML report renders; podman and runc for
 # the container test (runc: crun refuses this machine kind's hybrid cgroups, docs/containers.md);
-# prometheus for promtool and the server the monitor's exporter tests scrape with.
+# chromium-driver for the dashboard's browser test (selenium drives Debian's chromium through it, never a
+# downloaded driver); prometheus for promtool and the server the monitor's exporter tests scrape with.
 # The Slurm packages are installed by tests/cluster/slurm-up.sh itself.
-APT_PACKAGES := openmpi-bin libopenmpi-dev libpmix-dev cmake g++ chromium podman runc prometheus
+APT_PACKAGES := openmpi-bin libopenmpi-dev libpmix-dev cmake g++ chromium chromium-driver podman runc prometheus
 
 .PHONY: all venv deps check-deps test test-fast demo golden cluster-up cluster-down bench clean horovod tf-venv
 
@@ -19,7 +20,7 @@ all: venv
 # What the venv must give, checked on every run (no stamp file: a stamp says nothing about what is in the
 # venv now): these modules import, the hpclaunch command is there, and the install (pip's hpclaunch
 # dist-info) is newer than setup.cfg and pyproject.toml. Otherwise it installs (tests/test_deps.py).
-VENV_IMPORTS := torch, hpclaunch, mpi4py, pyarrow, pytest, sklearn, lightning, ray, jax, onnx, onnxscript, onnxruntime, prometheus_client
+VENV_IMPORTS := torch, hpclaunch, mpi4py, pyarrow, pytest, sklearn, lightning, ray, jax, onnx, onnxscript, onnxruntime, prometheus_client, aiohttp, aiohttp_sse, plotly, selenium
 
 venv:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -31,7 +32,7 @@ venv:
 	$(PY) -m pip install -q --upgrade pip setuptools wheel; \
 	: "Pinned: this version's CPU wheel is on disk; an unpinned torch downloads GBs of CUDA builds."; \
 	$(PY) -m pip install -q torch==2.13.0; \
-	$(PY) -m pip install -q -e '.[train,mpi,report,test,frameworks,export,monitor]'
+	$(PY) -m pip install -q -e '.[train,mpi,report,test,frameworks,export,monitor,dashboard]'
 
 # Installs whichever of APT_PACKAGES dpkg does not report as installed, then checks them all again.
 deps:

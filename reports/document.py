@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from hpclaunch.monitors import schema
-from hpclaunch.reports import readers, xid
+from hpclaunch.reports import events, readers, xid
 from hpclaunch.reports.gpu_stats import gpu_rows, gpu_stats, index_gpu_tables
 from hpclaunch.reports.hosts import host_stats
 from hpclaunch.reports.metrics import job_info, metrics_summary, rank_hosts
@@ -64,7 +64,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
     if skipped:
         warnings.append(f"{skipped} malformed row(s) skipped (unterminated last lines or cell-count mismatches)")
     keys, segs, fcols, txt, mstats = index_gpu_tables(gtabs)
-    hosts = host_stats(htabs, warnings, readers.unavailable_sources(files["events"]))
+    hosts = host_stats(htabs, warnings, events.unavailable_sources(files["events"]))
     # job window
     starts, ends = [], []
     for fc in fcols:
@@ -86,7 +86,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
     gpu_peak = None
     node_peak: Dict[str, float] = {}
     ndup_total = 0
-    recorded = readers.recorded_intervals(files["events"])
+    recorded = events.recorded_intervals(files["events"])
     if keys and duration is not None:
         # bin width for the job-level peak power: the sampling interval the daemons recorded
         # (the longest, if hosts differ); estimated from a few GPUs' timestamps only without one

@@ -23,8 +23,10 @@ readers apply the same rule.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -113,24 +115,28 @@ def _complete_end(path: str, chunk: int = 1 << 16) -> Tuple[int, int, bool]:
 
 
 def _read_head(path: str) -> Tuple[Optional[str], Optional[List[str]], int]:
-    """(schema line, header cells, number of leading lines to skip).
+    with open(path, "r", newline="", errors="replace") as f:
+        return head_of(f)
+
+
+def head_of(lines) -> Tuple[Optional[str], Optional[List[str]], int]:
+    """(schema line, header cells, number of leading lines to skip) of a contract CSV's first lines.
 
     Only newline-terminated lines count: a header cut by a killed writer is no header."""
     schema_line = None
     skip = 0
-    with open(path, "r", newline="", errors="replace") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break
-            skip += 1
-            s = line.strip()
-            if not s:
-                continue
-            if s.startswith("#"):
-                if s[1:].strip().startswith("schema=") and schema_line is None:
-                    schema_line = s[1:].strip()[len("schema="):]
-                continue
-            return schema_line, next(csv.reader([s])), skip
+    for line in lines:
+        if not line.endswith("\n"):
+            break
+        skip += 1
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith("#"):
+            if s[1:].strip().startswith("schema=") and schema_line is None:
+                schema_line = s[1:].strip()[len("schema="):]
+            continue
+        return schema_line, next(csv.reader([s])), skip
     return schema_line, None, skip
 
 
@@ -164,16 +170,35 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
         for c in text:
             t.text[c] = (np.empty(0, np.int32), [])
         return t
+    _parse_rows(t, header, skip, numeric, text, engine, optional, end=None if end == size else end)
+    t.skipped_rows += partial
+    return t
+
+
+def read_rows(path, data: bytes, header: List[str], skip: int, numeric: Sequence[str], text: Sequence[str],
+              engine: str = "auto", optional: Sequence[str] = ()) -> Table:
+    """The rows in ``data``, complete lines of a contract CSV whose header is ``header`` (its first
+    ``skip`` lines are not rows): what a reader following a growing log (follow.py) parses each time."""
+    t = Table(path=str(path))
+    _parse_rows(t, header, skip, numeric, text, engine, optional, data=data)
+    return t
+
+
+def _parse_rows(t: Table, header, skip, numeric, text, engine, optional, end=None, data=None) -> None:
+    """The file's rows (or those of ``data``) into ``t``: pyarrow, else the csv module."""
     t.missing_columns = [c for c in (*numeric, *text) if c not in header]
     numeric = (*numeric, *(c for c in optional if c in header))
     if engine == "auto":
         engine = "pyarrow" if have_pyarrow() else "csv"
     if engine == "pyarrow":
         try:
-            _read_pyarrow(t, header, skip, numeric, text, None if end == size else end)
+            if data is None:
+                _read_pyarrow(t, header, skip, numeric, text, end)
+            else:
+                import pyarrow as pa
+                _parse_pyarrow(t, pa.BufferReader(data), header, skip, numeric, text)
             t.engine = "pyarrow"
-            t.skipped_rows += partial
-            return t
+            return
         except Exception as e:  # noqa: BLE001 - any refusal: fall back to the tolerant reader
             t.num.clear()
             t.text.clear()
@@ -181,9 +206,9 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
             t.engine = f"csv (pyarrow refused: {type(e).__name__})"
     else:
         t.engine = "csv"
-    _read_csvmod(t, header, numeric, text)
-    t.skipped_rows += partial
-    return t
+    # as the file is opened below (newline=""): lines split where open() splits them
+    _read_csvmod(t, header, numeric, text,
+                 None if data is None else io.StringIO(data.decode("utf-8", "replace"), newline=""))
 
 
 def _read_pyarrow(t: Table, header, skip, numeric, text, end: Optional[int] = None) -> None:
@@ -253,7 +278,8 @@ def _parse_pyarrow(t: Table, source, header, skip, numeric, text) -> None:
             t.text[c] = (np.full(t.n, -1, np.int32), [])
 
 
-def _read_csvmod(t: Table, header, numeric, text) -> None:
+def _read_csvmod(t: Table, header, numeric, text, lines=None) -> None:
+    """The csv module over the file (or ``lines``)."""
     ncell = len(header)
     idx_num = [(c, header.index(c)) for c in numeric if c in header]
     idx_txt = [(c, header.index(c)) for c in text if c in header]
@@ -262,7 +288,7 @@ def _read_csvmod(t: Table, header, numeric, text) -> None:
     skipped = 0
     bad_cells = 0
     nan = math.nan
-    with open(t.path, "r", newline="", errors="replace") as f:
+    with (open(t.path, "r", newline="", errors="replace") if lines is None else nullcontext(lines)) as f:
         # only newline-terminated lines (the unterminated last one is counted by the caller)
         for row in csv.reader(ln for ln in f if ln.endswith("\n")):
             if not row or (len(row) == 1 and not row[0].strip()):
@@ -346,25 +372,30 @@ def monitor_files(run_dir) -> Dict[str, List[Path]]:
 def read_jsonl(path) -> Tuple[List[dict], int]:
     """JSON lines; returns (records, number of lines skipped: unparsable, or the unterminated last
     line of a killed or still-running writer, which is skipped even if it parses)."""
+    with open(path, "r", errors="replace") as f:
+        return parse_jsonl(f)
+
+
+def parse_jsonl(lines) -> Tuple[List[dict], int]:
+    """read_jsonl over lines (each with its newline)."""
     recs: List[dict] = []
     bad = 0
     loads = json.loads
-    with open(path, "r", errors="replace") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            if not line.endswith("\n"):
-                bad += 1
-                continue
-            try:
-                r = loads(line)
-            except ValueError:
-                bad += 1
-                continue
-            if isinstance(r, dict):
-                recs.append(r)
-            else:
-                bad += 1
+    for line in lines:
+        if not line.strip():
+            continue
+        if not line.endswith("\n"):
+            bad += 1
+            continue
+        try:
+            r = loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(r, dict):
+            recs.append(r)
+        else:
+            bad += 1
     return recs, bad
 
 
@@ -406,8 +437,6 @@ def read_metrics_arrays(path, engine: str = "auto") -> Tuple[Dict[str, np.ndarra
 
 
 def _metrics_pyarrow(path) -> Tuple[Dict[str, np.ndarray], int]:
-    import io
-
     import pyarrow as pa
     import pyarrow.json as pj
 
@@ -432,55 +461,3 @@ def _metrics_pyarrow(path) -> Tuple[Dict[str, np.ndarray], int]:
         out[c] = (np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in col.chunks]).astype(np.float64)
                   if col.num_chunks else np.zeros(0))
     return out, bad
-
-
-def _event_records(paths, marker: str):
-    """(host, record) of each whole line of the events logs that contains `marker` and parses as
-    JSON; the host from the record, else from the file name."""
-    for p in paths:
-        fname_host = Path(p).name[: -len(".events.jsonl")] if str(p).endswith(".events.jsonl") else ""
-        try:
-            f = open(p, "r", errors="replace")
-        except OSError:
-            continue
-        with f:
-            for line in f:
-                if marker not in line or not line.endswith("\n"):
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict):
-                    yield str(rec.get("host") or fname_host), rec
-
-
-def recorded_intervals(paths) -> Dict[str, float]:
-    """The sampling interval each host's daemon recorded (``interval_s`` of its last ``header``
-    event), by host; hosts whose header lacks a finite positive one are left out."""
-    out: Dict[str, float] = {}
-    for host, rec in _event_records(paths, '"header"'):
-        try:
-            value = float((rec.get("detail") or {}).get("interval_s")) if rec.get("kind") == "header" else None
-        except (ValueError, TypeError, AttributeError):
-            continue
-        if value is not None and math.isfinite(value) and value > 0:
-            out[host] = value
-    return out
-
-
-def unavailable_sources(paths) -> Dict[str, Dict[str, str]]:
-    """Why each host's daemon could not read a source (its last ``source_unavailable`` event per
-    source, unless a later ``source_available`` says it came back): {host: {source: reason}}."""
-    out: Dict[str, Dict[str, str]] = {}
-    for host, rec in _event_records(paths, '"source_'):
-        detail = rec.get("detail")
-        if not isinstance(detail, dict):
-            continue
-        source, kind = str(detail.get("source")), rec.get("kind")
-        sources = out.setdefault(host, {})
-        if kind == "source_unavailable":
-            sources[source] = " ".join(str(detail.get("reason") or "unavailable").split())[:300]
-        elif kind == "source_available":
-            sources.pop(source, None)
-    return out

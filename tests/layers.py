@@ -28,7 +28,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
                 "hpclaunch.launchers")),
     ("backends", ("hpclaunch.launchers.backends",)),
     ("runs", ("hpclaunch.runs",)),
-    ("top", ("hpclaunch.cli", "hpclaunch.__main__", "hpclaunch")),
+    ("top", ("hpclaunch.cli", "hpclaunch.dashboard", "hpclaunch.__main__", "hpclaunch")),
 ]
 # Leaves import nothing of the core but what is named here; the core's upper layers may use them.
 LEAVES: Dict[str, Tuple[str, ...]] = {

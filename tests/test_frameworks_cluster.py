@@ -102,21 +102,45 @@ monitor: {{interval: 0}}
     assert hosts == {0: "c1", 1: "c1", 2: "c2", 3: "c2"}, hosts
 
 
-def test_tensorflow_multiworker_variables_agree_across_nodes(slurm, hpc_home, tmp_path):
+def submit_tf_job(tmp_path, name, extra=""):
+    """A 2-node MultiWorkerMirroredStrategy job; asserts each worker's host and that the workers'
+    variables agree (each trained on its own data: equal only if all-reduced). Returns the run dir."""
     # TensorFlow lives in a venv of its own (make tf-venv): the program's environment need not hold hpclaunch
     python = os.path.join(os.path.dirname(EXAMPLES), ".venv-tf", "bin", "python")
     assert os.path.exists(python), "TensorFlow's venv is missing: make tf-venv (make test runs it)"
     _, run_dir = submit_wait(tmp_path, f"""
-name: tf-two
+name: {name}
 profile: testcluster
 launcher: tensorflow
 command: [{python}, {EXAMPLES}/tf_multiworker.py]
 resources: {{nodes: 2, tasks_per_node: 1, time: "00:05:00"}}
 monitor: {{interval: 0}}
-""")
+{extra}""")
     lines = [rank_log(run_dir, r).strip().splitlines()[-1] for r in (0, 1)]
     assert lines[0].startswith("worker 0/2 host c1 ") and lines[1].startswith("worker 1/2 host c2 "), lines
-    sums = [line.split("checksum ")[1] for line in lines]
-    assert sums[0] == sums[1], lines   # each worker trained on its own data: equal only if all-reduced
+    assert lines[0].split("checksum ")[1] == lines[1].split("checksum ")[1], lines
+    return run_dir
+
+
+def test_tensorflow_multiworker_variables_agree_across_nodes(slurm, hpc_home, tmp_path):
+    run_dir = submit_tf_job(tmp_path, "tf-two")
     script = open(os.path.join(run_dir, "script.sbatch")).read()
     assert "TF_CONFIG" in script
+
+
+def test_tensorflow_worker_ports_are_checked_free_on_every_node(slurm, hpc_home, tmp_path):
+    """A worker's port taken on c2 only (the head, c1, has it free: the rendezvous check alone would
+    pass): the workers move to the next base free on both nodes, and training works."""
+    port = 29417
+    holder = subprocess.Popen(["ip", "netns", "exec", "sn2", "python3", "-c",
+                               "import socket, time\ns = socket.socket()\n"
+                               f"s.bind(('', {port}))\ns.listen()\nprint('held', flush=True)\ntime.sleep(600)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        run_dir = submit_tf_job(tmp_path, "tf-ports", f"rendezvous: {{port: {port}}}\n")
+    finally:
+        holder.kill()
+        holder.wait()
+    out = open(os.path.join(run_dir, "logs", "slurm.out")).read()
+    assert f"ports from {port} are taken on some node; using {port + 1}" in out, out

@@ -24,14 +24,19 @@ ELSEWHERE = {
     # the test suite itself: CI (.ci/run) runs `make test` on a fresh machine
     "make test": ".ci/run (CI)",
     # installs into the current Python: `make venv` runs pip install -e
-    # '.[train,mpi,report,test,frameworks,monitor]' (the extras together; tests/test_deps.py checks when it
-    # does), tests/test_wheel.py installs the built wheel
+    # '.[train,mpi,report,test,frameworks,export,monitor,dashboard]' (the extras together; tests/test_deps.py
+    # checks when it does), tests/test_wheel.py installs the built wheel
     "pip install .": "make venv, tests/test_wheel.py",
     "pip install '.[train]'": "make venv",
     "pip install '.[report]'": "make venv",
     "pip install '.[mpi]'": "make venv",
     "pip install '.[export]'": "make venv",
     "pip install '.[monitor]'": "make venv",
+    "pip install '.[dashboard]'": "make venv",
+    # a server that runs until Ctrl-C: tests/test_dashboard.py reads these lines from the README and runs
+    # each as written (the first driven in headless Chromium, the second for its token), stops it with SIGINT
+    "hpclaunch dashboard": "tests/test_dashboard.py",
+    "hpclaunch dashboard --host 0.0.0.0 --port 8765": "tests/test_dashboard.py",
 }
 
 

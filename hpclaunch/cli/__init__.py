@@ -18,6 +18,7 @@ _COMMANDS = {
     "init": "make_commands", "schema": "spec_commands",
     "submit": "run_commands", "status": "run_commands", "list": "run_commands", "logs": "run_commands",
     "cancel": "run_commands", "report": "report_commands", "export": "export_commands",
+    "dashboard": "dashboard_commands",
 }
 
 
@@ -115,6 +116,21 @@ def _parser() -> argparse.ArgumentParser:
                    help="dtype of the graph (default fp32, whatever the run trained in)")
     c.add_argument("-o", "--output", metavar="DIR", help="write into DIR (it must exist) instead of RUN_DIR/exports")
     c.add_argument("--json", action="store_true", help="print model.json's content")
+
+    c = sub.add_parser("dashboard", help="a local web page of your jobs, live: state, ranks' progress, power, heat",
+                       description="Serve a web page listing the registry's jobs and, per job, its state, "
+                                   "attempts, nodes, each rank's progress and charts of GPU power and "
+                                   "temperature, host CPU and memory, updated while it runs (docs/dashboard.md). "
+                                   "Runs until Ctrl-C. Needs hpclaunch[dashboard].")
+    c.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1, this machine only); any other "
+                   "address needs the token in the printed URL")
+    c.add_argument("--port", type=int, default=0, help="port (default 0: any free one; the URL says which)")
+    c.add_argument("--since", default="7d", metavar="AGE",
+                   help="list jobs submitted within AGE, e.g. 2h, 30d (default 7d), and every active one")
+    c.add_argument("--token", action="store_true",
+                   help="require the printed URL's token on 127.0.0.1 too (on a shared login node, every "
+                   "user of the node can reach its 127.0.0.1)")
 
     c = sub.add_parser("schema", help="print the JSON Schema of job files (or profiles), for editors")
     c.add_argument("--profile", action="store_true", help="the schema of profile files instead")

@@ -1,0 +1,155 @@
+"""The dashboard's pages and streams (aiohttp; imported only by `hpclaunch dashboard`).
+
+    /                     the job list          /events             its updates (server-sent events)
+    /job/<key>            one job               /job/<key>/events   its updates
+    /api/jobs, /api/job/<key>                   the same data as JSON, once
+    /static/..., /vendor/plotly.min.js          the page's own JS and CSS, the chart library (installed)
+
+Registry work runs on one thread (board.py); reading logs on the default pool: the event loop only
+moves bytes. Every page is read-only: nothing here changes a job.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
+
+import jinja2
+from aiohttp import web
+from aiohttp_sse import sse_response
+
+from hpclaunch.dashboard.board import Board
+from hpclaunch.dashboard.live import LiveCache
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EVENT_S = 2.0   # a page is sent what changed this often
+LOCAL_NAMES = {"127.0.0.1", "localhost", "::1"}
+
+
+def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, cookie: str,
+             event_s: float = EVENT_S) -> web.Application:
+    app = web.Application(middlewares=[_guard(token, cookie, LOCAL_NAMES | {bound})])
+    pages = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(HERE, "pages")), autoescape=True)
+    registry_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpclaunch-registry")
+    lives = LiveCache()
+
+    async def on_registry(fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(registry_thread, fn, *args)
+
+    def page(name: str, **context) -> web.Response:
+        return web.Response(text=pages.get_template(name).render(**context), content_type="text/html")
+
+    async def index(request: web.Request) -> web.Response:
+        return page("index.html", since=_age(board.since_s), refresh=f"{board.refresh_s:g}")
+
+    async def job_page(request: web.Request) -> web.Response:
+        key = _key(request)
+        if await on_registry(board.job, key) is None:   # not a page that would say "reconnecting" forever
+            raise web.HTTPNotFound(text=f"no job {key} in the registry (the list: /)\n")
+        return page("job.html", key=key)
+
+    async def jobs_json(request: web.Request) -> web.Response:
+        return web.json_response(await on_registry(board.rows))
+
+    async def job_state(key: int, seen: Optional[dict]):
+        row = await on_registry(board.job, key)
+        if row is None:
+            raise web.HTTPNotFound(text=f"no job {key} in the registry\n")
+        live, seen = ({"full": True, "charts": {}, "ranks": [], "notes": []}, seen) if not row["local"] else \
+            await asyncio.get_running_loop().run_in_executor(None, lives.get(row["run_dir"]).payload, seen)
+        return {"job": row, "live": live}, seen
+
+    async def job_json(request: web.Request) -> web.Response:
+        return web.json_response((await job_state(_key(request), None))[0])
+
+    async def stream(request: web.Request, event: str, next_message) -> web.StreamResponse:
+        """Server-sent events: ``next_message(state) -> (data, state)`` every ``event_s``, until the page goes."""
+        state = None
+        async with sse_response(request) as resp:
+            try:
+                while resp.is_connected():
+                    data, state = await next_message(state)
+                    await resp.send(json.dumps(data, allow_nan=False), event=event)
+                    await asyncio.sleep(event_s)
+            except (ConnectionError, asyncio.CancelledError):
+                pass   # the page was closed or reloaded: nothing to tell anyone
+        return resp
+
+    async def jobs_events(request: web.Request) -> web.StreamResponse:
+        async def rows(state):
+            return await on_registry(board.rows), state
+        return await stream(request, "jobs", rows)
+
+    async def job_events(request: web.Request) -> web.StreamResponse:
+        key = _key(request)
+        await job_state(key, None)   # an unknown job: 404 before the stream starts
+        return await stream(request, "job", lambda seen: job_state(key, seen))
+
+    async def plotly(request: web.Request) -> web.FileResponse:
+        return web.FileResponse(plotly_js, headers={"Cache-Control": "max-age=86400"})
+
+    async def favicon(request: web.Request) -> web.Response:
+        return web.Response(status=204)   # the pages name none; a browser still asks (on a 404 page, say)
+
+    async def close_thread(app: web.Application) -> None:
+        registry_thread.shutdown(wait=False, cancel_futures=True)
+
+    app.router.add_get("/", index)
+    app.router.add_get("/job/{key}", job_page)
+    app.router.add_get("/events", jobs_events)
+    app.router.add_get("/job/{key}/events", job_events)
+    app.router.add_get("/api/jobs", jobs_json)
+    app.router.add_get("/api/job/{key}", job_json)
+    app.router.add_get("/vendor/plotly.min.js", plotly)
+    app.router.add_get("/favicon.ico", favicon)
+    app.router.add_static("/static/", os.path.join(HERE, "static"))
+    app.on_cleanup.append(close_thread)
+    return app
+
+
+def _key(request: web.Request) -> int:
+    text = request.match_info["key"]
+    if not text.isdigit() or len(text) > 18:
+        raise web.HTTPNotFound(text=f"no job {text!r}: job pages are /job/<registry key>, linked from the list\n")
+    return int(text)
+
+
+def _age(seconds: float) -> str:
+    """7 days, 12 hours, 30 minutes."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = seconds / size
+            return f"{n:.3g} {unit}{'' if n == 1 else 's'}"
+    return f"{seconds:.3g} seconds"
+
+
+def _guard(token: Optional[str], cookie: str, local_names: set):
+    """Bound to loopback: no token, but only requests addressed to a loopback name or address (a page
+    on another site that points its own name at 127.0.0.1 gets 403). Bound elsewhere: the token, in
+    the URL (?token=, then kept in a cookie for this port) or the cookie, compared in constant time."""
+
+    @web.middleware
+    async def guard(request: web.Request, handler):
+        if token is None:
+            if _host_name(request.host) not in local_names:
+                raise web.HTTPForbidden(text="403: this dashboard answers only to 127.0.0.1 or localhost\n")
+            return await handler(request)
+        given = request.query.get("token") or request.cookies.get(cookie) or ""
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), token.encode()):
+            raise web.HTTPForbidden(text="403: open the dashboard with the URL it printed (it holds ?token=...)\n")
+        resp = await handler(request)
+        if "token" in request.query and not resp.prepared:
+            resp.set_cookie(cookie, token, httponly=True, samesite="Strict")
+        return resp
+
+    return guard
+
+
+def _host_name(host_header: str) -> str:
+    """"127.0.0.1:8080" -> "127.0.0.1", "[::1]:8080" -> "::1"."""
+    if host_header.startswith("["):
+        return host_header[1:].split("]", 1)[0]
+    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
