@@ -198,6 +198,37 @@ def test_scrape_matches_the_csv_row_of_the_same_sample(tmp_path):
     assert avail["port"] == port and avail["asked_port"] == port and ev[-1]["kind"] == "stopped"
 
 
+def test_the_final_sample_is_served_to_one_scrape_before_the_exporter_stops(tmp_path):
+    """--prometheus-linger: after SIGTERM the exporter serves the final sample (every counter read)
+    until a scrape has read it, then stops at once; with nobody scraping, it stops after the linger."""
+    port, held = free_ports()
+    held[0].close()
+    p = start(tmp_path, "--prometheus-port", str(port), "--prometheus-linger", "20")
+    wait_for(lambda: os.path.exists(mon(tmp_path, schema.prometheus_port_file(HOST))), "port file")
+    wait_for(lambda: len(rows_of(mon(tmp_path, schema.host_file(HOST)))) >= 3, "3 host rows")
+    p.send_signal(signal.SIGTERM)
+    gpu_csv = mon(tmp_path, schema.gpu_file(HOST))
+    time.sleep(1.0)   # the final sample is taken at once (interval 0.1 s)
+    assert p.poll() is None   # still serving: nobody has read the final sample
+    series = parse(scrape(port))
+    rows = rows_of(gpu_csv)
+    last = {r["gpu_index"]: r for r in rows}   # each GPU's final row
+    [(_, samples)] = series["hpclaunch_monitor_samples_total"]
+    assert samples == len(rows) / 2   # two GPUs a sample: the scrape shows the last one
+    energy = {lab["gpu"]: v for lab, v in series["hpclaunch_gpu_energy_joules_total"]}
+    assert energy == {g: pytest.approx(int(r["energy_mj"]) / 1000) for g, r in last.items()}
+    t = time.monotonic()
+    assert p.wait(timeout=15) == 0 and time.monotonic() - t < 5   # read: it stops now, not at 20 s
+    # nobody scrapes: the monitor waits the linger (1 s here), then stops all the same
+    other = tmp_path / "other"
+    other.mkdir()
+    q = start(other, "--prometheus-port", str(port), "--prometheus-linger", "1")
+    wait_for(lambda: len(rows_of(mon(other, schema.host_file(HOST)))) >= 2, "2 host rows")
+    t = time.monotonic()
+    stop(q)
+    assert 1.0 <= time.monotonic() - t < 10
+
+
 def test_a_taken_port_moves_to_the_next_and_the_run_dir_says_which(tmp_path):
     base, held = free_ports(2)
     held[1].close()
@@ -246,6 +277,8 @@ def test_all_ports_taken_warns_once_and_the_csv_goes_on(tmp_path):
 @pytest.mark.parametrize("args,says", [
     (["--prometheus-port", "80"], "--prometheus-port 80: use a port from 1024 to 65535"),
     (["--prometheus-port", "65536"], "--prometheus-port 65536: use a port from 1024 to 65535"),
+    (["--prometheus-linger", "61"], "--prometheus-linger 61: use 0 to 60 seconds"),
+    (["--prometheus-linger", "nan"], "--prometheus-linger nan: use 0 to 60 seconds"),
     (["--prometheus-textfile", "/nonexistent-dir/job.prom"], "/nonexistent-dir is not a directory"),
     (["--prometheus-textfile", "TMP/job.txt"], "reads only *.prom files"),
 ])
