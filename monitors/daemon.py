@@ -448,6 +448,7 @@ class Daemon:
             pass
         if self.exporter is not None:
             try:
+                self.exporter.linger(getattr(self.args, "prometheus_linger", 0.0))
                 self.exporter.close()
             except Exception as e:
                 self.source_error("prometheus", e)

@@ -28,7 +28,8 @@ from hpclaunch.reports.gpu_stats import gpu_rows, gpu_stats, index_gpu_tables
 from hpclaunch.reports.hosts import host_stats
 from hpclaunch.reports.metrics import job_info, metrics_summary, rank_hosts
 from hpclaunch.reports.plausible import drop_implausible, run_window
-from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, REPORT_SCHEMA, Report, SERIES_BINS, STRAGGLER_RATIO, add_or_none, host_from_filename, nanmax, rounded
+from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, REPORT_SCHEMA, Report, SERIES_BINS, STRAGGLER_RATIO, add_or_none, host_from_filename, rounded
+from hpclaunch.reports.nanstats import nanmax
 
 # Cumulative counters: a negative reading is a glitch, never a value (nor a reset: resets go to 0).
 GPU_COUNTERS = ("energy_mj", "viol_power_ns", "viol_thermal_ns", "ecc_dbe_total") + \

@@ -9,7 +9,8 @@ import numpy as np
 from hpclaunch.reports import readers
 from hpclaunch.monitors import schema
 from hpclaunch.reports.energy import PowerIntegral, counter_total
-from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, NEAR_SLOWDOWN_C, NOT_THROTTLE_BITS, POWER_BITS, THERMAL_BITS, host_from_filename, nanmax, nanmean, nanmin, rounded
+from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, NEAR_SLOWDOWN_C, NOT_THROTTLE_BITS, POWER_BITS, THERMAL_BITS, host_from_filename, rounded
+from hpclaunch.reports.nanstats import nanmax, nanmean, nanmin
 
 def index_gpu_tables(tables: Iterable[readers.Table]):
     """Assign a GPU id per (host, gpu_index) and sort each file's rows by GPU (stable, so time
