@@ -22,14 +22,12 @@ import errno
 import os
 import select
 import signal
-import socket
 import sys
 import time
-import traceback
 from typing import List, Optional
 
 from . import prometheus, schema
-from .logfiles import CsvLog, EventLog, stderr
+from .logfiles import CsvLog, EventLog, close_fds, stderr
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -93,27 +91,50 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 
 def host_name(arg: Optional[str] = None) -> str:
-    name = arg or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    # os.uname().nodename is what socket.gethostname() returns on Linux, without importing
+    # socket (with its enums, selectors, array: several ms of the daemon's start-up).
+    name = arg or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "host"
 
 
 class _ParentWatch:
-    """Cheap "is my parent still there" check, once per interval."""
+    """Cheap "is my parent still there" check, once per interval.
 
-    def __init__(self, pid: Optional[int]):
+    ``--parent-pid``: its ``/proc/<pid>/stat`` is opened once and re-read with one ``pread`` a
+    check. The open file stays bound to that process: once it is reaped the read fails (ESRCH),
+    even if the pid is reused by then, and a zombie reads state ``Z``. Without ``/proc``: psutil
+    (``is_running`` also catches a reused pid), else ``kill(pid, 0)``.
+    """
+
+    def __init__(self, pid: Optional[int], proc_root: str = "/proc"):
         self.pid = pid
         self.ppid = os.getppid()
+        self.fd = None
         self.proc = None
         if pid is not None:
             try:
-                import psutil  # noqa: WPS433
-                self.proc = psutil.Process(pid)
-            except Exception:
-                self.proc = None
+                self.fd = os.open(os.path.join(proc_root, str(pid), "stat"), os.O_RDONLY)
+            except OSError:
+                self.fd = None
+            # With /proc there and no such pid, kill(pid, 0) below says it is gone.
+            if self.fd is None and not os.path.isdir(os.path.join(proc_root, "self")):
+                try:
+                    import psutil  # noqa: WPS433
+                    self.proc = psutil.Process(pid)
+                except Exception:
+                    self.proc = None
 
     def gone(self) -> Optional[str]:
         if self.pid is not None:
-            if self.proc is not None:
+            if self.fd is not None:
+                try:
+                    stat = os.pread(self.fd, 512, 0)
+                except OSError:  # ESRCH: exited and reaped
+                    return f"parent pid {self.pid} is gone"
+                state = stat[stat.rfind(b")") + 2:][:1]  # the name in (...) may hold anything
+                if state in (b"Z", b"X", b""):
+                    return f"parent pid {self.pid} is {'a zombie' if state == b'Z' else 'gone'}"
+            elif self.proc is not None:
                 try:
                     if not self.proc.is_running():  # also catches a recycled pid
                         return f"parent pid {self.pid} is gone"
@@ -131,6 +152,9 @@ class _ParentWatch:
         if os.getppid() != self.ppid:
             return f"reparented (parent {self.ppid} exited)"
         return None
+
+    def close(self) -> None:
+        self.fd = close_fds(self.fd)
 
 
 class Daemon:
@@ -150,6 +174,7 @@ class Daemon:
         self._errors_said: set = set()
         self._stderr_said = False
         self._rfd = self._wfd = None
+        self._poll = None
         self.gpu_log = self.host_log = self.trace_log = self.jetson_log = None
         self.nvml = self.hostsrc = self.jetson = None
         self.exporter = None  # prometheus.Exporter when --prometheus-port/--prometheus-textfile
@@ -186,6 +211,7 @@ class Daemon:
         if (source, msg) in self._errors_said:
             return
         self._errors_said.add((source, msg))
+        import traceback  # only on an error: traceback brings linecache, tokenize, textwrap
         tb = traceback.format_exception(type(e), e, e.__traceback__)
         self.events.emit("error", {"source": source, "error": msg, "traceback": "".join(tb[-3:])})
         stderr(f"{source}: {msg}")
@@ -256,7 +282,8 @@ class Daemon:
             return None
 
     def _start_nvml(self) -> None:
-        from .nvml import NvmlSampler, load_pynvml
+        from .nvml import NvmlSampler
+        from .nvml_binding import load_pynvml
         from .ranks import gpu_rank_map
         a = self.args
         nv = self._nvml_module
@@ -289,6 +316,9 @@ class Daemon:
             signal.set_wakeup_fd(self._wfd)
         except (ValueError, OSError):  # not the main thread: rely on the flag alone
             self._rfd = self._wfd = None
+        if self._rfd is not None and hasattr(select, "poll"):  # one object for the whole run
+            self._poll = select.poll()
+            self._poll.register(self._rfd, select.POLLIN)
         for sig in _STOP_SIGNALS:
             try:
                 signal.signal(sig, self._on_signal)
@@ -307,7 +337,10 @@ class Daemon:
             while self.stop_reason is None and time.monotonic() < end:
                 time.sleep(min(0.05, max(0.0, end - time.monotonic())))
             return
-        r, _, _ = select.select([self._rfd], [], [], seconds)
+        if self._poll is not None:
+            r = self._poll.poll(seconds * 1000.0)
+        else:
+            r, _, _ = select.select([self._rfd], [], [], seconds)
         if r:
             try:
                 data = os.read(self._rfd, 64)
@@ -388,6 +421,7 @@ class Daemon:
                     self.stop_reason = "duration"
                 break
             self._wait(nxt - time.monotonic())
+        watch.close()
         if self.nvml is not None and self.samples:
             self.tick(final=True)
         self.finish(cpu0, wall0)
@@ -414,6 +448,7 @@ class Daemon:
             pass
         if self.exporter is not None:
             try:
+                self.exporter.linger(getattr(self.args, "prometheus_linger", 0.0))
                 self.exporter.close()
             except Exception as e:
                 self.source_error("prometheus", e)
@@ -445,6 +480,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return d.run()
     except Exception as e:  # never a silent death: say why, then go
         stderr(f"crashed: {type(e).__name__}: {e}")
+        import traceback
         traceback.print_exc()
         try:
             if d.events is not None:

@@ -23,9 +23,14 @@ import time
 from typing import Optional
 
 from . import schema
+from .logfiles import close_fds
 
 _COL = {c: i for i, c in enumerate(schema.HOST_COLUMNS)}
 _NCOL = len(schema.HOST_COLUMNS)
+# HostSampler._sample_proc builds its row in this order: a column added to the schema must go there too.
+_PROC_ROW = ("time_unix", "host", "cpu_pct", "mem_used_mib", "mem_total_mib", "load1", "rapl_energy_uj",
+             "cpu_temp_c", "monitor_cpu_s", "monitor_rss_mib")
+assert schema.HOST_COLUMNS == _PROC_ROW, "monitors/host.py: _sample_proc's row order is not the schema's"
 _MIB = 1048576.0
 
 
@@ -52,22 +57,22 @@ class HostSampler:
         if self.fast:
             self._open_proc()
         ps = self._ps
-        if ps is None:
+        if ps is None and self._proc_fds is None:  # the /proc path needs no psutil (nor its import)
             try:
                 import psutil as ps  # noqa: WPS433
             except ImportError as e:
                 ps = None
                 self.reason = f"psutil is not installed ({e}); only load and own CPU time are recorded"
         self._ps = ps
-        if ps is not None:
+        if ps is not None and self._proc_fds is None:
             self._proc = ps.Process()
         self.available = True
         if self.events is not None:
             if self.reason and self._proc_fds is None:
                 self.events.emit("source_unavailable", {"source": "psutil", "reason": self.reason})
-            self.events.emit("source_available", {
-                "source": self.name, "via": "/proc" if self._proc_fds is not None else "psutil",
-                "psutil": getattr(ps, "__version__", None)})
+            via = {"via": "/proc"} if self._proc_fds is not None else \
+                {"via": "psutil", "psutil": getattr(ps, "__version__", None)}
+            self.events.emit("source_available", {"source": self.name, **via})
         return True
 
     # -- /proc fast path -----------------------------------------------------------------
@@ -83,12 +88,14 @@ class HostSampler:
                 os.close(fd)
             self._proc_fds = None
 
-    def _cpu_pct(self) -> Optional[float]:
-        line = os.pread(self._proc_fds[0], 512, 0).split(b"\n", 1)[0].split()
-        v = [int(x) for x in line[1:9]]  # user nice system idle iowait irq softirq steal
-        v += [0] * (8 - len(v))
-        total = sum(v)
-        busy = total - v[3] - v[4]
+    def _cpu_pct(self, stat: bytes) -> Optional[float]:
+        """From /proc/stat's first line, "cpu  user nice system idle iowait irq softirq steal ..."."""
+        f = stat.split(b"\n", 1)[0].split()[1:9]
+        if len(f) < 8:  # an old kernel without steal (or irq/softirq)
+            f += [b"0"] * (8 - len(f))
+        user, nice, system, idle, iowait, irq, softirq, steal = map(int, f)
+        busy = user + nice + system + irq + softirq + steal
+        total = busy + idle + iowait
         last, self._last_cpu = self._last_cpu, (total, busy)
         if last is None:
             return None
@@ -97,7 +104,12 @@ class HostSampler:
             return None
         return round(min(100.0, max(0.0, 100.0 * (busy - last[1]) / dt)), 1)
 
-    def _meminfo(self):
+    def _meminfo(self, head: bytes):
+        """(MemTotal, MemAvailable) in bytes. The kernel lists them first and third (since Linux
+        3.14): ``head`` is the file's first bytes; the whole file is read only when they are not there."""
+        lines = head.split(b"\n", 3)
+        if len(lines) > 3 and lines[0].startswith(b"MemTotal:") and lines[2].startswith(b"MemAvailable:"):
+            return int(lines[0].split()[1]) * 1024, int(lines[2].split()[1]) * 1024
         total = avail = None
         for ln in os.pread(self._proc_fds[1], 8192, 0).split(b"\n"):
             if ln.startswith(b"MemTotal:"):
@@ -112,27 +124,17 @@ class HostSampler:
 
     def close(self) -> None:
         if self._proc_fds is not None:
-            for fd in self._proc_fds:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            self._proc_fds = None
+            self._proc_fds = close_fds(*self._proc_fds)
 
     def sample(self, now: float) -> tuple:
+        if self._proc_fds is not None:
+            return self._sample_proc(now)
         row = [None] * _NCOL
         row[0] = now
         row[1] = self.host
         ps = self._ps
         C = _COL
-        if self._proc_fds is not None:
-            row[C["cpu_pct"]] = self._cpu_pct()
-            total, avail = self._meminfo()
-            if total is not None:
-                row[C["mem_total_mib"]] = total / _MIB
-                if avail is not None:
-                    row[C["mem_used_mib"]] = (total - avail) / _MIB
-        elif ps is not None:
+        if ps is not None:
             pct = ps.cpu_percent(interval=None)
             row[C["cpu_pct"]] = pct if self._primed else None
             self._primed = True
@@ -151,6 +153,27 @@ class HostSampler:
         row[C["monitor_cpu_s"]] = cpu_s
         row[C["monitor_rss_mib"]] = rss
         return tuple(row)
+
+    def _sample_proc(self, now: float) -> tuple:
+        """The /proc path in one piece: at 1 Hz every call runs with cold caches, where each
+        Python call and lookup costs several times its hot price (the kernel's side, generating
+        /proc/stat and /proc/meminfo, is about half of what is left)."""
+        pread = os.pread
+        stat_fd, mem_fd, statm_fd = self._proc_fds
+        pct = self._cpu_pct(pread(stat_fd, 512, 0))  # 512 bytes hold the first line at 20 digits a field
+        total, avail = self._meminfo(pread(mem_fd, 256, 0))
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = None
+        rapl = self.rapl.read() if self.rapl is not None else None
+        temp = self.cpu_temp.read() if self.cpu_temp is not None else None
+        cpu_s = time.process_time()  # user+system, ns resolution (psutil's is 10 ms ticks)
+        rss = int(pread(statm_fd, 128, 0).split(None, 2)[1]) * self._page / _MIB
+        return (now, self.host, pct,
+                (total - avail) / _MIB if total is not None and avail is not None else None,
+                total / _MIB if total is not None else None,
+                load, rapl, temp, cpu_s, rss)
 
     def own_usage(self):
         """(cumulative CPU seconds user+system, RSS MiB) of this process."""

@@ -21,11 +21,14 @@ from __future__ import annotations
 import errno
 import os
 import pwd
+import time
 from typing import Callable, Dict, Optional, Sequence
 
 from . import schema
 
 PORT_TRIES = 8          # the asked port and the next 7
+LINGER_S = 3.0          # default --prometheus-linger
+MAX_LINGER_S = 60.0
 MIN_PORT, MAX_PORT = 1024, 65535
 _MIB = 1048576.0
 
@@ -79,6 +82,9 @@ def add_arguments(p) -> None:
                    f"the next free one of {PORT_TRIES}, written to monitor/<host>.prometheus.port")
     p.add_argument("--prometheus-address", default="0.0.0.0", metavar="ADDR",
                    help="address the exporter listens on (default 0.0.0.0: every IPv4 interface)")
+    p.add_argument("--prometheus-linger", type=float, default=LINGER_S, metavar="S",
+                   help="on stop, serve the last sample (the counters' closing values) until one scrape "
+                   f"has read it, for at most S seconds (default {LINGER_S:g}; 0: stop at once)")
     p.add_argument("--prometheus-textfile", default=None, metavar="PATH",
                    help="also write the metrics to PATH (*.prom) each sample, atomically, for "
                    "node-exporter's textfile collector; removed when the monitor stops")
@@ -88,6 +94,8 @@ def check_arguments(p, a) -> None:
     """Bad values end the program through ``p.error`` (one line, exit 2)."""
     if a.prometheus_port is not None and not (MIN_PORT <= a.prometheus_port <= MAX_PORT):
         p.error(f"--prometheus-port {a.prometheus_port}: use a port from {MIN_PORT} to {MAX_PORT}")
+    if not 0 <= a.prometheus_linger <= MAX_LINGER_S:
+        p.error(f"--prometheus-linger {a.prometheus_linger:g}: use 0 to {MAX_LINGER_S:g} seconds")
     path = a.prometheus_textfile
     if path is not None:
         folder = os.path.dirname(os.path.abspath(path))
@@ -141,6 +149,7 @@ class Exporter:
         self.textfile: Optional[str] = None
         self._textfile_failing = False
         self._held: Dict[tuple, float] = {}   # (gpu index, column) -> last value read
+        self.served = None       # the snapshot the latest scrape read
 
     def serve(self, port: int, address: str, port_file: str) -> Optional[int]:
         """Listen on ``port``, or the next free one of PORT_TRIES; the port, or None."""
@@ -214,6 +223,20 @@ class Exporter:
             return
         self._textfile_failing = False
 
+    def linger(self, seconds: float, clock=time.monotonic, sleep=time.sleep) -> bool:
+        """Keep serving until a scrape has read the latest snapshot (the monitor's final sample,
+        with every counter read), for at most ``seconds``: without it a scraper never sees the
+        energy of the job's last few seconds (the counter is read every few samples, and the
+        exporter stops with the job). True if a scrape read it."""
+        if self.httpd is None or self.snapshot is None:
+            return False
+        end = clock() + seconds
+        while self.served is not self.snapshot:
+            if clock() >= end:
+                return False
+            sleep(0.02)
+        return True
+
     def close(self) -> None:
         if self.httpd is not None:
             self.httpd.shutdown()
@@ -234,6 +257,7 @@ class _Collector:
         snap = self.x.snapshot
         if snap is None:
             return
+        self.x.served = snap  # read whole below: linger() waits for this
         now, samples, host, gpus = snap
         job = self.x.job_values
         kinds = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily}

@@ -92,7 +92,20 @@ class CpuTemp:
                                             "sensors": [f"{c}/{l}" for c, l, _ in self.hwmon.sensors]})
             return True
         reasons = [self.hwmon.reason]
+        if self._start_psutil(reasons):
+            return True
+        self.reason = "; ".join(reasons)
+        self._emit("source_unavailable", {"source": self.name, "reason": self.reason})
+        return False
+
+    def _start_psutil(self, reasons: List[str]) -> bool:
         ps = self._psutil
+        if ps is None and not self._psutil_could_find():
+            # psutil reads the same hwmon tree, then the thermal zones: with neither there it finds
+            # nothing, and importing it would cost the daemon's start-up ~10 ms for that.
+            reasons.append(f"no thermal zone under {os.path.join(self.hwmon.root, 'class', 'thermal')} "
+                           "either: psutil.sensors_temperatures would find none")
+            return False
         if ps is None:
             try:
                 import psutil as ps  # noqa: WPS433
@@ -101,22 +114,27 @@ class CpuTemp:
         fn = getattr(ps, "sensors_temperatures", None) if ps is not None else None
         if fn is None:
             reasons.append("psutil.sensors_temperatures is not offered on this platform")
-        else:
-            try:
-                temps = fn()
-            except Exception as e:  # psutil raises on odd sysfs content
-                temps = {}
-                reasons.append(f"psutil.sensors_temperatures failed: {e}")
-            cpu = [k for k in temps if k in CPU_CHIPS]
-            if cpu:
-                self.mode = "psutil"
-                self._psutil = ps
-                self._emit("source_available", {"source": self.name, "via": "psutil", "chips": cpu})
-                return True
-            reasons.append(f"psutil.sensors_temperatures() found no CPU chip (got {sorted(temps)})")
-        self.reason = "; ".join(reasons)
-        self._emit("source_unavailable", {"source": self.name, "reason": self.reason})
+            return False
+        try:
+            temps = fn()
+        except Exception as e:  # psutil raises on odd sysfs content
+            temps = {}
+            reasons.append(f"psutil.sensors_temperatures failed: {e}")
+        cpu = [k for k in temps if k in CPU_CHIPS]
+        if cpu:
+            self.mode = "psutil"
+            self._psutil = ps
+            self._emit("source_available", {"source": self.name, "via": "psutil", "chips": cpu})
+            return True
+        reasons.append(f"psutil.sensors_temperatures() found no CPU chip (got {sorted(temps)})")
         return False
+
+    def _psutil_could_find(self) -> bool:
+        """Whether what psutil.sensors_temperatures reads on Linux is there at all."""
+        root = self.hwmon.root
+        return os.path.isdir(os.path.join(root, "class", "hwmon")) or bool(
+            glob.glob(os.path.join(root, "class", "thermal", "thermal_zone*"))
+            or glob.glob(os.path.join(root, "devices", "platform", "coretemp.*")))
 
     def read(self) -> Optional[float]:
         """Hottest CPU sensor in °C, or None."""

@@ -7,17 +7,18 @@ Entry points for the CLI:
 * ``build_fleet_report(rows) -> FleetReport`` and ``render_fleet(fleet, fmt)`` — see fleet.py.
 
 The JSON document (schema ``hpclaunch.report/1``) is described in docs/report-schema.md.
+
+A job's report needs numpy and the CSV readers; the fleet view needs neither (it reads the
+registry's ledger), so the package loads them on a job report's first call, not on import: a
+10,000-job ``report --since`` would otherwise spend a tenth of its second loading them.
 """
 from __future__ import annotations
 
 import json
 from typing import Optional, Union
 
-from hpclaunch.reports.document import build
 from hpclaunch.reports.fleet import FleetReport, build_fleet_report, render_fleet
 from hpclaunch.reports.model import REPORT_SCHEMA, Report, clean
-from hpclaunch.reports.render_html import render_html
-from hpclaunch.reports.render_text import render_text
 
 __all__ = ["build_report", "render", "to_json", "build_fleet_report", "render_fleet", "FleetReport", "Report",
            "REPORT_SCHEMA", "FORMATS"]
@@ -30,6 +31,7 @@ def build_report(run_dir, *, engine: str = "auto", bins: int = 240) -> Report:
 
     ``engine``: CSV reader, "auto" (pyarrow when installed, else the csv module), "pyarrow", "csv".
     ``bins``: number of time bins of the plotted series."""
+    from hpclaunch.reports.document import build
     return build(run_dir, engine=engine, bins=bins)
 
 
@@ -46,7 +48,9 @@ def render(report: Report, fmt: str = "text", *, width: Optional[int] = None, co
     if fmt == "json":
         return to_json(report)
     if fmt == "text":
+        from hpclaunch.reports.render_text import render_text
         return render_text(report, width=width, color=color)
     if fmt == "html":
+        from hpclaunch.reports.render_html import render_html
         return render_html(report)
     raise ValueError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")

@@ -18,7 +18,7 @@ Conventions (documented in docs/report-schema.md):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -28,7 +28,8 @@ from hpclaunch.reports.gpu_stats import gpu_rows, gpu_stats, index_gpu_tables
 from hpclaunch.reports.hosts import host_stats
 from hpclaunch.reports.metrics import job_info, metrics_summary, rank_hosts
 from hpclaunch.reports.plausible import drop_implausible, run_window
-from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, REPORT_SCHEMA, Report, SERIES_BINS, STRAGGLER_RATIO, add_or_none, host_from_filename, nanmax, rounded
+from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, REPORT_SCHEMA, Report, SERIES_BINS, STRAGGLER_RATIO, add_or_none, host_from_filename, rounded
+from hpclaunch.reports.nanstats import nanmax
 
 # Cumulative counters: a negative reading is a glitch, never a value (nor a reset: resets go to 0).
 GPU_COUNTERS = ("energy_mj", "viol_power_ns", "viol_thermal_ns", "ecc_dbe_total") + \
@@ -43,28 +44,68 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
     job = job_info(run_dir, warnings)
     if not files["gpu"]:
         warnings.append(f"no GPU logs in {run_dir / schema.MONITOR_DIR}: GPU energy unknown")
-    gtabs = [readers.read_gpu_log(p, engine) for p in files["gpu"]]
-    htabs = [readers.read_host_log(p, engine) for p in files["host"]]
-    window = run_window(run_dir)
-    for tabs, counters in ((gtabs, GPU_COUNTERS), (htabs, HOST_COUNTERS)):
-        for tb in tabs:
-            why = drop_implausible(tb, window, counters)
-            if why:
-                warnings.append(why)
-    skipped = 0
-    engines = set()
-    for tb in gtabs + htabs:
-        warnings.extend(tb.warnings)
-        skipped += tb.skipped_rows
-        engines.add(tb.engine)
-        miss = [c for c in tb.missing_columns if c not in ("ecc_dbe_total",)]
-        if miss:
-            warnings.append(f"{tb.path}: columns absent: {', '.join(miss)} (treated as not measured)")
-    if skipped:
-        warnings.append(f"{skipped} malformed row(s) skipped (unterminated last lines or cell-count mismatches)")
-    keys, segs, fcols, txt, mstats = index_gpu_tables(gtabs)
+    logs = Logs(run_window(run_dir), engine, warnings)
+    # indexed as they are read: one file's raw columns in memory at a time, the reader's tables untouched
+    keys, segs, fcols, txt, mstats = index_gpu_tables(logs.read(files["gpu"], readers.read_gpu_log, GPU_COUNTERS))
+    htabs = list(logs.read(files["host"], readers.read_host_log, HOST_COUNTERS))
+    if logs.skipped:
+        warnings.append(f"{logs.skipped} malformed row(s) skipped (unterminated last lines or cell-count mismatches)")
     hosts = host_stats(htabs, warnings, events.unavailable_sources(files["events"]))
-    # job window
+    t0, t1 = job_window(fcols, hosts)
+    duration = (t1 - t0) if t0 is not None else None
+    if duration is None:
+        warnings.append("no samples at all: duration unknown")
+    per_gpu = PerGpu(keys, segs, fcols, txt, warnings)
+    if keys and duration is not None:
+        per_gpu.run(t0, t1, bins, events.recorded_intervals(files["events"]))
+    gpus = per_gpu.gpus
+    mstats["duplicates"] = per_gpu.duplicates
+    xid.apply(gpus, xid.read(files["events"]), warnings)  # gpus[].xids, from the events files
+    per_gpu.fcols = fcols = None  # the per-GPU columns are done with: free them before the rest
+    skipped = logs.skipped + power_trace_peaks(files["power_trace"], engine, gpus, warnings)
+    met = metrics_summary(run_dir, warnings)
+    ranks, med_all = rank_rows(run_dir, gpus, met, warnings)
+    nodes = node_rows(gpus, hosts, per_gpu.node_peak, duration, warnings)
+    data = {"schema": REPORT_SCHEMA, "job": job, "window": {"start_unix": t0, "end_unix": t1},
+            "duration_s": rounded(duration, 3)}
+    data.update(totals(gpus, hosts, met, duration, per_gpu.gpu_peak, warnings))
+    data.update(throttle_total_s=throttle_totals(gpus), nodes=nodes, gpus=gpus, ranks=ranks,
+                stragglers=stragglers(met, ranks, med_all),
+                coverage=coverage(gpus, mstats, skipped, files, logs.engines, warnings),
+                monitor_overhead=monitor_overhead(nodes), warnings=warnings)
+    series: Dict[str, Any] = {"t0": t0, "t1": t1, "bins": bins, "gpu": per_gpu.series}
+    if met:
+        series["loss"] = downsample(met["loss"], 400)
+        series["throughput"] = downsample(met["throughput"], 400)
+        series["val"] = met["val"]
+    return Report(data=data, series=series)
+
+
+class Logs:
+    """Reads a kind of log file by file: each table's implausible rows dropped (into a new table),
+    its warnings and malformed rows noted."""
+
+    def __init__(self, window: Optional[Tuple[float, float]], engine: str, warnings: List[str]):
+        self.window, self.engine, self.warnings = window, engine, warnings
+        self.skipped = 0
+        self.engines: set = set()
+
+    def read(self, paths, reader, counters) -> Iterator[readers.Table]:
+        for p in paths:
+            tb, why = drop_implausible(reader(p, self.engine), self.window, counters)
+            if why:
+                self.warnings.append(why)
+            self.warnings.extend(tb.warnings)
+            self.skipped += tb.skipped_rows
+            self.engines.add(tb.engine)
+            miss = [c for c in tb.missing_columns if c not in ("ecc_dbe_total",)]
+            if miss:
+                self.warnings.append(f"{tb.path}: columns absent: {', '.join(miss)} (treated as not measured)")
+            yield tb
+
+
+def job_window(fcols, hosts) -> Tuple[Optional[float], Optional[float]]:
+    """(first, last) sample time over every GPU and host log."""
     starts, ends = [], []
     for fc in fcols:
         tt = fc.get("time_unix")
@@ -75,73 +116,88 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
         if h["first_unix"] is not None:
             starts.append(h["first_unix"])
             ends.append(h["last_unix"])
-    t0 = min(starts) if starts else None
-    t1 = max(ends) if ends else None
-    duration = (t1 - t0) if t0 is not None else None
-    if duration is None:
-        warnings.append("no samples at all: duration unknown")
-    gpus: List[dict] = []
-    series: Dict[str, Any] = {"t0": t0, "t1": t1, "bins": bins, "gpu": {}}
-    gpu_peak = None
-    node_peak: Dict[str, float] = {}
-    ndup_total = 0
-    recorded = events.recorded_intervals(files["events"])
-    if keys and duration is not None:
-        # bin width for the job-level peak power: the sampling interval the daemons recorded
-        # (the longest, if hosts differ); estimated from a few GPUs' timestamps only without one
-        gpu_hosts = {keys[g_][0] for g_ in segs}
+    return (min(starts) if starts else None), (max(ends) if ends else None)
+
+
+class PerGpu:
+    """Every GPU's statistics and series, and the job's and each node's peak GPU power."""
+
+    def __init__(self, keys, segs, fcols, txt, warnings: List[str]):
+        self.keys, self.segs, self.fcols, self.txt, self.warnings = keys, segs, fcols, txt, warnings
+        self.gpus: List[dict] = []
+        self.series: Dict[str, Any] = {}
+        self.duplicates = 0
+        self.gpu_peak: Optional[float] = None
+        self.node_peak: Dict[str, float] = {}
+
+    def peak_step(self, recorded: Dict[str, float]) -> float:
+        """Bin width for the job-level peak power: the sampling interval the daemons recorded (the
+        longest, if hosts differ); estimated from a few GPUs' timestamps only without one."""
+        gpu_hosts = {self.keys[g_][0] for g_ in self.segs}
         unrecorded = sorted(h for h in gpu_hosts if h not in recorded)
         if unrecorded:
-            warnings.append(f"sampling interval not recorded for {', '.join(unrecorded[:5])}"
-                            f"{' and others' if len(unrecorded) > 5 else ''} (no events header with interval_s): "
-                            "estimated from the timestamps")
+            self.warnings.append(f"sampling interval not recorded for {', '.join(unrecorded[:5])}"
+                                 f"{' and others' if len(unrecorded) > 5 else ''} (no events header with "
+                                 "interval_s): estimated from the timestamps")
         probe = [recorded[h] for h in gpu_hosts if h in recorded]
-        for g_ in list(segs)[:8] if not probe else []:
-            fi, sl0 = segs[g_][0]
-            tt = fcols[fi]["time_unix"][sl0]
+        for g_ in list(self.segs)[:8] if not probe else []:
+            fi, sl0 = self.segs[g_][0]
+            tt = self.fcols[fi]["time_unix"][sl0]
             dt = np.diff(tt[np.isfinite(tt)]) if tt.size > 1 else np.empty(0)
             if dt.size and np.isfinite(np.median(dt)) and np.median(dt) > 0:
                 probe.append(float(np.median(dt)))
-        step = max((max(probe) if recorded and probe else float(np.median(probe))) if probe else 1.0, 1e-3)
-        span = duration / step
+        return max((max(probe) if recorded and probe else float(np.median(probe))) if probe else 1.0, 1e-3)
+
+    def run(self, t0: float, t1: float, bins: int, recorded: Dict[str, float]) -> None:
+        step = self.peak_step(recorded)
+        span = (t1 - t0) / step
         nb = (int(min(max(span, 1), 2_000_000)) if np.isfinite(span) else 1) + 1
         tot = np.zeros(nb)
         per_host: Dict[str, np.ndarray] = {}
-        for g_ in sorted(segs, key=lambda k: keys[k]):
-            host, idx = keys[g_]
+        for g_ in sorted(self.segs, key=lambda k: self.keys[k]):
+            host, idx = self.keys[g_]
             if idx < 0:
-                warnings.append(f"{host}: {sum(fcols[fi]['time_unix'][sl].size for fi, sl in segs[g_])} "
-                                "rows without gpu_index ignored")
+                self.warnings.append(f"{host}: {sum(self.fcols[fi]['time_unix'][sl].size for fi, sl in self.segs[g_])} "
+                                     "rows without gpu_index ignored")
                 continue
-            sl, ndup, nbad = gpu_rows(segs[g_], fcols)
-            ndup_total += ndup
+            sl, ndup, nbad = gpu_rows(self.segs[g_], self.fcols)
+            self.duplicates += ndup
             if nbad:
-                warnings.append(f"{host}/gpu{idx}: {nbad} rows without time_unix ignored")
+                self.warnings.append(f"{host}/gpu{idx}: {nbad} rows without time_unix ignored")
             if sl["time_unix"].size == 0:
                 continue
-            gt = {c: txt[c].get(g_, {}) for c in txt}
-            gs, ser = gpu_stats(host, idx, sl, gt, t0, t1, bins, warnings, recorded.get(host))
-            gpus.append(gs)
-            series["gpu"][f"{host}/{idx}"] = ser
-            p = sl["power_w"]
-            ok = ~np.isnan(p)
-            if ok.any():
-                bi = ((sl["time_unix"][ok] - t0) / step).astype(np.int64)
-                s_ = np.bincount(bi, p[ok], nb)
-                k_ = np.bincount(bi, None, nb)
-                m_ = np.where(k_ > 0, s_ / np.maximum(k_, 1), 0.0)
+            gt = {c: self.txt[c].get(g_, {}) for c in self.txt}
+            gs, ser = gpu_stats(host, idx, sl, gt, t0, t1, bins, self.warnings, recorded.get(host))
+            self.gpus.append(gs)
+            self.series[f"{host}/{idx}"] = ser
+            m_ = binned_mean_power(sl, t0, step, nb)
+            if m_ is not None:
                 tot += m_
                 if host not in per_host:
                     per_host[host] = np.zeros(nb)
                 per_host[host] += m_
-        gpu_peak = float(tot.max()) if per_host else None
-        node_peak = {h: float(v.max()) for h, v in per_host.items()}
-    mstats["duplicates"] = ndup_total
-    xid.apply(gpus, xid.read(files["events"]), warnings)  # gpus[].xids, from the events files
-    del fcols
-    # ---- optional high-rate power traces: peak power per GPU
+        self.gpu_peak = float(tot.max()) if per_host else None
+        self.node_peak = {h: float(v.max()) for h, v in per_host.items()}
+
+
+def binned_mean_power(sl: Dict[str, np.ndarray], t0: float, step: float, nb: int) -> Optional[np.ndarray]:
+    """One GPU's mean power per ``step``-wide bin from ``t0`` (0 where it has no sample)."""
+    p = sl["power_w"]
+    ok = ~np.isnan(p)
+    if not ok.any():
+        return None
+    bi = ((sl["time_unix"][ok] - t0) / step).astype(np.int64)
+    s_ = np.bincount(bi, p[ok], nb)
+    k_ = np.bincount(bi, None, nb)
+    return np.where(k_ > 0, s_ / np.maximum(k_, 1), 0.0)
+
+
+def power_trace_peaks(paths, engine: str, gpus: List[dict], warnings: List[str]) -> int:
+    """Peak power per GPU from the optional high-rate power traces, into ``gpus``; returns the
+    malformed rows skipped."""
+    skipped = 0
     trace: Dict[Tuple[str, int], Tuple[float, float, int]] = {}
-    for p_ in files["power_trace"]:
+    for p_ in paths:
         tb = readers.read_power_trace(p_, engine)
         warnings.extend(tb.warnings)
         if tb.skipped_rows:
@@ -168,8 +224,11 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
         tr_ = trace.get((g["host"], g["index"]))
         g["max_power_trace_w"] = rounded(tr_[0]) if tr_ else None
         g["trace_interval_s"] = rounded(tr_[1], 4) if tr_ else None
-    # ---- metrics and ranks
-    met = metrics_summary(run_dir, warnings)
+    return skipped
+
+
+def rank_rows(run_dir, gpus: List[dict], met, warnings: List[str]) -> Tuple[List[dict], Optional[float]]:
+    """One row per rank (its GPUs, energy share, step times), and the median step time of all ranks."""
     rank_gpus: Dict[int, List[dict]] = {}
     for g in gpus:
         for r in g["ranks"]:
@@ -207,10 +266,13 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
             rd.update(steps=None, samples=None, median_step_time_s=None, slowdown_vs_median=None,
                       final_loss=None, energy_per_sample_j=None)
         ranks.append(rd)
-    # ---- nodes
-    node_names = sorted(set(g["host"] for g in gpus) | set(hosts))
+    return ranks, med_all
+
+
+def node_rows(gpus: List[dict], hosts: Dict[str, dict], node_peak: Dict[str, float], duration,
+              warnings: List[str]) -> List[dict]:
     nodes = []
-    for h in node_names:
+    for h in sorted(set(g["host"] for g in gpus) | set(hosts)):
         gl = [g for g in gpus if g["host"] == h]
         ge = [g["energy_j"] for g in gl]
         gsum = None if (not gl or any(x is None for x in ge)) else sum(ge)
@@ -237,7 +299,11 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
             "monitor": {"cpu_s": hd.get("monitor_cpu_s"), "cpu_pct_of_core": hd.get("monitor_cpu_pct_of_core"),
                         "max_rss_mib": hd.get("monitor_max_rss_mib")},
         })
-    # ---- totals
+    return nodes
+
+
+def totals(gpus: List[dict], hosts: Dict[str, dict], met, duration, gpu_peak, warnings: List[str]) -> Dict[str, Any]:
+    """The job's energy (GPU, CPU, total), power, idle energy and energy per step and sample."""
     gvals = [g["energy_j"] for g in gpus]
     gpu_total = sum(x for x in gvals if x is not None) if gvals and any(x is not None for x in gvals) else None
     gpu_complete = bool(gvals) and all(x is not None for x in gvals)
@@ -251,45 +317,71 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
         warnings.append("total energy excludes CPU energy of hosts without RAPL data")
     idle_vals = [g["idle_energy_j"] for g in gpus]
     idle = sum(x for x in idle_vals if x is not None) if any(x is not None for x in idle_vals) else None
-    # efficiency
+    kwh = lambda j: rounded(j / 3.6e6 if j is not None else None, 6)  # noqa: E731
+    per_s = lambda j: rounded(j / duration if j is not None and duration else None)  # noqa: E731
+    return {
+        "energy_j": {"total": rounded(total), "gpu": rounded(gpu_total), "cpu": rounded(cpu_total),
+                     "complete": bool(gpu_complete and cpu_complete)},
+        "energy_kwh": {"total": kwh(total), "gpu": kwh(gpu_total), "cpu": kwh(cpu_total)},
+        "power_w": {"gpu_avg": per_s(gpu_total), "gpu_peak": rounded(gpu_peak), "cpu_avg": per_s(cpu_total),
+                    "peak_method": "max over time bins (the sampling interval) of the sum of per-GPU mean power"},
+        "idle": {"energy_j": rounded(idle), "share_of_gpu_pct": rounded(100 * idle / gpu_total if idle is not None and gpu_total else None, 3),
+                 "gpu_s": rounded(sum(g["idle_s"] for g in gpus if g["idle_s"] is not None), 2) if gpus else None,
+                 "util_threshold_pct": IDLE_UTIL_PCT},
+        "efficiency": efficiency(met, gpu_total, total if cpu_complete else None, warnings),
+    }
+
+
+def efficiency(met, gpu_total, total, warnings: List[str]) -> Dict[str, Any]:
+    """Energy per step and per sample; ``total`` is None unless it includes every host's CPU."""
     eff: Dict[str, Any] = {"steps": None, "samples": None, "energy_per_step_j": None, "energy_per_sample_j": None}
-    if met and met["per_rank"]:
-        steps = max(v["steps"] for v in met["per_rank"].values())
-        samples = sum(v["samples"] or 0 for v in met["per_rank"].values())
-        eff["steps"] = steps or None
-        eff["samples"] = samples or None
-        eff["energy_per_step_j"] = {"gpu": rounded(gpu_total / steps if gpu_total is not None and steps else None),
-                                    "total": rounded(total / steps if total is not None and steps and cpu_complete else None)}
-        eff["energy_per_sample_j"] = {"gpu": rounded(gpu_total / samples if gpu_total is not None and samples else None, 6),
-                                      "total": rounded(total / samples if total is not None and samples and cpu_complete else None, 6)}
-        if not samples:
-            warnings.append("metrics have no 'samples' counts: energy per sample unknown")
-    else:
+    if not (met and met["per_rank"]):
         warnings.append("no metrics/rank*.jsonl: energy per step/sample and stragglers unknown")
-    # stragglers
-    strag = None
-    if met and med_all:
-        rr = [r for r in ranks if r.get("slowdown_vs_median")]
-        rr.sort(key=lambda r: -r["slowdown_vs_median"])
-        meds = [r["median_step_time_s"] for r in rr]
-        strag = {
-            "median_step_time_s": rounded(med_all, 6),
-            "slowest_rank": rr[0]["rank"] if rr else None,
-            "slowest_ratio": rr[0]["slowdown_vs_median"] if rr else None,
-            "fastest_ratio": rr[-1]["slowdown_vs_median"] if rr else None,
-            "spread_pct": rounded(100 * (max(meds) - min(meds)) / med_all, 3) if meds else None,
-            "threshold_ratio": STRAGGLER_RATIO,
-            "ranks": [{"rank": r["rank"], "host": r["host"], "ratio": r["slowdown_vs_median"],
-                       "median_step_time_s": r["median_step_time_s"]}
-                      for r in rr if r["slowdown_vs_median"] >= STRAGGLER_RATIO][:20],
-        }
-    # throttle totals
-    thr_tot: Dict[str, Optional[float]] = {}
+        return eff
+    steps = max(v["steps"] for v in met["per_rank"].values())
+    samples = sum(v["samples"] or 0 for v in met["per_rank"].values())
+    eff["steps"] = steps or None
+    eff["samples"] = samples or None
+    eff["energy_per_step_j"] = {"gpu": rounded(gpu_total / steps if gpu_total is not None and steps else None),
+                                "total": rounded(total / steps if total is not None and steps else None)}
+    eff["energy_per_sample_j"] = {"gpu": rounded(gpu_total / samples if gpu_total is not None and samples else None, 6),
+                                  "total": rounded(total / samples if total is not None and samples else None, 6)}
+    if not samples:
+        warnings.append("metrics have no 'samples' counts: energy per sample unknown")
+    return eff
+
+
+def stragglers(met, ranks: List[dict], med_all: Optional[float]) -> Optional[Dict[str, Any]]:
+    if not (met and med_all):
+        return None
+    rr = [r for r in ranks if r.get("slowdown_vs_median")]
+    rr.sort(key=lambda r: -r["slowdown_vs_median"])
+    meds = [r["median_step_time_s"] for r in rr]
+    return {
+        "median_step_time_s": rounded(med_all, 6),
+        "slowest_rank": rr[0]["rank"] if rr else None,
+        "slowest_ratio": rr[0]["slowdown_vs_median"] if rr else None,
+        "fastest_ratio": rr[-1]["slowdown_vs_median"] if rr else None,
+        "spread_pct": rounded(100 * (max(meds) - min(meds)) / med_all, 3) if meds else None,
+        "threshold_ratio": STRAGGLER_RATIO,
+        "ranks": [{"rank": r["rank"], "host": r["host"], "ratio": r["slowdown_vs_median"],
+                   "median_step_time_s": r["median_step_time_s"]}
+                  for r in rr if r["slowdown_vs_median"] >= STRAGGLER_RATIO][:20],
+    }
+
+
+def throttle_totals(gpus: List[dict]) -> Dict[str, float]:
+    thr_tot: Dict[str, float] = {}
     for g in gpus:
         for k, v in g["throttle_s"].items():
             if v is not None:
                 thr_tot[k] = round(thr_tot.get(k, 0.0) + v, 3)
-    # coverage
+    return thr_tot
+
+
+def coverage(gpus: List[dict], mstats, skipped: int, files, engines, warnings: List[str]) -> Dict[str, Any]:
+    """Rows read, dropped and skipped, sampling gaps, energy sources and the counter cross-check;
+    warns of the first gaps and of every GPU's energy notes."""
     pcts = [g["coverage"]["pct_of_job"] for g in gpus if g["coverage"]["pct_of_job"] is not None]
     all_gaps = [dict(gap, host=g["host"], index=g["index"]) for g in gpus for gap in g["coverage"]["gaps"]]
     for gap in all_gaps[:20]:
@@ -301,7 +393,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
         for nt in g["energy_notes"]:
             warnings.append(f"{g['host']}/gpu{g['index']}: {nt}")
     xcs = [g["crosscheck_pct"] for g in gpus if g["crosscheck_pct"] is not None]
-    coverage = {
+    return {
         "gpu_rows_read": mstats["rows"] if mstats else 0,
         "duplicate_rows_removed": mstats["duplicates"] if mstats else 0,
         "malformed_rows_skipped": skipped,
@@ -314,42 +406,14 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
         "files": {k: [p.name for p in v] for k, v in files.items()},
         "reader": sorted(engines),
     }
+
+
+def monitor_overhead(nodes: List[dict]) -> Dict[str, Any]:
     mon_cpu = [n["monitor"]["cpu_pct_of_core"] for n in nodes if n["monitor"]["cpu_pct_of_core"] is not None]
     mon_rss = [n["monitor"]["max_rss_mib"] for n in nodes if n["monitor"]["max_rss_mib"] is not None]
-    data = {
-        "schema": REPORT_SCHEMA,
-        "job": job,
-        "window": {"start_unix": t0, "end_unix": t1},
-        "duration_s": rounded(duration, 3),
-        "energy_j": {"total": rounded(total), "gpu": rounded(gpu_total), "cpu": rounded(cpu_total),
-                     "complete": bool(gpu_complete and cpu_complete)},
-        "energy_kwh": {"total": rounded(total / 3.6e6 if total is not None else None, 6),
-                       "gpu": rounded(gpu_total / 3.6e6 if gpu_total is not None else None, 6),
-                       "cpu": rounded(cpu_total / 3.6e6 if cpu_total is not None else None, 6)},
-        "power_w": {"gpu_avg": rounded(gpu_total / duration if gpu_total is not None and duration else None),
-                    "gpu_peak": rounded(gpu_peak),
-                    "cpu_avg": rounded(cpu_total / duration if cpu_total is not None and duration else None),
-                    "peak_method": "max over time bins (the sampling interval) of the sum of per-GPU mean power"},
-        "idle": {"energy_j": rounded(idle), "share_of_gpu_pct": rounded(100 * idle / gpu_total if idle is not None and gpu_total else None, 3),
-                 "gpu_s": rounded(sum(g["idle_s"] for g in gpus if g["idle_s"] is not None), 2) if gpus else None,
-                 "util_threshold_pct": IDLE_UTIL_PCT},
-        "efficiency": eff,
-        "throttle_total_s": thr_tot,
-        "nodes": nodes,
-        "gpus": gpus,
-        "ranks": ranks,
-        "stragglers": strag,
-        "coverage": coverage,
-        "monitor_overhead": {"max_cpu_pct_of_core": max(mon_cpu) if mon_cpu else None,
-                             "max_rss_mib": max(mon_rss) if mon_rss else None,
-                             "cpu_s_total": rounded(sum(n["monitor"]["cpu_s"] for n in nodes if n["monitor"]["cpu_s"] is not None), 3) if mon_cpu else None},
-        "warnings": warnings,
-    }
-    if met:
-        series["loss"] = downsample(met["loss"], 400)
-        series["throughput"] = downsample(met["throughput"], 400)
-        series["val"] = met["val"]
-    return Report(data=data, series=series)
+    return {"max_cpu_pct_of_core": max(mon_cpu) if mon_cpu else None,
+            "max_rss_mib": max(mon_rss) if mon_rss else None,
+            "cpu_s_total": rounded(sum(n["monitor"]["cpu_s"] for n in nodes if n["monitor"]["cpu_s"] is not None), 3) if mon_cpu else None}
 
 
 def downsample(pairs, k):

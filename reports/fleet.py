@@ -1,24 +1,26 @@
 """Fleet view: energy by user, partition and job; hottest nodes and GPU slots over many jobs.
 
 ``build_fleet_report(rows)`` takes an iterable of job records (dicts with ``id``, ``name``,
-``user``, ``partition``, ``run_dir``, ``submit_time``) — the lead feeds it from the registry for
-``hpclaunch report --since 7d`` — builds each job's report and aggregates.
+``user``, ``partition``, ``run_dir``, ``submit_time``, and a ``summary`` where the registry's ledger
+has one: :data:`SUMMARY_FORMAT`) and aggregates each job's summary (:func:`job_summary`, made from its
+logs when the row has none).
 
 A GPU slot is (host, gpu_index). Its temperature statistic is the mean over jobs of the slot's
 average temperature; a slot is an outlier when it is hotter than the fleet median by more than
 max(OUTLIER_MIN_C, OUTLIER_K robust sigmas) (sigma = 1.4826 x median absolute deviation).
+
+The aggregation is plain Python over the summaries (no numpy): `report --since` over 10,000 ledgered
+jobs must answer within a second, start of the interpreter included (bench/fleet), and most of that
+second is decoding the summaries and walking them once.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable, List, Optional
 
-import numpy as np
-
-from hpclaunch.reports.document import build
 from hpclaunch.reports.model import SLOWDOWN_REASONS, clean, reasons_text
-from hpclaunch.reports.render_html import render_fleet_html
 
 FLEET_SCHEMA = "hpclaunch.fleet_report/1"
 OUTLIER_MIN_C = 3.0
@@ -34,32 +36,37 @@ class FleetReport:
         return self.data["warnings"]
 
 
-def _acc(d: Dict[str, dict], key, e_total, e_gpu, e_cpu, gpu_h, complete):
-    a = d.setdefault(str(key), {"jobs": 0, "energy_j": 0.0, "gpu_energy_j": 0.0, "cpu_energy_j": 0.0,
-                                "gpu_hours": 0.0, "incomplete_jobs": 0, "unknown_energy_jobs": 0})
-    a["jobs"] += 1
-    if e_total is None:
-        a["unknown_energy_jobs"] += 1
-    a["energy_j"] += e_total or 0.0
-    a["gpu_energy_j"] += e_gpu or 0.0
-    a["cpu_energy_j"] += e_cpu or 0.0
-    a["gpu_hours"] += gpu_h or 0.0
-    if not complete:
-        a["incomplete_jobs"] += 1
-
-
 _REASONS = frozenset(SLOWDOWN_REASONS)
+_NUM = frozenset((float, int, type(None)))
+_TEXT = frozenset((str, type(None)))
 
 
-def _add_reasons(into: Dict[str, float], throttle_s: Dict[str, Any]) -> None:
-    for reason, v in throttle_s.items():  # a ledger summary holds only the reasons with time
-        if v and reason in _REASONS:
-            into[reason] = into.get(reason, 0.0) + v
+def _n(v: Any) -> Optional[float]:
+    """A number or None, as a summary holds it; anything else is a broken ledger entry."""
+    if v is None or type(v) in (float, int):
+        return v
+    raise TypeError(f"{v!r} is not a number")
+
+
+def _reasons(throttle_s: Dict[str, Any]) -> Dict[str, float]:
+    """The slowdown reasons with time (a ledger summary holds only those)."""
+    return {r: _n(v) for r, v in throttle_s.items() if v and r in _REASONS}
+
+
+def _add(into: Dict[str, float], reasons: Dict[str, float]) -> None:
+    for r, v in reasons.items():
+        into[r] = into.get(r, 0.0) + v
 
 
 def _in_order(reasons: Dict[str, float]) -> Dict[str, float]:
     """Reasons in NVML bit order, rounded; a slot's hw_slowdown is the line an admin looks for."""
     return {r: round(reasons[r], 2) for r in SLOWDOWN_REASONS if r in reasons}
+
+
+def _median(xs: List[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2.0
 
 
 def logs_signature(run_dir: str) -> str:
@@ -88,27 +95,97 @@ def logs_signature(run_dir: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32] if parts else ""
 
 
-def job_summary(run_dir: str, engine: str = "auto") -> Dict[str, Any]:
-    """What the fleet view needs of one job's report, small enough to keep in the registry's ledger
-    (a few hundred bytes per GPU) and shaped like the report, so both feed the same code."""
+# A ledger summary is one JSON array, fields by position (a dict per GPU takes twice as long to
+# decode over 10,000 jobs, and the ledger five times the space); docs/fleet.md lists them:
+# [SUMMARY_FORMAT, energy total J, GPU J, CPU J, complete, duration s, idle energy J, throttle s by
+#  reason (power and thermal always), GPUs: [[host, index, uuid, avg °C, max °C, s near slowdown,
+#  sampled s, throttle s by reason], ...], nodes: [[host, energy J, max GPU °C, max CPU °C], ...],
+#  number of report warnings]
+SUMMARY_FORMAT = 2
+
+
+def job_summary(run_dir: str, engine: str = "auto") -> List[Any]:
+    """What the fleet view needs of one job's report, small enough to keep in the registry's ledger,
+    as plain JSON values (numpy scalars as numbers, NaN as None)."""
+    # The log reader (numpy, pyarrow) loads here, when a job is summarised from its logs: a fleet
+    # view whose jobs are all in the ledger never needs it (reports/__init__.py says why).
+    from hpclaunch.reports.document import build
     rep = build(run_dir, engine=engine, bins=8).data
-    gpu_keys = ("host", "index", "uuid", "avg_temp_c", "max_temp_c", "time_near_slowdown_s")
 
     def reasons(throttle, keep=()):
         # the fleet adds up only reasons with time: zeros are left out (the ledger holds 10,000s of these)
         return {k: v for k, v in throttle.items() if v or k in keep}
 
-    return {
-        "energy_j": {k: rep["energy_j"][k] for k in ("total", "gpu", "cpu", "complete")},
-        "duration_s": rep["duration_s"], "idle": {"energy_j": rep["idle"]["energy_j"]},
-        "throttle_total_s": reasons(rep["throttle_total_s"], keep=("power", "thermal")),
-        "gpus": [dict({k: g[k] for k in gpu_keys}, throttle_s=reasons(g["throttle_s"]),
-                      coverage={"sampled_s": g["coverage"]["sampled_s"]}) for g in rep["gpus"]],
-        "nodes": [{"host": n["host"], "energy_j": {"total": n["energy_j"]["total"]},
-                   "max_gpu_temp_c": n.get("max_gpu_temp_c"), "max_cpu_temp_c": n.get("max_cpu_temp_c")}
-                  for n in rep["nodes"]],
-        "warnings": list(rep["warnings"]),
+    e = rep["energy_j"]
+    return clean([
+        SUMMARY_FORMAT, e["total"], e["gpu"], e["cpu"], bool(e["complete"]), rep["duration_s"],
+        rep["idle"]["energy_j"], reasons(rep["throttle_total_s"], keep=("power", "thermal")),
+        [[g["host"], g["index"], g["uuid"], g["avg_temp_c"], g["max_temp_c"], g["time_near_slowdown_s"],
+          g["coverage"]["sampled_s"], reasons(g["throttle_s"])] for g in rep["gpus"]],
+        [[n["host"], n["energy_j"]["total"], n.get("max_gpu_temp_c"), n.get("max_cpu_temp_c")] for n in rep["nodes"]],
+        len(rep["warnings"]),
+    ])
+
+
+def summary_record(value: Any) -> Optional[List[Any]]:
+    """A decoded ledger summary as this version reads it: the array as it is, the first ledger's
+    object form (format 1) converted, anything else None (not a summary: make it again)."""
+    if type(value) is list:
+        return value if value and value[0] == SUMMARY_FORMAT else None
+    if type(value) is not dict:
+        return None
+    try:
+        e = value["energy_j"]
+        return [SUMMARY_FORMAT, e["total"], e["gpu"], e["cpu"], e["complete"], value["duration_s"],
+                value["idle"]["energy_j"], value["throttle_total_s"],
+                [[g["host"], g["index"], g["uuid"], g["avg_temp_c"], g["max_temp_c"], g["time_near_slowdown_s"],
+                  g["coverage"]["sampled_s"], g["throttle_s"]] for g in value["gpus"]],
+                [[n["host"], n["energy_j"]["total"], n.get("max_gpu_temp_c"), n.get("max_cpu_temp_c")]
+                 for n in value["nodes"]],
+                len(value["warnings"])]
+    except (KeyError, TypeError, AttributeError):
+        return None
+
+
+def _job(row: dict, rec: List[Any]) -> tuple:
+    """One job's fleet row and what its GPUs and nodes add, read from its summary before anything is
+    added up: a summary of the wrong shape (a hand-edited ledger) raises here and adds nothing."""
+    fmt, total, gpu_e, cpu_e, complete, duration, idle, throttle_total, gpus_in, nodes_in, warnings = rec
+    if fmt != SUMMARY_FORMAT:
+        raise ValueError(f"summary format {fmt!r}, not {SUMMARY_FORMAT}")
+    total, gpu_e, cpu_e = _n(total), _n(gpu_e), _n(cpu_e)
+    # Checked by type, a GPU (a node) at a time, not a value at a time: 10,000 jobs of 8 GPUs are
+    # 640,000 values, and the checks were a fifth of the view's time.
+    gpu_reasons = []   # each GPU's slowdown reasons with time (None: none), aligned with gpus_in
+    for g in gpus_in:
+        h, i, uuid, avg, mx, near, sampled, th = g
+        if not (type(h) is str and type(i) is int and type(uuid) in _TEXT and type(avg) in _NUM
+                and type(mx) in _NUM and type(near) in _NUM and type(sampled) in _NUM and type(th) is dict):
+            raise TypeError(f"GPU {g!r} is not [host, index, uuid, numbers, reasons]")
+        gpu_reasons.append(_reasons(th) if th else None)
+    for n in nodes_in:
+        h, energy, gpu_t, cpu_t = n
+        if not (type(h) is str and type(energy) in _NUM and type(gpu_t) in _NUM and type(cpu_t) in _NUM):
+            raise TypeError(f"node {n!r} is not [host, numbers]")
+    gpus, nodes = list(zip(gpus_in, gpu_reasons)), nodes_in
+    gpu_h = sum(g[6] or 0.0 for g in gpus_in) / 3600.0
+    temps = [g[4] for g in gpus_in if g[4] is not None]
+    throttle = _reasons(throttle_total)
+    job = {
+        "id": row.get("id"), "name": row.get("name"), "user": row.get("user"), "partition": row.get("partition"),
+        "submit_time": row.get("submit_time"), "run_dir": str(row.get("run_dir")), "duration_s": duration,
+        "energy_j": total, "gpu_energy_j": gpu_e, "cpu_energy_j": cpu_e, "complete": bool(complete),
+        "gpus": len(gpus), "gpu_hours": round(gpu_h, 4), "idle_energy_j": idle,
+        "max_temp_c": max(temps) if temps else None,
+        "throttle_power_s": throttle_total.get("power"), "throttle_thermal_s": throttle_total.get("thermal"),
+        "throttle_s": _in_order(throttle), "warnings": int(warnings),
     }
+    return job, throttle, gpu_h, gpus, nodes
+
+
+def _group() -> Dict[str, Any]:
+    return {"jobs": 0, "energy_j": 0.0, "gpu_energy_j": 0.0, "cpu_energy_j": 0.0, "gpu_hours": 0.0,
+            "incomplete_jobs": 0, "unknown_energy_jobs": 0}
 
 
 def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetReport:
@@ -117,71 +194,74 @@ def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetRe
     jobs: List[dict] = []
     by_user: Dict[str, dict] = {}
     by_part: Dict[str, dict] = {}
-    slots: Dict[tuple, dict] = {}
+    slots: Dict[tuple, list] = {}   # (host, index) -> [jobs, avg temps, max temp, near s, uuids, throttle]
     nodes: Dict[str, dict] = {}
     fleet_throttle: Dict[str, float] = {}
     for row in rows:
         jid = row.get("id")
-        rd = row.get("run_dir")
         try:
-            rep = row.get("summary") or job_summary(rd, engine)
-        except Exception as e:  # noqa: BLE001 - one broken run dir must not hide the fleet
+            rec = row.get("summary") or job_summary(row.get("run_dir"), engine)
+            job, throttle, gpu_h, gpus, job_nodes = _job(row, rec)
+        except Exception as e:  # noqa: BLE001 - one broken run dir (or ledger entry) must not hide the fleet
             warnings.append(f"job {jid}: report failed: {type(e).__name__}: {e}")
             continue
-        e = rep["energy_j"]
-        gpu_h = sum((g["coverage"]["sampled_s"] or 0.0) for g in rep["gpus"]) / 3600.0
-        complete = bool(e["complete"])
-        if e["total"] is None:
-            warnings.append(f"job {jid}: energy unknown ({rd})")
+        jobs.append(job)
+        total, complete = job["energy_j"], job["complete"]
+        if total is None:
+            warnings.append(f"job {jid}: energy unknown ({job['run_dir']})")
         elif not complete:
             warnings.append(f"job {jid}: energy incomplete (see its report warnings)")
-        _acc(by_user, row.get("user") or "?", e["total"], e["gpu"], e["cpu"], gpu_h, complete)
-        _acc(by_part, row.get("partition") or "?", e["total"], e["gpu"], e["cpu"], gpu_h, complete)
-        temps = [g["max_temp_c"] for g in rep["gpus"] if g["max_temp_c"] is not None]
-        job_throttle: Dict[str, float] = {}
-        _add_reasons(job_throttle, rep["throttle_total_s"])
-        _add_reasons(fleet_throttle, job_throttle)
-        jobs.append({
-            "id": jid, "name": row.get("name"), "user": row.get("user"), "partition": row.get("partition"),
-            "submit_time": row.get("submit_time"), "run_dir": str(rd), "duration_s": rep["duration_s"],
-            "energy_j": e["total"], "gpu_energy_j": e["gpu"], "cpu_energy_j": e["cpu"], "complete": complete,
-            "gpus": len(rep["gpus"]), "gpu_hours": round(gpu_h, 4),
-            "idle_energy_j": rep["idle"]["energy_j"], "max_temp_c": max(temps) if temps else None,
-            "throttle_power_s": rep["throttle_total_s"].get("power"),
-            "throttle_thermal_s": rep["throttle_total_s"].get("thermal"),
-            "throttle_s": _in_order(job_throttle),
-            "warnings": len(rep["warnings"]),
-        })
-        for g in rep["gpus"]:
-            s = slots.setdefault((g["host"], g["index"]), {"avg": [], "max": None, "near_s": 0.0, "jobs": 0,
-                                                          "uuid": set(), "throttle": {}})
-            s["jobs"] += 1
-            _add_reasons(s["throttle"], g["throttle_s"])
-            if g["uuid"]:
-                s["uuid"].add(g["uuid"])
-            if g["avg_temp_c"] is not None:
-                s["avg"].append(g["avg_temp_c"])
-            if g["max_temp_c"] is not None:
-                s["max"] = g["max_temp_c"] if s["max"] is None else max(s["max"], g["max_temp_c"])
-            s["near_s"] += g["time_near_slowdown_s"] or 0.0
-        for n in rep["nodes"]:
-            nd = nodes.setdefault(n["host"], {"max_gpu_temp_c": None, "max_cpu_temp_c": None, "jobs": 0,
-                                              "energy_j": 0.0})
+        for groups, key in ((by_user, str(row.get("user") or "?")), (by_part, str(row.get("partition") or "?"))):
+            a = groups.get(key)
+            if a is None:
+                a = groups[key] = _group()
+            a["jobs"] += 1
+            if total is None:
+                a["unknown_energy_jobs"] += 1
+            else:
+                a["energy_j"] += total
+            a["gpu_energy_j"] += job["gpu_energy_j"] or 0.0
+            a["cpu_energy_j"] += job["cpu_energy_j"] or 0.0
+            a["gpu_hours"] += gpu_h
+            if not complete:
+                a["incomplete_jobs"] += 1
+        if throttle:
+            _add(fleet_throttle, throttle)
+        for (host, index, uuid, avg, mx, near, _, _), reasons in gpus:
+            s = slots.get((host, index))
+            if s is None:
+                s = slots[(host, index)] = [0, [], None, 0.0, set(), {}]
+            s[0] += 1
+            if uuid:
+                s[4].add(uuid)
+            if avg is not None:
+                s[1].append(avg)
+            if mx is not None and (s[2] is None or mx > s[2]):
+                s[2] = mx
+            if near:
+                s[3] += near
+            if reasons:
+                _add(s[5], reasons)
+        for host, energy, gpu_t, cpu_t in job_nodes:
+            nd = nodes.get(host)
+            if nd is None:
+                nd = nodes[host] = {"max_gpu_temp_c": None, "max_cpu_temp_c": None, "jobs": 0, "energy_j": 0.0}
             nd["jobs"] += 1
-            nd["energy_j"] += n["energy_j"]["total"] or 0.0
-            for k in ("max_gpu_temp_c", "max_cpu_temp_c"):
-                v = n.get(k)
-                if v is not None:
-                    nd[k] = v if nd[k] is None else max(nd[k], v)
+            if energy:
+                nd["energy_j"] += energy
+            if gpu_t is not None and (nd["max_gpu_temp_c"] is None or gpu_t > nd["max_gpu_temp_c"]):
+                nd["max_gpu_temp_c"] = gpu_t
+            if cpu_t is not None and (nd["max_cpu_temp_c"] is None or cpu_t > nd["max_cpu_temp_c"]):
+                nd["max_cpu_temp_c"] = cpu_t
     slot_rows = []
-    for (h, i), s in slots.items():
-        slot_rows.append({"host": h, "index": i, "jobs": s["jobs"], "uuids": sorted(s["uuid"]),
-                          "mean_avg_temp_c": round(float(np.mean(s["avg"])), 2) if s["avg"] else None,
-                          "max_temp_c": s["max"], "time_near_slowdown_s": round(s["near_s"], 2),
-                          "throttle_s": _in_order(s["throttle"])})
-    vals = np.array([r["mean_avg_temp_c"] for r in slot_rows if r["mean_avg_temp_c"] is not None])
-    med = float(np.median(vals)) if vals.size else None
-    sigma = float(1.4826 * np.median(np.abs(vals - med))) if vals.size else None
+    for (h, i), (n, avg, mx, near, uuids, reasons) in slots.items():
+        slot_rows.append({"host": h, "index": i, "jobs": n, "uuids": sorted(uuids),
+                          "mean_avg_temp_c": round(math.fsum(avg) / len(avg), 2) if avg else None,
+                          "max_temp_c": mx, "time_near_slowdown_s": round(near, 2),
+                          "throttle_s": _in_order(reasons)})
+    vals = [r["mean_avg_temp_c"] for r in slot_rows if r["mean_avg_temp_c"] is not None]
+    med: Optional[float] = _median(vals) if vals else None
+    sigma = 1.4826 * _median([abs(v - med) for v in vals]) if vals else None
     thr = max(OUTLIER_MIN_C, OUTLIER_K * sigma) if sigma is not None else None
     for r in slot_rows:
         v = r["mean_avg_temp_c"]
@@ -220,10 +300,14 @@ def render_fleet(fleet: FleetReport, fmt: str = "text", *, width: int = 120, col
     if fmt == "json":
         # indented for a reader; a large fleet compact, through the C encoder (indent needs the Python one)
         indent = 2 if fleet.data["jobs_count"] <= 200 else None
-        return json.dumps(clean(fleet.data), indent=indent, allow_nan=False) + "\n"
+        try:  # the summaries are plain JSON values: no pass over 10,000 jobs to clean them first
+            return json.dumps(fleet.data, indent=indent, allow_nan=False) + "\n"
+        except (TypeError, ValueError):  # a sum that overflowed to inf (a hand-edited ledger): null
+            return json.dumps(clean(fleet.data), indent=indent, allow_nan=False) + "\n"
     if fmt == "text":
         return _fleet_text(fleet, width, color)
     if fmt == "html":
+        from hpclaunch.reports.render_html import render_fleet_html  # numpy: only for this view
         return render_fleet_html(fleet)
     raise ValueError(f"unknown format {fmt!r}")
 

@@ -7,7 +7,8 @@ import numpy as np
 
 from hpclaunch.reports import readers
 from hpclaunch.reports.energy import counter_total
-from hpclaunch.reports.model import host_from_filename, nanmax, nanmean, rounded
+from hpclaunch.reports.model import host_from_filename, rounded
+from hpclaunch.reports.nanstats import nanmax, nanmean
 
 def host_stats(tables: List[readers.Table], warnings, unavailable: Dict[str, Dict[str, str]] | None = None
                ) -> Dict[str, dict]:

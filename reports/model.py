@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-import numpy as np
-
 from hpclaunch.monitors import schema
 
 REPORT_SCHEMA = "hpclaunch.report/1"
@@ -65,26 +63,6 @@ def num(x) -> Optional[float]:
 def rounded(x, nd=3) -> Optional[float]:
     x = num(x)
     return None if x is None else round(x, nd)
-
-
-def nanmax(a) -> Optional[float]:
-    if a.size == 0:
-        return None
-    v = float(np.fmax.reduce(a))  # ignores NaN unless all are NaN
-    return None if math.isnan(v) else v
-
-
-def nanmin(a) -> Optional[float]:
-    if a.size == 0:
-        return None
-    v = float(np.fmin.reduce(a))
-    return None if math.isnan(v) else v
-
-
-def nanmean(a) -> Optional[float]:
-    ok = ~np.isnan(a)
-    k = int(np.count_nonzero(ok))
-    return float(np.sum(a, where=ok) / k) if k else None
 
 
 def host_from_filename(path) -> str:

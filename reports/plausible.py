@@ -10,6 +10,7 @@ attempt, head-node clock) widened by WINDOW_SLACK_S for node clock skew; without
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Iterable, Optional, Tuple
@@ -42,11 +43,13 @@ def run_window(run_dir) -> Optional[Tuple[float, float]]:
     return min(starts) - WINDOW_SLACK_S, end + WINDOW_SLACK_S
 
 
-def drop_implausible(tb, window: Optional[Tuple[float, float]], counters: Iterable[str]) -> Optional[str]:
-    """Drop rows of `tb` (a readers.Table) stamped outside `window`; turn infinite readings and
-    negative counter readings into missing ones. Returns the warning, or None if all was plausible."""
+def drop_implausible(tb, window: Optional[Tuple[float, float]], counters: Iterable[str]):
+    """(table, warning): `tb` (a readers.Table) without its rows stamped outside `window`, its
+    infinite readings and negative counter readings made missing; the warning is None if all was
+    plausible. `tb` itself is left as the reader made it (a changed table is a new one)."""
+    why = None
     if tb.n == 0:
-        return None
+        return tb, why
     t = tb.col("time_unix")
     outside = np.zeros(tb.n, bool)
     if window is not None:
@@ -54,7 +57,8 @@ def drop_implausible(tb, window: Optional[Tuple[float, float]], counters: Iterab
             outside = np.isfinite(t) & ((t < window[0]) | (t > window[1]))
     nonfinite = negative = 0
     counters = set(counters)
-    for name, a in list(tb.num.items()):
+    num = dict(tb.num)
+    for name, a in tb.num.items():
         if a.dtype.kind != "f":
             continue
         inf = np.isinf(a)
@@ -66,15 +70,16 @@ def drop_implausible(tb, window: Optional[Tuple[float, float]], counters: Iterab
             bad = inf | neg
         nonfinite += int(inf.sum())
         if bad.any():  # a new array: the reader's may be a read-only view of Arrow memory
-            tb.num[name] = np.where(bad, np.nan, a)
+            num[name] = np.where(bad, np.nan, a)
     dropped = int(outside.sum())
+    text = tb.text
     if dropped:
         keep = ~outside
-        tb.num = {k: v[keep] for k, v in tb.num.items()}
-        tb.text = {k: (codes[keep], dic) for k, (codes, dic) in tb.text.items()}
-        tb.n = int(keep.sum())
+        num = {k: v[keep] for k, v in num.items()}
+        text = {k: (codes[keep], dic) for k, (codes, dic) in tb.text.items()}
     if not (dropped or nonfinite or negative):
-        return None
+        return tb, why
+    tb = dataclasses.replace(tb, num=num, text=text, n=tb.n - dropped)
     parts = []
     if dropped:
         parts.append(f"dropped {dropped} row(s) stamped outside the run's window "
@@ -84,4 +89,4 @@ def drop_implausible(tb, window: Optional[Tuple[float, float]], counters: Iterab
         parts.append(f"{nonfinite} infinite reading(s) treated as missing")
     if negative:
         parts.append(f"{negative} negative counter reading(s) treated as missing (a counter glitch, not a reset)")
-    return f"{Path(tb.path).name}: " + "; ".join(parts)
+    return tb, f"{Path(tb.path).name}: " + "; ".join(parts)

@@ -7,9 +7,9 @@ logs cheap.
 
 Two engines, same result:
 
-* ``"pyarrow"`` (default when pyarrow is importable): multi-threaded C++ parser; rows whose cell
-  count differs from the header's are skipped through ``invalid_row_handler``. Measured in
-  ``bench/report/bench_report.py``.
+* ``"pyarrow"`` (default when pyarrow is importable): strict multi-threaded C++ parser, no Python
+  per row; a file with lines whose cell count differs from the header's is filtered with numpy
+  first (``reports/csv_arrow.py``). Measured in ``bench/report/bench_report.py``.
 * ``"csv"``: the standard library's csv module; tolerant of anything (repeated schema/header
   lines after a daemon restart appended to the same file, unparsable cells). Used when pyarrow
   is missing or refuses a file.
@@ -34,6 +34,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from hpclaunch.monitors import schema
+from hpclaunch.reports import csv_arrow
 
 # Columns the reports read (others are ignored; a newer schema may add columns at the end).
 GPU_NUMERIC = (
@@ -192,11 +193,8 @@ def _parse_rows(t: Table, header, skip, numeric, text, engine, optional, end=Non
         engine = "pyarrow" if have_pyarrow() else "csv"
     if engine == "pyarrow":
         try:
-            if data is None:
-                _read_pyarrow(t, header, skip, numeric, text, end)
-            else:
-                import pyarrow as pa
-                _parse_pyarrow(t, pa.BufferReader(data), header, skip, numeric, text)
+            t.n, t.num, t.text, t.skipped_rows = csv_arrow.parse(t.path, end, header, skip, numeric, text, data)
+            _absent_as_missing(t, numeric, text)
             t.engine = "pyarrow"
             return
         except Exception as e:  # noqa: BLE001 - any refusal: fall back to the tolerant reader
@@ -211,65 +209,7 @@ def _parse_rows(t: Table, header, skip, numeric, text, engine, optional, end=Non
                  None if data is None else io.StringIO(data.decode("utf-8", "replace"), newline=""))
 
 
-def _read_pyarrow(t: Table, header, skip, numeric, text, end: Optional[int] = None) -> None:
-    """``end``: parse only the first ``end`` bytes (up to the last newline), None = whole file."""
-    import pyarrow as pa
-
-    if end is None:
-        _parse_pyarrow(t, t.path, header, skip, numeric, text)
-        return
-    # Rare (a killed writer's file): a zero-copy view of the mapped file, cut at its last newline.
-    with pa.memory_map(t.path) as mm:
-        _parse_pyarrow(t, pa.BufferReader(mm.read_buffer(end)), header, skip, numeric, text)
-
-
-def _parse_pyarrow(t: Table, source, header, skip, numeric, text) -> None:
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
-
-    present_num = [c for c in numeric if c in header]
-    present_txt = [c for c in text if c in header]
-    skipped = [0]
-
-    def on_invalid(row):
-        skipped[0] += 1
-        return "skip"
-
-    types = {c: pa.float64() for c in present_num}
-    types.update({c: pa.dictionary(pa.int32(), pa.string()) for c in present_txt})
-    # Duplicate header names would confuse column selection; the csv path copes.
-    if len(set(header)) != len(header):
-        raise ValueError("duplicate column names")
-    tbl = pcsv.read_csv(
-        source,
-        read_options=pcsv.ReadOptions(skip_rows=skip, column_names=header, use_threads=True,
-                                      block_size=8 << 20),
-        parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid),
-        convert_options=pcsv.ConvertOptions(column_types=types,
-                                            include_columns=present_num + present_txt,
-                                            null_values=[""], strings_can_be_null=True,
-                                            quoted_strings_can_be_null=True),
-    )
-    t.skipped_rows = skipped[0]
-    t.n = tbl.num_rows
-    if present_txt:
-        tbl = tbl.unify_dictionaries()
-    for c in present_num:
-        col = tbl.column(c)
-        t.num[c] = (np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in col.chunks])
-                    if col.num_chunks else np.empty(0)).astype(np.float64, copy=False)
-    for c in present_txt:
-        col = tbl.column(c)
-        if col.num_chunks == 0:
-            t.text[c] = (np.empty(0, np.int32), [])
-            continue
-        dic = col.chunk(0).dictionary.to_pylist()
-        codes = np.concatenate([ch.indices.fill_null(-1).to_numpy(zero_copy_only=False)
-                                for ch in col.chunks]).astype(np.int32, copy=False)
-        # empty string values (only if not mapped to null) count as empty too
-        if "" in dic:
-            codes = np.where(codes == dic.index(""), -1, codes).astype(np.int32)
-        t.text[c] = (codes, dic)
+def _absent_as_missing(t: Table, numeric, text) -> None:
     for c in numeric:
         if c not in t.num:
             t.num[c] = np.full(t.n, np.nan)
@@ -290,7 +230,8 @@ def _read_csvmod(t: Table, header, numeric, text, lines=None) -> None:
     nan = math.nan
     with (open(t.path, "r", newline="", errors="replace") if lines is None else nullcontext(lines)) as f:
         # only newline-terminated lines (the unterminated last one is counted by the caller)
-        for row in csv.reader(ln for ln in f if ln.endswith("\n")):
+        # no quoting: the contract has no quotes (as the pyarrow engine reads it)
+        for row in csv.reader((ln for ln in f if ln.endswith("\n")), quoting=csv.QUOTE_NONE):
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
             if row[0].lstrip().startswith("#"):
@@ -452,12 +393,10 @@ def _metrics_pyarrow(path) -> Tuple[Dict[str, np.ndarray], int]:
         explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore", newlines_in_values=False))
     out: Dict[str, np.ndarray] = {}
     kind = tbl.column("kind")
-    out["is_step"] = np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in kind.chunks]) == "step" \
-        if kind.num_chunks else np.zeros(0, bool)
-    out["is_epoch"] = np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in kind.chunks]) == "epoch" \
-        if kind.num_chunks else np.zeros(0, bool)
+    codes, values = csv_arrow.codes_column(pa.chunked_array([ch.dictionary_encode() for ch in kind.chunks],
+                                                            pa.dictionary(pa.int32(), pa.string())), tbl.num_rows)
+    for name, value in (("is_step", "step"), ("is_epoch", "epoch")):
+        out[name] = codes == values.index(value) if value in values else np.zeros(tbl.num_rows, bool)
     for c in METRIC_FLOATS:
-        col = tbl.column(c)
-        out[c] = (np.concatenate([ch.to_numpy(zero_copy_only=False) for ch in col.chunks]).astype(np.float64)
-                  if col.num_chunks else np.zeros(0))
+        out[c] = csv_arrow.float_column(tbl.column(c), tbl.num_rows)
     return out, bad

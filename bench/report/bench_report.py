@@ -1,12 +1,22 @@
-"""Benchmark: ``hpclaunch report`` over ~11 M GPU samples vs a straightforward pandas version.
+"""Benchmark: ``build_report`` against polars and pandas computing the same totals, side by side.
 
-    .venv/bin/python bench/report/bench_report.py [--hosts 64 --gpus 8 --hours 6] [--dir DIR]
+    python bench/report/bench_report.py [--hosts 16,64 --gpus 8 --hours 6 --reps 3]
+                                        [--markdown docs/bench/report.md] [--candidates]
 
-Generates the run directory once (cached under $TMPDIR, ~1.7 GB for the default size), then
-measures: (1) the CSV reading candidates on the same GPU logs (pyarrow — our reader —, polars,
-pandas C engine, the csv module extrapolated from a few files), (2) ``build_report`` end to end
-(best of --repeat runs), (3) a plain pandas implementation of the same totals (read_csv +
-groupby), and checks that both agree with the generator's known totals. Target: report <= 10 s.
+For each size (hosts x GPUs x hours at 1 Hz; 16 hosts = 2.76 M GPU rows, 64 = 11.1 M) the run
+directory is generated once (cached under $TMPDIR). Then, interleaved, ``--reps`` rounds of three
+peers, each a fresh process (so each has its own page cache state, imports excluded, and its own
+peak RSS):
+
+* ``hpclaunch``: ``build_report(run_dir)`` -- the whole report (every statistic, the series).
+* ``polars``: the GPU energy per GPU (non-negative counter differences over time-sorted,
+  de-duplicated rows), max temperature, mean utilisation, max power and memory per GPU, and the
+  CPU (RAPL) energy, with polars' lazy CSV scan.
+* ``pandas``: the same totals with pandas (read_csv + sort + groupby).
+
+Every peer's GPU and CPU energy must equal the generator's truth (the energy counter is the exact
+cumulative trapezoid of the logged power) to the millijoule. Figures: medians with their range,
+wall and CPU seconds, ratios of medians. ``--candidates`` adds the CSV readers alone.
 """
 from __future__ import annotations
 
@@ -14,80 +24,78 @@ import argparse
 import glob
 import json
 import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
-import numpy as np  # noqa: E402
+import benchlib  # noqa: E402
 
-import gen  # noqa: E402
-from hpclaunch.monitors import schema  # noqa: E402
-from hpclaunch.reports import readers  # noqa: E402
-
-
-def _timed(fn, *a, **kw):
-    t = time.perf_counter()
-    r = fn(*a, **kw)
-    return time.perf_counter() - t, r
+GPU_COLS = ["time_unix", "host", "gpu_index", "power_w", "energy_mj", "temp_c", "util_pct", "mem_used_mib"]
+PEERS = ("hpclaunch", "polars", "pandas")
 
 
-def ensure_data(d: Path, hosts, gpus, hours) -> dict:
+def data_dir(hosts: int, gpus: int, hours: float) -> Path:
+    return Path(tempfile.gettempdir()) / f"hpclaunch-report-bench-{hosts}x{gpus}x{hours:g}h"
+
+
+def ensure_data(d: Path, hosts: int, gpus: int, hours: float) -> dict:
     marker = d / "expected.json"
     if marker.exists():
         return json.loads(marker.read_text())
-    d.mkdir(parents=True, exist_ok=True)
-    print(f"generating {hosts} hosts x {gpus} GPUs x {hours} h at 1 Hz into {d} ...", flush=True)
-    t, exp = _timed(gen.generate, d, hosts, gpus, hours)
-    exp["generate_s"] = round(t, 1)
-    marker.write_text(json.dumps(exp))
+    import gen
+
+    print(f"generating {hosts} hosts x {gpus} GPUs x {hours:g} h at 1 Hz into {d} ...", flush=True)
+    exp = gen.generate(d, hosts, gpus, hours)
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text(json.dumps(exp))
+    os.replace(tmp, marker)
     return exp
 
 
-def read_candidates(d: Path, csv_files: int = 2) -> dict:
-    files = sorted(glob.glob(str(d / "monitor" / "*.gpu.csv")))
-    cols = list(readers.GPU_NUMERIC + readers.GPU_TEXT)
-    out = {}
-    t, n = _timed(lambda: sum(readers.read_gpu_log(f, "pyarrow").n for f in files))
-    out["pyarrow (readers.read_gpu_log -> numpy)"] = (t, n)
-    try:
-        import polars as pl
+# ---------------------------------------------------------------------------- the peers (in a child)
 
-        def pol():
-            n = 0
-            for f in files:
-                df = pl.read_csv(f, skip_rows=1, columns=cols,
-                                 schema_overrides={c: pl.Float64 for c in readers.GPU_NUMERIC})
-                _ = {c: df[c].to_numpy() for c in readers.GPU_NUMERIC}
-                n += df.height
-            return n
-        out["polars read_csv (+ to_numpy)"] = _timed(pol)
-    except ImportError:
-        pass
+
+def peer_hpclaunch(d: Path) -> dict:
+    from hpclaunch.reports import build_report
+
+    e = build_report(d).data["energy_j"]
+    return {"gpu_j": e["gpu"], "cpu_j": e["cpu"]}
+
+
+def peer_polars(d: Path) -> dict:
+    import polars as pl
+
+    f64 = {c: pl.Float64 for c in GPU_COLS if c != "host"}
+    g = (pl.scan_csv(str(d / "monitor" / "*.gpu.csv"), comment_prefix="#", schema_overrides=f64)
+         .select(GPU_COLS)
+         .unique(subset=["host", "gpu_index", "time_unix"], keep="first", maintain_order=True)
+         .sort(["host", "gpu_index", "time_unix"])
+         .with_columns(inc=pl.col("energy_mj").diff().over(["host", "gpu_index"]))
+         .group_by(["host", "gpu_index"])
+         .agg(energy_j=pl.col("inc").filter(pl.col("inc") >= 0).sum() / 1000.0,
+              max_temp=pl.col("temp_c").max(), avg_util=pl.col("util_pct").mean(),
+              max_power=pl.col("power_w").max(), max_mem=pl.col("mem_used_mib").max()))
+    h = (pl.scan_csv(str(d / "monitor" / "*.host.csv"), comment_prefix="#",
+                     schema_overrides={"time_unix": pl.Float64, "rapl_energy_uj": pl.Float64})
+         .select(["host", "time_unix", "rapl_energy_uj"]).sort(["host", "time_unix"])
+         .with_columns(inc=pl.col("rapl_energy_uj").diff().over("host"))
+         .select(cpu_j=pl.col("inc").filter(pl.col("inc") >= 0).sum() / 1e6))
+    gd, hd = pl.collect_all([g, h])
+    return {"gpu_j": round(float(gd["energy_j"].sum()), 3), "cpu_j": round(float(hd["cpu_j"][0]), 3),
+            "gpus": gd.height}
+
+
+def peer_pandas(d: Path) -> dict:
     import pandas as pd
 
-    def pdr():
-        n = 0
-        for f in files:
-            df = pd.read_csv(f, skiprows=1, usecols=cols, dtype={c: "float64" for c in readers.GPU_NUMERIC})
-            n += len(df)
-        return n
-    out["pandas read_csv (C engine)"] = _timed(pdr)
-    t, n = _timed(lambda: sum(readers.read_gpu_log(f, "csv").n for f in files[:csv_files]))
-    out[f"csv module (extrapolated from {csv_files} files)"] = (t * len(files) / csv_files, n * len(files) // csv_files)
-    return out
-
-
-def pandas_baseline(d: Path) -> dict:
-    """The straightforward way: read everything with pandas, sort, groupby."""
-    import pandas as pd
-
-    cols = ["time_unix", "host", "gpu_index", "power_w", "energy_mj", "temp_c", "util_pct", "mem_used_mib"]
-    gfs = [pd.read_csv(f, skiprows=1, usecols=cols) for f in sorted(glob.glob(str(d / "monitor" / "*.gpu.csv")))]
+    gfs = [pd.read_csv(f, skiprows=1, usecols=GPU_COLS) for f in sorted(glob.glob(str(d / "monitor" / "*.gpu.csv")))]
     df = pd.concat(gfs, ignore_index=True)
     df = df.drop_duplicates(["host", "gpu_index", "time_unix"]).sort_values(["host", "gpu_index", "time_unix"])
     g = df.groupby(["host", "gpu_index"], sort=False)
@@ -98,68 +106,131 @@ def pandas_baseline(d: Path) -> dict:
     hfs = [pd.read_csv(f, skiprows=1) for f in sorted(glob.glob(str(d / "monitor" / "*.host.csv")))]
     h = pd.concat(hfs, ignore_index=True).sort_values(["host", "time_unix"])
     hinc = h.groupby("host")["rapl_energy_uj"].diff()
-    cpu = float(hinc[hinc >= 0].sum()) / 1e6
-    return {"gpu_j": float(energy.sum()), "cpu_j": cpu, "gpus": len(agg), "max_temp": float(agg["max_temp"].max())}
+    return {"gpu_j": round(float(energy.sum()), 3), "cpu_j": round(float(hinc[hinc >= 0].sum()) / 1e6, 3),
+            "gpus": len(agg)}
+
+
+def child(peer: str, d: str) -> None:
+    fn = {"hpclaunch": peer_hpclaunch, "polars": peer_polars, "pandas": peer_pandas}[peer]
+    if peer == "hpclaunch":  # imports are not the report's work: load them before the clock
+        import hpclaunch.reports.document  # noqa: F401
+        import pyarrow.csv  # noqa: F401
+    elif peer == "polars":
+        import polars  # noqa: F401
+    else:
+        import pandas  # noqa: F401
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = fn(Path(d))
+    out.update(wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0,
+               maxrss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(json.dumps(out))
+
+
+def run_peer(peer: str, d: Path) -> dict:
+    p = subprocess.run([sys.executable, __file__, "--child", peer, str(d)], capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"{peer} failed on {d}:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------- readers alone (optional)
+
+
+def read_candidates(d: Path) -> dict:
+    import polars as pl
+    import pandas as pd
+    from hpclaunch.reports import readers
+
+    files = sorted(glob.glob(str(d / "monitor" / "*.gpu.csv")))
+    cols = list(readers.GPU_NUMERIC + readers.GPU_TEXT)
+    f64 = {c: pl.Float64 for c in readers.GPU_NUMERIC}
+    cases = {
+        "hpclaunch reader (pyarrow -> numpy columns)": lambda: sum(readers.read_gpu_log(f, "pyarrow").n for f in files),
+        "polars read_csv, same columns (+ to_numpy)":
+            lambda: sum(len({c: df[c].to_numpy() for c in readers.GPU_NUMERIC} and df)
+                        for df in (pl.read_csv(f, comment_prefix="#", columns=cols, schema_overrides=f64) for f in files)),
+        "pandas read_csv (C engine), same columns":
+            lambda: sum(len(pd.read_csv(f, skiprows=1, usecols=cols)) for f in files),
+    }
+    out = {}
+    for k, fn in cases.items():
+        c0, t0 = time.process_time(), time.perf_counter()
+        n = fn()
+        out[k] = (time.perf_counter() - t0, time.process_time() - c0, n)
+    return out
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def bench_size(hosts: int, gpus: int, hours: float, reps: int, sec: benchlib.Section, candidates: bool) -> bool:
+    d = data_dir(hosts, gpus, hours)
+    exp = ensure_data(d, hosts, gpus, hours)
+    size = sum(p.stat().st_size for p in (d / "monitor").iterdir())
+    rows = exp["rows"]
+    print(f"\n{hosts} hosts: {rows:,} GPU rows, {size / 2**20:,.0f} MiB of CSV in {d}", flush=True)
+    runs = {p: [] for p in PEERS}
+    load0 = os.getloadavg()
+    for r in range(reps):
+        order = PEERS if r % 2 == 0 else PEERS[::-1]  # no peer always first after the cache warms
+        for p in order:
+            res = run_peer(p, d)
+            runs[p].append(res)
+            print(f"  round {r + 1} {p:9s} {res['wall_s']:7.2f} s wall  {res['cpu_s']:7.2f} s CPU  "
+                  f"{res['maxrss_mib']:7.0f} MiB  load {os.getloadavg()[0]:.2f}", flush=True)
+    load1 = os.getloadavg()
+    truth = {"gpu_j": round(exp["gpu_j"], 3), "cpu_j": round(exp["cpu_j"], 3)}
+    exact = {p: all(abs(x["gpu_j"] - truth["gpu_j"]) < 5e-4 and abs(x["cpu_j"] - truth["cpu_j"]) < 5e-4
+                    for x in runs[p]) for p in PEERS}
+    wall = {p: [x["wall_s"] for x in runs[p]] for p in PEERS}
+    cpu = {p: [x["cpu_s"] for x in runs[p]] for p in PEERS}
+    rss = {p: max(x["maxrss_mib"] for x in runs[p]) for p in PEERS}
+    sec.para(f"**{hosts} hosts x {gpus} GPUs x {hours:g} h at 1 Hz: {rows:,} GPU rows, {size / 2**20:,.0f} MiB of "
+             f"CSV.** {reps} interleaved rounds, each peer a fresh process; load average "
+             f"{' / '.join(f'{x:.2f}' for x in load0)} before, {' / '.join(f'{x:.2f}' for x in load1)} after "
+             f"(2 cores shared with other work: read the ratios, not the seconds).")
+    rows_t = []
+    for p in PEERS:
+        rows_t.append([p, benchlib.fmt(wall[p], digits=2), benchlib.fmt(cpu[p], digits=2),
+                       f"{benchlib.ratio(wall['hpclaunch'], wall[p]):.2f}x" if p != "hpclaunch" else "1.00x",
+                       f"{rss[p]:,.0f}", f"{runs[p][-1]['gpu_j']:,.3f}", "yes" if exact[p] else "NO"])
+    sec.table(["peer", "wall, median [min–max, n]", "CPU s, median [min–max, n]", "hpclaunch / peer (wall)",
+               "peak RSS MiB", "GPU J", "exact"], rows_t)
+    vs_polars = benchlib.ratio(wall["hpclaunch"], wall["polars"])
+    vs_pandas = benchlib.ratio(wall["pandas"], wall["hpclaunch"])
+    cpu_polars = benchlib.ratio(cpu["hpclaunch"], cpu["polars"])
+    ok = vs_polars <= 1.2 and vs_pandas >= 3.0 and exact["hpclaunch"]
+    sec.para(f"Goal (issue 20): `build_report` <= 1.2x polars and >= 3x faster than pandas, totals exact. "
+             f"Here: **{vs_polars:.2f}x polars' time** (CPU seconds: {cpu_polars:.2f}x), **pandas takes {vs_pandas:.2f}x "
+             f"hpclaunch's time**, totals {'exact' if exact['hpclaunch'] else 'NOT exact'} (truth {truth['gpu_j']:,.3f} J GPU, "
+             f"{truth['cpu_j']:,.3f} J CPU): {'met' if ok else 'NOT met'}.")
+    if candidates:
+        cand = read_candidates(d)
+        sec.table(["CSV reader alone (GPU logs)", "wall s", "CPU s", "M rows/s"],
+                  [[k, f"{t:.2f}", f"{c:.2f}", f"{n / t / 1e6:.2f}"] for k, (t, c, n) in cand.items()])
+    return ok
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--hosts", type=int, default=64)
+    ap.add_argument("--hosts", default="16,64", help="comma-separated host counts (16: 2.8 M rows, 64: 11 M)")
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--hours", type=float, default=6.0)
-    ap.add_argument("--dir", default=None)
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--skip-candidates", action="store_true")
-    ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--candidates", action="store_true", help="also time the CSV readers alone")
+    ap.add_argument("--markdown", default=None, help="write this bench's section here (docs/bench/report.md)")
+    ap.add_argument("--child", nargs=2, metavar=("PEER", "DIR"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    d = Path(a.dir or Path(tempfile.gettempdir()) / f"hpclaunch-report-bench-{a.hosts}x{a.gpus}x{a.hours:g}h")
-    exp = ensure_data(d, a.hosts, a.gpus, a.hours)
-    size = sum(p.stat().st_size for p in (d / "monitor").iterdir())
-    print(f"data: {exp['rows']:,} GPU rows, {size / 2**30:.2f} GiB of logs in {d}")
-    res = {"rows": exp["rows"], "bytes": size, "cpus": os.cpu_count(), "loadavg_before": os.getloadavg()}
-    if not a.skip_candidates:
-        print("\nCSV reading candidates (GPU logs only):")
-        res["read"] = {}
-        for k, (t, n) in read_candidates(d).items():
-            print(f"  {k:48s} {t:7.2f} s  ({n / t / 1e6:5.2f} M rows/s)")
-            res["read"][k] = round(t, 3)
-    from hpclaunch.reports import build_report, render
-
-    times, cpus, loads = [], [], []
-    rep = None
-    for _ in range(a.repeat):
-        c0 = time.process_time()
-        t, rep = _timed(build_report, d)
-        cpus.append(time.process_time() - c0)
-        times.append(t)
-        loads.append(round(os.getloadavg()[0], 2))
-    tj, js = _timed(render, rep, "json")
-    th, ht = _timed(render, rep, "html")
-    tt, tx = _timed(render, rep, "text")
-    tp, base = _timed(pandas_baseline, d)
-    e = rep.data["energy_j"]
-    print("\nend to end:")
-    print(f"  hpclaunch build_report (pyarrow + numpy)       {min(times):7.2f} s  (runs: {', '.join(f'{x:.2f}' for x in times)};"
-          f" CPU s {', '.join(f'{x:.2f}' for x in cpus)}; 1-min load {loads})")
-    print(f"  render json / html / text                      {tj:.2f} / {th:.2f} / {tt:.2f} s  ({len(ht) / 1e6:.1f} MB html)")
-    print(f"  pandas baseline (read_csv + groupby totals)    {tp:7.2f} s")
-    print("\ntotals (truth from the generator):")
-    print(f"  GPU J  truth {exp['gpu_j']:.1f}  report {e['gpu']:.1f} ({(e['gpu'] / exp['gpu_j'] - 1) * 100:+.2e} %)"
-          f"  pandas {base['gpu_j']:.1f} ({(base['gpu_j'] / exp['gpu_j'] - 1) * 100:+.2e} %)")
-    print(f"  CPU J  truth {exp['cpu_j']:.1f}  report {e['cpu']:.1f}  pandas {base['cpu_j']:.1f}")
-    print(f"  GPUs {len(rep.data['gpus'])} (pandas {base['gpus']}), max temp {max(g['max_temp_c'] for g in rep.data['gpus'])}"
-          f" (pandas {base['max_temp']}), warnings {len(rep.data['warnings'])}")
-    res.update(report_s=[round(x, 3) for x in times], report_best_s=round(min(times), 3),
-               report_cpu_s=[round(x, 3) for x in cpus], loadavg_1min_per_run=loads,
-               render_s={"json": round(tj, 3), "html": round(th, 3), "text": round(tt, 3)},
-               pandas_baseline_s=round(tp, 3), gpu_j={"truth": exp["gpu_j"], "report": e["gpu"], "pandas": base["gpu_j"]},
-               cpu_j={"truth": exp["cpu_j"], "report": e["cpu"], "pandas": base["cpu_j"]},
-               loadavg_after=os.getloadavg(), target_s=10.0, ok=min(times) <= 10.0)
-    print(f"\nload average before/after: {res['loadavg_before']} / {res['loadavg_after']} on {res['cpus']} CPUs")
-    print(f"target <= 10 s: {'PASS' if res['ok'] else 'FAIL'}")
-    if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=2))
-    return 0 if res["ok"] else 1
+    if a.child:
+        child(*a.child)
+        return 0
+    cmd = "python bench/report/bench_report.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    sec = benchlib.Section("Report: `build_report` vs polars and pandas (`bench/report/bench_report.py`)", cmd.strip())
+    ok = True
+    for h in (int(x) for x in a.hosts.split(",")):
+        ok &= bench_size(h, a.gpus, a.hours, a.reps, sec, a.candidates)
+    sec.write(a.markdown)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 
 from hpclaunch.common.atomic import file_in_the_way, write_atomic
 from hpclaunch.common.errors import HpclaunchError
@@ -45,3 +46,18 @@ def print_json(data) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
+def report_format(fmt: str | None, output: str | None) -> str:
+    """--format, else from the -o suffix (.json, .html), else text."""
+    if fmt is not None:
+        return fmt
+    suffix = os.path.splitext(output or "")[1].lower()
+    return {".json": "json", ".html": "html", ".htm": "html"}.get(suffix, "text")
+
+
+def emit_report(out, output: str | None) -> None:
+    """A rendered report to -o FILE (atomically; saying where on stderr), or to stdout."""
+    if output:
+        write_user_file(output, out, "report")
+        print(f"report written to {output}", file=sys.stderr)
+    else:
+        sys.stdout.write(out if isinstance(out, str) else out.decode())

@@ -7,7 +7,7 @@ import sys
 import time as _time
 from typing import Dict, List
 
-from hpclaunch.cli.output import print_json, write_user_file
+from hpclaunch.cli.output import emit_report, print_json
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import State, exit_code_for, state_of
 from hpclaunch.runs import remote
@@ -130,11 +130,7 @@ def cmd_report(args: argparse.Namespace, rec: JobRecord, fmt: str) -> int:
     code, out, err = remote.run_on(rec, "report", ["--format", fmt], sessions)
     if code != 0:
         raise remote.relay_failure(sessions.get(remote.target_of(rec)), code, err)
-    if args.output:
-        write_user_file(args.output, out, "report")
-        print(f"report written to {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(out)
+    emit_report(out, args.output)
     return 0
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.launchers.backends import default_backend_name
+from hpclaunch.launchers.backends.choice import default_backend_name
 from hpclaunch.launchers.backends.slurm import SlurmBackend
 from hpclaunch.launchers.backends.slurmcli import clean_env
 from hpclaunch.launchers.backends.submitit import parameters

@@ -10,7 +10,7 @@ from typing import Callable, Optional
 
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.common.model import model
-from hpclaunch.launchers.backends import get_backend
+from hpclaunch.launchers.backends.choice import get_backend
 from hpclaunch.launchers.backends.base import FINAL_STATES, JobRef, JobStatus, State, exit_code_for
 from hpclaunch.runs.registry import JobRecord, Registry
 from hpclaunch.runs.resubmit import resubmit

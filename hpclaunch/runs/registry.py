@@ -115,6 +115,10 @@ _NOT_NULL = {"key": 0, "backend": "", "cluster": "", "job_id": "", "name": "", "
              "submit_time": 0.0, "run_dir": "", "attempts": 1, "state": "UNKNOWN"}
 
 
+_SQL_TYPE = {int: "integer", float: "real", str: "text"}
+_OR_NULL = ", 'null'"
+
+
 def _as(kind: type, value: Any) -> Any:
     if value is None or type(value) is kind:
         return value
@@ -368,6 +372,41 @@ class Registry:
             for row in self._rows("SELECT job_key, signature, summary FROM ledger WHERE job_key IN (%s)"
                                   % ",".join("?" * len(chunk)), chunk):
                 out[row[0]] = (row[1], row[2])
+        return out
+
+    # What the fleet view reads of a job, with its ledger entry (signature, summary JSON; None if none).
+    FLEET_COLUMNS = ("key", "job_id", "name", "user", "partition", "run_dir", "submit_time", "state", "end_time",
+                     "signature", "summary")
+
+    def fleet(self, since: float | None = None) -> list[tuple]:
+        """FLEET_COLUMNS of the jobs submitted since `since`, newest first, in one query: a
+        10,000-job fleet view reads this and nothing else when every job is ledgered."""
+        kinds = [_COLUMNS.get(c, str) for c in self.FLEET_COLUMNS]
+        defaults = [_NOT_NULL.get(c) for c in self.FLEET_COLUMNS]
+        names = [("l." if c in ("signature", "summary") else "j.") + c for c in self.FLEET_COLUMNS]
+        # SQLite says which rows hold only the types JobRecord holds (the rows hpclaunch wrote): those
+        # are taken as they are, the others read defensively, as _record does (a tenth of the view's
+        # time went to checking 110,000 values in Python).
+        plain = " AND ".join(f"typeof({n}) IN ('{_SQL_TYPE[k]}'{'' if c in _NOT_NULL else _OR_NULL})"
+                             for c, n, k in zip(self.FLEET_COLUMNS, names, kinds))
+        sql = (f"SELECT {', '.join(names)}, {plain} FROM jobs j LEFT JOIN ledger l ON l.job_key = j.key")
+        args: list[Any] = []
+        if since is not None:
+            sql += " WHERE j.submit_time >= ?"
+            args.append(since)
+        with _Guard(self.path):
+            cur = self._db.cursor()
+            cur.row_factory = None   # plain tuples
+            rows = cur.execute(sql + " ORDER BY j.submit_time DESC", args).fetchall()
+        out = []
+        for row in rows:
+            if row[-1]:
+                out.append(row[:-1])
+                continue
+            vals = tuple(_as(k, v) for k, v in zip(kinds, row))
+            if None in vals:
+                vals = tuple(d if v is None else v for v, d in zip(vals, defaults))
+            out.append(vals)
         return out
 
     def put_ledger(self, entries: Sequence[tuple[int, str, str]]) -> None:

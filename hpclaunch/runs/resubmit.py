@@ -5,7 +5,7 @@ import json
 import os
 from typing import Sequence
 
-from hpclaunch.launchers.backends import get_backend
+from hpclaunch.launchers.backends.choice import get_backend
 from hpclaunch.launchers.backends.base import JobRef
 from hpclaunch.runs.registry import Registry
 

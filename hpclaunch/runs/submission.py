@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 from hpclaunch.common.atomic import file_in_the_way, make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
-from hpclaunch.launchers.backends import get_backend
+from hpclaunch.launchers.backends.choice import get_backend
 from hpclaunch.launchers.backends.base import JobRef
 from hpclaunch.launchers.render import render_script
 from hpclaunch.launchers.request import BatchRequest, build_request

@@ -140,20 +140,38 @@ _make_error_classes()
 
 
 # ---- struct stand-ins --------------------------------------------------------------
+# The stand-ins are built for every call, as pynvml builds its ctypes structs: each is one
+# plain __init__, so that the fake's own cost does not swamp the sampler's in the benchmark.
 class _Value:
     __slots__ = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
     def __init__(self, v=0):
-        for s in self.__slots__:
-            setattr(self, s, 0)
-        if isinstance(v, float):
+        if type(v) is float:
             self.dVal = v
+            self.uiVal = self.ulVal = self.ullVal = self.sllVal = self.siVal = self.usVal = 0
         else:
+            self.dVal = self.usVal = 0
             self.uiVal = self.ulVal = self.ullVal = self.sllVal = self.siVal = int(v)
 
 
 class _Field:
     __slots__ = ("fieldId", "scopeId", "timestamp", "latencyUsec", "valueType", "nvmlReturn", "value")
+
+    def __init__(self, fid, timestamp, value_type, ret, value):
+        self.fieldId, self.scopeId = (fid if isinstance(fid, tuple) else (fid, 0))
+        self.timestamp = timestamp
+        self.latencyUsec = 0
+        self.valueType = value_type
+        self.nvmlReturn = ret
+        self.value = value
+
+
+class _Sample:  # nvmlSample_t
+    __slots__ = ("timeStamp", "sampleValue")
+
+    def __init__(self, ts, value):
+        self.timeStamp = ts
+        self.sampleValue = value
 
 
 class _Struct:
@@ -257,15 +275,16 @@ def _dev(handle):
 
 
 def _next(handle, key, advance=True):
-    d = _dev(handle)
+    d = _load()["devices"][handle.index]
     if key in d.get("unsupported", ()):
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     s = d["series"][key]
-    i = _counters[(handle.index, key)]
+    ck = (handle.index, key)
+    i = _counters[ck]
     if advance:
-        _counters[(handle.index, key)] += 1
-    v = s(i) if callable(s) else s[min(i, len(s) - 1)]
-    if isinstance(v, dict) and "error" in v:
+        _counters[ck] = i + 1
+    v = s(i) if callable(s) else s[i if i < len(s) else -1]
+    if type(v) is dict and "error" in v:
         raise NVMLError(v["error"])
     return v
 
@@ -341,26 +360,21 @@ def nvmlDeviceGetFieldValues(handle, fieldIds):
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     out = []
     now_us = int(time.time() * 1e6)
-    unknown = set(d.get("unknown_fields", ()))
+    unknown = d.get("unknown_fields", ())
+    series, unsupported = d["series"], d.get("unsupported", ())
     for fid in fieldIds:
-        f = _Field()
-        f.fieldId, f.scopeId = (fid if isinstance(fid, tuple) else (fid, 0))
-        f.timestamp = now_us
-        f.latencyUsec = 0
-        key = None if f.fieldId in unknown else _FIELD_KEYS.get(f.fieldId)
-        if key not in d["series"] and key not in d.get("unsupported", ()):
+        fid_only = fid[0] if isinstance(fid, tuple) else fid
+        key = None if fid_only in unknown else _FIELD_KEYS.get(fid_only)
+        if key not in series and key not in unsupported:
             key = None  # a scenario without the series: a driver that does not know the field
-        f.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG if key in _ULL_KEYS else NVML_VALUE_TYPE_UNSIGNED_INT
-        f.value = _Value(0)
+        vtype = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG if key in _ULL_KEYS else NVML_VALUE_TYPE_UNSIGNED_INT
         if key is None:
-            f.nvmlReturn = NVML_ERROR_INVALID_ARGUMENT
-        else:
-            try:
-                f.value = _Value(_next(handle, key))
-                f.nvmlReturn = NVML_SUCCESS
-            except NVMLError as e:
-                f.nvmlReturn = e.value
-        out.append(f)
+            out.append(_Field(fid, now_us, vtype, NVML_ERROR_INVALID_ARGUMENT, _Value(0)))
+            continue
+        try:
+            out.append(_Field(fid, now_us, vtype, NVML_SUCCESS, _Value(_next(handle, key))))
+        except NVMLError as e:
+            out.append(_Field(fid, now_us, vtype, e.value, _Value(0)))
     return out
 
 
@@ -446,9 +460,8 @@ def nvmlDeviceGetSamples(device, sampling_type, timeStamp):
     ts = list(range(first, now + 1, 100_000))
     if not ts:
         raise NVMLError(NVML_ERROR_NOT_FOUND)
-    mw = _next(device, "power_instant_mw", advance=False)
-    return (NVML_VALUE_TYPE_UNSIGNED_INT,
-            [_Struct(timeStamp=t, sampleValue=_Value(int(mw) + (t // 100_000) % 7 * 100)) for t in ts])
+    mw = int(_next(device, "power_instant_mw", advance=False))
+    return (NVML_VALUE_TYPE_UNSIGNED_INT, [_Sample(t, _Value(mw + (t // 100_000) % 7 * 100)) for t in ts])
 
 
 # ---- events -----------------------------------------------------------------------

@@ -1,14 +1,15 @@
-"""bench/monitor's whole-daemon section (the figures in docs/benchmarks.md) keeps working."""
+"""bench/monitor's whole-daemon section (bench/monitor/daemons.py: the figures in docs/benchmarks.md)
+keeps working."""
 
 import importlib.util
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCH = os.path.join(HERE, "..", "..", "bench", "monitor", "bench_monitor.py")
+BENCH = os.path.join(HERE, "..", "..", "bench", "monitor", "daemons.py")
 
 
 def test_daemon_section_reports_the_daemons_own_figures():
-    spec = importlib.util.spec_from_file_location("bench_monitor", BENCH)
+    spec = importlib.util.spec_from_file_location("bench_monitor_daemons", BENCH)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     res = bench.daemon_runs(1.5, [0, 2], interval=0.5)

@@ -31,6 +31,16 @@ def test_any_row_keeps_its_cell_count(row):
     assert len(line[:-1].split(",")) == len(row)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(), st.floats(-2e12, 2e12), st.integers(-10**6, 10**6).map(lambda k: k / 2000),
+                          st.none(), st.integers(), st.text(max_size=4)), min_size=1, max_size=8))
+def test_rows_are_written_cell_by_cell(row):
+    """format_rows inlines cell() for speed (floats by one conversion, not round then repr): the
+    text must be cell()'s exactly, halves, signed zeros and the 1e12 boundary included."""
+    row += [1795315122.6371234, 0.0005, 0.0015, -0.0004, 2.675, 999999999999.9995, 1e12, float("inf")]
+    assert format_rows([row]) == ",".join(cell(v) for v in row) + "\n"
+
+
 def test_new_file_has_schema_line_and_header(tmp_path):
     p = str(tmp_path / "n.gpu.csv")
     log = CsvLog(p, schema.GPU_SCHEMA, COLS)

@@ -212,6 +212,28 @@ def test_power_trace_drains_new_samples_only(fake, events, monkeypatch):
     assert s.drain_power_samples() == []    # NOT_FOUND: nothing new
 
 
+def test_power_trace_values_follow_their_value_type(fake, events, monkeypatch):
+    """The value is read from the union member that the batch's nvmlValueType_t names (a double
+    here); a type NVML has not defined gives no row rather than a wrong one."""
+    s = _sampler(fake, events)
+    t = [s.start_us / 1e6 + 1.0]
+    monkeypatch.setattr(fake.time, "time", lambda: t[0])
+    real = fake.nvmlDeviceGetSamples
+    vtype = [fake.NVML_VALUE_TYPE_DOUBLE]
+
+    def samples(device, kind, since):
+        _, got = real(device, kind, since)
+        for x in got:
+            x.sampleValue = fake._Value(float(x.sampleValue.uiVal) + 0.5)  # dVal; uiVal is 0
+        return vtype[0], got
+    monkeypatch.setattr(fake, "nvmlDeviceGetSamples", samples)
+    a = s.drain_power_samples()
+    assert a and all(r[3] > 1 and abs(r[3] * 1000 % 1 - 0.5) < 1e-6 for r in a)  # W from mW + 0.5
+    t[0] += 0.5
+    vtype[0] = 99
+    assert s.drain_power_samples() == []
+
+
 def test_power_trace_unsupported_is_said_once(fake, events):
     sc = fake.default_scenario()
     for d in sc["devices"]:

@@ -21,7 +21,7 @@ import pytest
 import fake_nvml
 from hlcli import hl
 from hpclaunch.monitors import schema
-from monitor_helpers import FAKE_PATH, read_csv, read_events
+from monitor_helpers import FAKE_PATH, PrometheusServer, free_ports, read_csv, read_events, wait_for
 
 HOST = "node7"
 JOB_NAME = 'digits "ddp", v2'   # a quote and a comma: label values are escaped, CSV cells are not
@@ -61,27 +61,6 @@ def _needs_prometheus_client(require):
                 "tests/monitors/test_monitor_prometheus.py")
 
 
-def free_ports(n=1):
-    """n consecutive ports nothing listens on, with a socket bound to each (close them to free them)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        held = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("", p))
-            return base, held
-        except OSError:
-            for s in held:
-                s.close()
-    raise AssertionError(f"no {n} consecutive free ports")
-
-
 def scenario():
     """Two H100s as the default scenario, as JSON (lists, not functions), with throttle time and an XID."""
     devices = []
@@ -113,16 +92,6 @@ def start(run_dir, *extra, env_extra=None, interval=0.1, umask=None):
 
 def mon(run_dir, name):
     return os.path.join(str(run_dir), schema.MONITOR_DIR, name)
-
-
-def wait_for(check, what, timeout=15.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"no {what} after {timeout} s")
 
 
 def rows_of(path):
@@ -229,6 +198,37 @@ def test_scrape_matches_the_csv_row_of_the_same_sample(tmp_path):
     assert avail["port"] == port and avail["asked_port"] == port and ev[-1]["kind"] == "stopped"
 
 
+def test_the_final_sample_is_served_to_one_scrape_before_the_exporter_stops(tmp_path):
+    """--prometheus-linger: after SIGTERM the exporter serves the final sample (every counter read)
+    until a scrape has read it, then stops at once; with nobody scraping, it stops after the linger."""
+    port, held = free_ports()
+    held[0].close()
+    p = start(tmp_path, "--prometheus-port", str(port), "--prometheus-linger", "20")
+    wait_for(lambda: os.path.exists(mon(tmp_path, schema.prometheus_port_file(HOST))), "port file")
+    wait_for(lambda: len(rows_of(mon(tmp_path, schema.host_file(HOST)))) >= 3, "3 host rows")
+    p.send_signal(signal.SIGTERM)
+    gpu_csv = mon(tmp_path, schema.gpu_file(HOST))
+    time.sleep(1.0)   # the final sample is taken at once (interval 0.1 s)
+    assert p.poll() is None   # still serving: nobody has read the final sample
+    series = parse(scrape(port))
+    rows = rows_of(gpu_csv)
+    last = {r["gpu_index"]: r for r in rows}   # each GPU's final row
+    [(_, samples)] = series["hpclaunch_monitor_samples_total"]
+    assert samples == len(rows) / 2   # two GPUs a sample: the scrape shows the last one
+    energy = {lab["gpu"]: v for lab, v in series["hpclaunch_gpu_energy_joules_total"]}
+    assert energy == {g: pytest.approx(int(r["energy_mj"]) / 1000) for g, r in last.items()}
+    t = time.monotonic()
+    assert p.wait(timeout=15) == 0 and time.monotonic() - t < 5   # read: it stops now, not at 20 s
+    # nobody scrapes: the monitor waits the linger (1 s here), then stops all the same
+    other = tmp_path / "other"
+    other.mkdir()
+    q = start(other, "--prometheus-port", str(port), "--prometheus-linger", "1")
+    wait_for(lambda: len(rows_of(mon(other, schema.host_file(HOST)))) >= 2, "2 host rows")
+    t = time.monotonic()
+    stop(q)
+    assert 1.0 <= time.monotonic() - t < 10
+
+
 def test_a_taken_port_moves_to_the_next_and_the_run_dir_says_which(tmp_path):
     base, held = free_ports(2)
     held[1].close()
@@ -277,6 +277,8 @@ def test_all_ports_taken_warns_once_and_the_csv_goes_on(tmp_path):
 @pytest.mark.parametrize("args,says", [
     (["--prometheus-port", "80"], "--prometheus-port 80: use a port from 1024 to 65535"),
     (["--prometheus-port", "65536"], "--prometheus-port 65536: use a port from 1024 to 65535"),
+    (["--prometheus-linger", "61"], "--prometheus-linger 61: use 0 to 60 seconds"),
+    (["--prometheus-linger", "nan"], "--prometheus-linger nan: use 0 to 60 seconds"),
     (["--prometheus-textfile", "/nonexistent-dir/job.prom"], "/nonexistent-dir is not a directory"),
     (["--prometheus-textfile", "TMP/job.txt"], "reads only *.prom files"),
 ])
@@ -329,11 +331,6 @@ def test_textfile_is_replaced_whole_each_sample_and_promtool_accepts_it(tmp_path
     assert os.listdir(folder) == []   # removed at stop: a finished job's series go away
 
 
-def _get_json(url):
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return json.loads(r.read().decode())
-
-
 def test_a_prometheus_server_scrapes_a_local_jobs_monitor(tmp_path, hpc_home, require):
     """A local-backend job with monitor.prometheus_port; a real Prometheus scrapes it; PromQL finds the job."""
     server = shutil.which("prometheus")
@@ -363,21 +360,8 @@ requeue: {{max_attempts: 1}}
         port_file = os.path.join(st["run_dir"], "monitor", schema.prometheus_port_file(socket.gethostname().split(".")[0]))
         wait_for(lambda: os.path.exists(port_file), "the job's monitor port file", timeout=30)
         assert open(port_file).read() == f"{mport}\n"
-        (tmp_path / "prometheus.yml").write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            f"scrape_configs:\n  - job_name: hpclaunch\n    static_configs: [{{targets: ['127.0.0.1:{mport}']}}]\n")
-        prom = subprocess.Popen([server, f"--config.file={tmp_path / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{qport}"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        api = f"http://127.0.0.1:{qport}/api/v1/query?query="
-
-        def query(q):
-            try:
-                res = _get_json(api + urllib.parse.quote(q))
-            except (urllib.error.URLError, ConnectionError):
-                return None
-            return res["data"]["result"] if res.get("status") == "success" else None
-
+        prom = PrometheusServer(server, tmp_path, [f"127.0.0.1:{mport}"], qport)
+        query = prom.query
         sel = f'{{job_id="{job_id}"}}'
         power = wait_for(lambda: query("hpclaunch_gpu_power_watts" + sel), "the job's GPU series in Prometheus",
                          timeout=60)
@@ -400,5 +384,4 @@ requeue: {{max_attempts: 1}}
     finally:
         hl("cancel", job_id, cwd="/", env=env, check=False)
         if prom is not None:
-            prom.terminate()
-            prom.wait(timeout=30)
+            prom.close()

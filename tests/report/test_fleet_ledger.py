@@ -59,7 +59,7 @@ def test_changed_logs_are_summarised_again_and_running_jobs_never_ledgered(hpc_h
     running = _job(tmp_path, reg, 1, state="PENDING")
     ledger.fleet_rows(reg)
     assert set(reg.ledger([done.key, running.key])) == {done.key}
-    before = json.loads(reg.ledger([done.key])[done.key][1])["energy_j"]["total"]
+    before = json.loads(reg.ledger([done.key])[done.key][1])[1]   # [format, energy total J, ...]
     # the job's GPU log gains a later row (a straggling monitor flush): its summary is made again
     gpu_csv = next(p for p in (tmp_path / "job-0" / "monitor").iterdir() if "gpu" in p.name)
     lines = [line for line in gpu_csv.read_text().splitlines() if not line.startswith("#")]
@@ -74,7 +74,7 @@ def test_changed_logs_are_summarised_again_and_running_jobs_never_ledgered(hpc_h
         f.write(",".join(last) + "\n")
     os.utime(gpu_csv, ns=(0, os.stat(gpu_csv).st_mtime_ns + 10**9))
     ledger.fleet_rows(reg)
-    after = json.loads(reg.ledger([done.key])[done.key][1])["energy_j"]["total"]
+    after = json.loads(reg.ledger([done.key])[done.key][1])[1]
     assert after > before
 
 
@@ -97,12 +97,28 @@ def test_settled_jobs_are_trusted_unless_refreshed(hpc_home, tmp_path, monkeypat
     reg._db.execute("UPDATE jobs SET end_time = end_time - 2 * 86400")  # ended two days ago
     calls = []
     monkeypatch.setattr(ledger, "logs_signature", lambda rd: calls.append(rd) or "changed")
-    monkeypatch.setattr(ledger, "job_summary", lambda rd: {"energy_j": {"total": 1.0}})
+    made = [fleet_mod.SUMMARY_FORMAT, 1.0, None, None, False, 1.0, None, {}, [], [], 0]
+    monkeypatch.setattr(ledger, "job_summary", lambda rd: made)
     ledger.fleet_rows(reg)
     assert calls == []
     ledger.fleet_rows(reg, refresh=True)
     assert calls == [rec.run_dir]
-    assert json.loads(reg.ledger([rec.key])[rec.key][1]) == {"energy_j": {"total": 1.0}}
+    assert json.loads(reg.ledger([rec.key])[rec.key][1]) == made
+
+
+def test_damaged_or_old_ledger_entries_are_made_again_from_the_logs(hpc_home, tmp_path):
+    reg = Registry()
+    recs = [_job(tmp_path, reg, k) for k in range(3)]
+    from_logs = build_fleet_report(_plain_rows(reg))
+    ledger.fleet_rows(reg)
+    good = reg.ledger([recs[2].key])[recs[2].key]
+    # a hand edit that is not JSON, a summary of another format, and a NaN (never written: allow_nan=False)
+    reg.put_ledger([(recs[0].key, good[0], "{not json"), (recs[1].key, good[0], '[99, 1.0]'),
+                    (recs[2].key, good[0], good[1].replace(str(json.loads(good[1])[1]), "NaN", 1))])
+    again = build_fleet_report(ledger.fleet_rows(reg))
+    assert _same(again, from_logs) and not again.warnings
+    assert all(json.loads(e[1])[0] == fleet_mod.SUMMARY_FORMAT
+               for e in reg.ledger([r.key for r in recs]).values())
 
 
 def test_slurm_comment_line_is_compact_json_of_the_report(tmp_path):
@@ -119,3 +135,14 @@ def test_slurm_comment_line_is_compact_json_of_the_report(tmp_path):
     empty = tmp_path / "empty"
     (empty / "monitor").mkdir(parents=True)
     assert main([str(empty)]) == 1
+
+
+def test_hand_edited_registry_rows_are_read_defensively(hpc_home, tmp_path):
+    reg = Registry()
+    a, b = _job(tmp_path, reg, 0), _job(tmp_path, reg, 1)
+    reg._db.execute("UPDATE jobs SET partition = 7, job_id = 1234, name = 4.5 WHERE key = ?", (a.key,))
+    rows = {r[0]: r for r in reg.fleet()}
+    assert (rows[a.key][1], rows[a.key][2], rows[a.key][4]) == ("1234", "4.5", "7")
+    assert type(rows[b.key][6]) is float and rows[b.key][4] == "gpu"
+    fleet = build_fleet_report(ledger.fleet_rows(reg))
+    assert {j["partition"] for j in fleet.data["jobs"]} == {"7", "gpu"}

@@ -78,3 +78,27 @@ def test_metrics_unterminated_last_record_is_skipped(tmp_path, engine):
     p.write_text(json.dumps(step) + "\n" + json.dumps(dict(step, step=1, loss=123.0)))
     a, bad = readers.read_metrics_arrays(p, engine="auto" if engine == "pyarrow" else "csv")
     assert bad == 1 and a["step"].tolist() == [0.0] and not np.isin(123.0, a["loss"])
+
+
+@pytest.mark.skipif(not readers.have_pyarrow(), reason="pyarrow engine only")
+@pytest.mark.parametrize("chunk", [64 << 20, 97])
+def test_bad_lines_mid_file_are_filtered_without_leaving_pyarrow(tmp_path, monkeypatch, chunk):
+    """Lines with too few or too many cells, blank lines and a stray quote in the middle of a GPU
+    log: the pyarrow engine drops exactly the bad lines itself (numpy filter, any filter window
+    size) and reads the rest as the csv module does."""
+    from hpclaunch.reports import csv_arrow
+
+    monkeypatch.setattr(csv_arrow, "FILTER_CHUNK", chunk)
+    write_run(tmp_path, [GpuSpec("n1", 0), GpuSpec("n1", 1)], duration=30)
+    p = tmp_path / schema.MONITOR_DIR / schema.gpu_file("n1")
+    lines = p.read_text().splitlines(keepends=True)
+    good = lines[2:]
+    bad = ["1,2,3\n", lines[5].rstrip("\n") + ",extra\n", "\n", lines[6].replace(",", ';"', 1)]
+    p.write_text("".join(lines[:2] + good[:10] + bad[:2] + good[10:30] + bad[2:] + good[30:]))
+    a = readers.read_gpu_log(p, "pyarrow")
+    c = readers.read_gpu_log(p, "csv")
+    assert a.engine == "pyarrow" and a.n == c.n == len(good)
+    assert a.skipped_rows == c.skipped_rows == 3  # the blank line is no row
+    for col in ("time_unix", "energy_mj", "power_w"):
+        np.testing.assert_array_equal(a.col(col), c.col(col))
+    np.testing.assert_array_equal(a.text_values("gpu_uuid"), c.text_values("gpu_uuid"))

@@ -1,0 +1,181 @@
+"""The whole daemon at 1 Hz, side by side with CodeCarbon's tracker: bench_monitor.py's section 6.
+
+One ``python -m hpclaunch.monitors`` process per fake GPU count (0 = ``--no-nvml``), and CodeCarbon's
+tracker beside them, all started together each round, so they share the machine's conditions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import benchlib  # noqa: E402  (bench/benchlib.py)
+REPO = os.path.dirname(os.path.dirname(HERE))
+BENCH = os.path.join(HERE, "bench_monitor.py")  # its --child codecarbon runs the tracker alone
+FAKE = os.path.join(REPO, "tests", "monitors", "fake_nvml.py")
+
+
+def load_fake():
+    spec = importlib.util.spec_from_file_location("fake_nvml", FAKE)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fake_nvml"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fake_scenario(gpus: int, samples: int) -> dict:
+    """N fake H100s as JSON: each series tabulated from the fake's own functions."""
+    fake = load_fake()
+    devs = []
+    for i in range(gpus):
+        d = fake._h100(f"GPU-bench-{i:04d}", i)
+        d["series"] = {k: ([f(j) for j in range(samples)] if callable(f) else list(f))
+                       for k, f in d["series"].items()}
+        devs.append(d)
+    return {"driver": "550.54.15", "devices": devs}
+
+
+def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: bool = False,
+                baseline_site: Optional[str] = None) -> dict:
+    """Start one daemon per GPU count at once (and CodeCarbon's tracker beside them when
+    ``codecarbon``; and, with ``baseline_site``, one more per count importing hpclaunch from that
+    directory: an older commit's code); returns {count: monitor_stats detail}, {("baseline",
+    count): ...} and "codecarbon": {"cpu_s_per_sample"}."""
+    out, procs = {}, {}
+    keys = list(gpu_counts) + ([("baseline", n) for n in gpu_counts] if baseline_site else [])
+    with tempfile.TemporaryDirectory() as tmp:
+        for key in keys:
+            n = key[1] if isinstance(key, tuple) else key
+            run_dir = os.path.join(tmp, f"gpus{n}" + ("-baseline" if isinstance(key, tuple) else ""))
+            os.makedirs(run_dir)
+            env = dict(os.environ)
+            for k in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_NODEID",
+                      "HPCLAUNCH_RUN_DIR"):
+                env.pop(k, None)
+            cmd = [sys.executable, "-m", "hpclaunch.monitors", "--interval", str(interval),
+                   "--duration", str(seconds), "--run-dir", run_dir, "--host", "bench"]
+            if n == 0:
+                cmd.append("--no-nvml")
+            else:
+                sc = os.path.join(tmp, f"scenario{n}.json")
+                with open(sc, "w") as f:  # the baseline's daemon of this count reads it too
+                    json.dump(fake_scenario(n, int(seconds / interval) + 10), f)
+                env.update({"HPCLAUNCH_MONITOR_FAKE_NVML": FAKE, "HPCLAUNCH_FAKE_NVML_SCENARIO": sc})
+            if isinstance(key, tuple):
+                env["PYTHONPATH"] = baseline_site
+            procs[key] = (subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True), run_dir)
+        cc = subprocess.Popen([sys.executable, BENCH, "--child", "codecarbon",
+                               "--run-s", str(seconds), "--run-interval", str(interval)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) if codecarbon else None
+        for key, (p, run_dir) in procs.items():
+            n = key[1] if isinstance(key, tuple) else key
+            _, err = p.communicate(timeout=seconds + 120)
+            if p.returncode != 0:
+                raise RuntimeError(f"daemon with {n} fake GPUs exited {p.returncode}: {err[-2000:]}")
+            stats = None
+            with open(os.path.join(run_dir, "monitor", "bench.events.jsonl")) as f:
+                for line in f:
+                    rec = json.loads(line)
+                    if rec["kind"] == "monitor_stats":
+                        stats = rec["detail"]
+            if stats is None or (n and stats.get("gpus") != n):
+                raise RuntimeError(f"daemon with {n} fake GPUs: no monitor_stats for {n} GPUs: {stats}")
+            out[key] = stats
+        if cc is not None:
+            res, err = cc.communicate(timeout=seconds + 120)
+            if cc.returncode != 0:
+                raise RuntimeError(f"CodeCarbon's tracker exited {cc.returncode}: {err[-2000:]}")
+            res = json.loads(res.strip().splitlines()[-1])
+            out["codecarbon"] = {"cpu_s_per_sample": res["cpu_s"] / res["intervals"]}
+    return out
+
+
+def _label(n, base_name: str = "baseline") -> str:
+    if isinstance(n, tuple):
+        return _label(n[1]).replace("hpclaunch", f"hpclaunch {base_name}", 1)
+    return "CodeCarbon tracker, 1 s" if n == "codecarbon" else \
+        "hpclaunch, host only" if n == 0 else f"hpclaunch, {n} fake GPU{'s' if n > 1 else ''}"
+
+
+def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, section=None,
+                 baseline: Optional[tuple] = None) -> None:
+    """``baseline``: (name, site directory) of an older commit's hpclaunch, run beside this one."""
+    print(f"\n6. whole daemon at 1 Hz, {rounds} round(s) of {seconds:g} s, all started together each round "
+          "(python -m hpclaunch.monitors; fake NVML = Python side only; figures from its monitor_stats event)")
+    per: dict = {}
+    loads = []
+    for r in range(rounds):
+        load = os.getloadavg()[0]
+        loads.append(load)
+        res = daemon_runs(seconds, gpu_counts, codecarbon=codecarbon, baseline_site=baseline and baseline[1])
+        for n, st in res.items():
+            per.setdefault(n, []).append(st["cpu_s_per_sample"] * 1e3)
+        print(f"   round {r + 1}: load {load:.2f}; " + ", ".join(
+            f"{_label(n)} {st['cpu_s_per_sample'] * 1e3:.3f} ms" for n, st in res.items()), flush=True)
+    old = {n[1]: per.pop(n) for n in list(per) if isinstance(n, tuple)}
+    base = per.get(0)
+    gpus = sorted(n for n in per if n not in (0, "codecarbon"))
+    # Per GPU over host only, round by round (the daemons of a round ran side by side), then the
+    # median over the rounds; and the slope between the fewest and the most GPUs, which leaves out
+    # what the GPU path costs once per sample whatever the count (XID poll, two more CSV writes).
+    per_gpu = {n: [(x - h) / n for x, h in zip(per[n], base)] for n in gpus} if base else {}
+    slope = [(b_ - a_) / (gpus[-1] - gpus[0]) for a_, b_ in zip(per[gpus[0]], per[gpus[-1]])] \
+        if base and len(gpus) > 1 else None
+    rows = []
+    for n, xs in per.items():
+        gpu = benchlib.fmt(per_gpu[n], "ms") if n in per_gpu else ""
+        rows.append((_label(n), benchlib.fmt(xs, "ms"), gpu,
+                     f"{benchlib.ratio(xs, base):.2f}x" if base else ""))
+        print(f"   {_label(n):28s} {benchlib.fmt(xs, 'ms')}   per GPU over host only {gpu or '-'}")
+    verdicts = []
+    if base:
+        verdicts.append(goal("host only", statistics.median(base), 0.25))
+    for n in gpus:
+        verdicts.append(goal(f"per GPU over host only, {n} GPUs", statistics.median(per_gpu[n]), 0.15))
+    if slope:
+        verdicts.append(goal(f"per GPU added, {gpus[0]} to {gpus[-1]} GPUs (slope)", statistics.median(slope),
+                              0.15))
+        print(f"   per GPU added, {gpus[0]} to {gpus[-1]} GPUs: {benchlib.fmt(slope, 'ms')}")
+    for v in verdicts:
+        print(f"   goal: {v}")
+    if section is not None:
+        section.para(f"**Whole daemon at 1 Hz** (section 6): {rounds} rounds of {seconds:g} s, each round all "
+                     "started together; CPU per sample from the daemon's own `monitor_stats` (CodeCarbon: "
+                     "its process's CPU over the run, per 1 s measurement). Fake NVML = the Python side only, "
+                     "power trace included. Per GPU: round by round, then the median over the rounds. "
+                     f"Load average (1 min) at the start of each round: {', '.join(f'{x:.2f}' for x in loads)}.")
+        section.table(("process", "CPU per sample, median [min–max]", "per GPU over host only",
+                       "over host only"), rows)
+        if verdicts:
+            section.para("Goals (issue 20):\n" + "\n".join(f"- {v}" for v in verdicts))
+    if old:
+        _against_baseline(per, old, baseline[0], section)
+
+
+def _against_baseline(per: dict, old: dict, name: str, section=None) -> None:
+    """This tree's daemons over the baseline's, round by round (they ran side by side)."""
+    rows = []
+    for n, xs in old.items():
+        ratios = [a / b for a, b in zip(per[n], xs)]
+        rows.append((_label(n).replace("hpclaunch, ", ""), benchlib.fmt(xs, "ms"), benchlib.fmt(per[n], "ms"),
+                     benchlib.fmt(ratios, "x", 2)))
+        print(f"   {_label(n)}: {name} {benchlib.fmt(xs, 'ms')}, this tree {benchlib.fmt(per[n], 'ms')}, "
+              f"ratio {benchlib.fmt(ratios, 'x', 2)}")
+    if section is not None:
+        section.para(f"**This tree against {name}**, the same daemons from that commit's wheel, started in the "
+                     "same rounds beside the ones above (CPU per sample; ratio round by round, this tree over "
+                     f"{name}):")
+        section.table(("daemon", name, "this tree", "ratio"), rows)
+
+
+def goal(what: str, value_ms: float, goal_ms: float) -> str:
+    return f"{what}: {value_ms:.3f} ms, goal <= {goal_ms:g} ms: {'met' if value_ms <= goal_ms else 'NOT met'}"

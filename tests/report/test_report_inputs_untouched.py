@@ -1,0 +1,89 @@
+"""The report model reads the readers' tables and never changes them (issue 12): a caller that
+reads a log once and reports on it twice, or renders it after, must see the log as it was read."""
+import copy
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from synth import GpuSpec, HostSpec, T0, write_run  # noqa: E402
+
+from hpclaunch.reports import build_report, readers  # noqa: E402
+from hpclaunch.reports.gpu_stats import index_gpu_tables  # noqa: E402
+from hpclaunch.reports.plausible import drop_implausible  # noqa: E402
+
+
+def snapshot(tb: readers.Table):
+    return (tb.n, {k: v.copy() for k, v in tb.num.items()},
+            {k: (c.copy(), list(d)) for k, (c, d) in tb.text.items()}, copy.copy(tb.warnings))
+
+
+def assert_same(tb: readers.Table, snap):
+    n, num, text, warnings = snap
+    assert tb.n == n
+    assert set(tb.num) == set(num)
+    for k, v in num.items():
+        np.testing.assert_array_equal(tb.num[k], v, err_msg=k)
+    assert set(tb.text) == set(text)
+    for k, (c, d) in text.items():
+        np.testing.assert_array_equal(tb.text[k][0], c, err_msg=k)
+        assert tb.text[k][1] == d
+    assert tb.warnings == warnings
+
+
+def _run(tmp_path, shuffle):
+    gpus = [GpuSpec("n1", 0, ranks="0"), GpuSpec("n1", 1, ranks="1"), GpuSpec("n2", 0, ranks="2")]
+    return write_run(tmp_path, gpus, [HostSpec("n1"), HostSpec("n2")], duration=600, shuffle=shuffle)
+
+
+def test_index_gpu_tables_leaves_the_tables_as_read(tmp_path):
+    # n1's file holds two GPUs (sorted or shuffled rows), n2's one: every layout the indexer handles
+    for shuffle in (False, True):
+        d = tmp_path / str(shuffle)
+        _run(d, shuffle)
+        tables = [readers.read_gpu_log(p, "auto") for p in readers.monitor_files(d)["gpu"]]
+        snaps = [snapshot(tb) for tb in tables]
+        keys, segs, fcols, txt, stats = index_gpu_tables(tables)
+        assert sorted(keys) == [("n1", 0), ("n1", 1), ("n2", 0)]
+        assert stats["rows"] == sum(tb.n for tb in tables) > 0
+        for tb, snap in zip(tables, snaps):
+            assert_same(tb, snap)
+
+
+def test_drop_implausible_returns_a_new_table_and_keeps_the_old():
+    t = np.array([T0, T0 + 1, T0 + 2, 1.0])   # the last row stamped decades off
+    tb = readers.Table(path="n1.gpu.csv", n=4,
+                       num={"time_unix": t, "energy_mj": np.array([1.0, -5.0, 3.0, 4.0]),
+                            "power_w": np.array([100.0, np.inf, 100.0, 100.0])},
+                       text={"host": (np.zeros(4, np.int32), ["n1"])})
+    snap = snapshot(tb)
+    new, why = drop_implausible(tb, (T0 - 10, T0 + 10), ("energy_mj",))
+    assert "dropped 1 row" in why and "1 infinite" in why and "1 negative" in why
+    assert new is not tb and new.n == 3
+    assert np.isnan(new.num["energy_mj"][1]) and np.isnan(new.num["power_w"][1])
+    assert new.text["host"][0].size == 3
+    assert_same(tb, snap)
+    same, why = drop_implausible(new, (T0 - 10, T0 + 10), ("energy_mj",))
+    assert same is new and why is None
+
+
+def test_build_report_leaves_every_table_it_read_as_read(tmp_path, monkeypatch):
+    truth = _run(tmp_path, shuffle=True)
+    read = []
+    for name in ("read_gpu_log", "read_host_log"):
+        real = getattr(readers, name)
+
+        def recording(path, engine="auto", _real=real):
+            tb = _real(path, engine)
+            read.append((tb, snapshot(tb)))
+            return tb
+        monkeypatch.setattr(readers, name, recording)
+    rep = build_report(tmp_path)
+    assert len(read) == 4  # two GPU logs, two host logs
+    assert abs(rep.data["energy_j"]["gpu"] - truth["gpu_total"]) < 1e-3 * truth["gpu_total"]
+    for tb, snap in read:
+        assert_same(tb, snap)
+    # and a second report on the same files says the same
+    monkeypatch.undo()
+    assert build_report(tmp_path).data["energy_j"] == rep.data["energy_j"]
