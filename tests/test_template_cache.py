@@ -124,7 +124,8 @@ def test_unusable_cache_still_renders(tmp_path, monkeypatch):
 def test_help_from_cache_is_argparse_help(cache_home):
     from hpclaunch.cli import parser
     env = dict(os.environ, XDG_CACHE_HOME=str(cache_home), COLUMNS="100")
-    code = "import sys; from hpclaunch.cli import main; main(['--help']); print('argparse' in sys.modules)"
+    code = ("import sys; from hpclaunch.cli import main; main(['--help']); "
+            "print('argparse' in sys.modules or 'typing' in sys.modules)")
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
             for _ in range(2)]
     os.environ["COLUMNS"], saved = "100", os.environ.get("COLUMNS")
@@ -133,4 +134,4 @@ def test_help_from_cache_is_argparse_help(cache_home):
     finally:
         os.environ.pop("COLUMNS") if saved is None else os.environ.__setitem__("COLUMNS", saved)
     assert runs[0] == expected + "True\n"
-    assert runs[1] == expected + "False\n"  # the second one loaded no argparse
+    assert runs[1] == expected + "False\n"  # the second one loaded no argparse, nor typing (re, enum...)

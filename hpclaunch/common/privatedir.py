@@ -1,13 +1,12 @@
 """A folder only this user can change: where hpclaunch keeps what it later trusts (ssh control
-sockets, the compiled-template cache)."""
+sockets, the compiled-template cache). It imports no `typing`: `hpclaunch --help` loads it."""
 from __future__ import annotations
 
 import os
 import stat
-from typing import Optional
 
 
-def private_dir(path: str, open_bits: int = 0o077) -> Optional[str]:
+def private_dir(path: str, open_bits: int = 0o077) -> str | None:
     """``path``, made 0700 (with its parents) if missing; None when it cannot be made or is not a
     private folder of ours: a link, another owner, or any of ``open_bits`` set in its mode."""
     try:
