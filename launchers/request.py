@@ -82,6 +82,8 @@ class BatchRequest:
     notes: Tuple[str, ...] = field(default_factory=tuple)
     # The monitor's Prometheus exporter port (job's monitor.prometheus_port, else the profile's); None: off.
     prometheus_port: Optional[int] = None
+    # node-exporter's textfile directory on the nodes (the profile's monitor.prometheus_textfile_dir); None: off.
+    prometheus_textfile_dir: Optional[str] = None
 
     @property
     def world_size(self) -> int:
@@ -196,6 +198,7 @@ def build_request(resolved: Resolved) -> BatchRequest:
         parallelism=job.sweep.parallelism if job.sweep else None,
         sweep_tasks=sweep_tasks,
         prometheus_port=_prometheus_port(job.monitor.prometheus_port, profile.monitor.prometheus_port),
+        prometheus_textfile_dir=profile.monitor.prometheus_textfile_dir,
     )
 
 

@@ -269,8 +269,9 @@ class Daemon:
         if a.prometheus_port is not None:
             self._guard("prometheus", x.serve, a.prometheus_port, a.prometheus_address,
                         os.path.join(self.dir, schema.prometheus_port_file(self.host)))
-        if a.prometheus_textfile is not None:
-            x.write_textfile_to(a.prometheus_textfile)
+        textfile = prometheus.textfile_path(a, x.labels)
+        if textfile is not None:
+            x.write_textfile_to(textfile)
         if x.httpd is not None or x.textfile is not None:  # else no one would read the samples
             self.exporter = x
 

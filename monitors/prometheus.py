@@ -88,6 +88,9 @@ def add_arguments(p) -> None:
     p.add_argument("--prometheus-textfile", default=None, metavar="PATH",
                    help="also write the metrics to PATH (*.prom) each sample, atomically, for "
                    "node-exporter's textfile collector; removed when the monitor stops")
+    p.add_argument("--prometheus-textfile-dir", default=None, metavar="DIR",
+                   help="as --prometheus-textfile, to DIR/hpclaunch_<job id>_<host>.prom: one file per job and "
+                   "node, for a site whose node-exporter reads DIR (a profile's monitor.prometheus_textfile_dir)")
 
 
 def check_arguments(p, a) -> None:
@@ -96,6 +99,12 @@ def check_arguments(p, a) -> None:
         p.error(f"--prometheus-port {a.prometheus_port}: use a port from {MIN_PORT} to {MAX_PORT}")
     if not 0 <= a.prometheus_linger <= MAX_LINGER_S:
         p.error(f"--prometheus-linger {a.prometheus_linger:g}: use 0 to {MAX_LINGER_S:g} seconds")
+    if a.prometheus_textfile is not None and a.prometheus_textfile_dir is not None:
+        p.error("--prometheus-textfile and --prometheus-textfile-dir: give one of them")
+    # A site's folder (the profile's) is not checked here: a node where it is not writable warns
+    # and keeps its CSV logs, rather than losing the monitor to one bad node.
+    if a.prometheus_textfile_dir is not None and not os.path.isabs(a.prometheus_textfile_dir):
+        p.error(f"--prometheus-textfile-dir {a.prometheus_textfile_dir}: give an absolute path")
     path = a.prometheus_textfile
     if path is not None:
         folder = os.path.dirname(os.path.abspath(path))
@@ -108,7 +117,18 @@ def check_arguments(p, a) -> None:
 
 
 def wanted(a) -> bool:
-    return a.prometheus_port is not None or a.prometheus_textfile is not None
+    return a.prometheus_port is not None or textfile_path(a, {}) is not None
+
+
+def textfile_path(a, labels: Dict[str, str]) -> Optional[str]:
+    """Where the textfile goes: --prometheus-textfile, else one file per job and node in
+    --prometheus-textfile-dir (several jobs can share a node and its node-exporter)."""
+    if a.prometheus_textfile is not None or a.prometheus_textfile_dir is None:
+        return a.prometheus_textfile
+    def plain(v):
+        return "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "_" for c in v or "none")
+    name = f"hpclaunch_{plain(labels.get('job_id'))}_{plain(labels.get('node'))}.prom"
+    return os.path.join(a.prometheus_textfile_dir, name)
 
 
 def job_labels(env, host: str) -> Dict[str, str]:

@@ -126,6 +126,13 @@ class MonitorSettings:
         None, minimum=1024, maximum=65535,
         help="the site's Prometheus exporter port for every job's monitor (a job's monitor.prometheus_port "
         "wins; 0 there turns it off); null: off")
+    prometheus_textfile_dir: Optional[str] = field(
+        None, help="node-exporter's textfile directory (its --collector.textfile.directory) on the compute "
+        "nodes: every job's monitor writes hpclaunch_<job id>_<node>.prom there each sample and removes it "
+        "at the end; null: off",
+        check=lambda v: runs_root_problem(v) or (None if v.startswith("/") else (
+            "is not an absolute path", "give the directory node-exporter reads, e.g. "
+            "/var/lib/node_exporter/textfile_collector")))
 
 
 @model

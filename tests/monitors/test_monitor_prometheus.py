@@ -385,3 +385,54 @@ requeue: {{max_attempts: 1}}
         hl("cancel", job_id, cwd="/", env=env, check=False)
         if prom is not None:
             prom.close()
+
+
+def test_a_profiles_textfile_dir_gets_one_file_per_job_and_node_that_promtool_accepts(tmp_path, hpc_home,
+                                                                                      require):
+    """monitor.prometheus_textfile_dir in a site's profile: a local job's monitor writes
+    hpclaunch_<job>_<node>.prom there (the job's labels, accepted by promtool), removed at the end."""
+    tool = promtool(require)
+    folder = tmp_path / "textfile collector"   # a space: refused (site paths are kept plain)
+    folder.mkdir()
+    (tmp_path / "hpc_profiles").mkdir()
+    (tmp_path / "hpc_profiles" / "site.yaml").write_text(
+        f"name: site\nextends: local\nmonitor: {{prometheus_textfile_dir: '{folder}'}}\n")
+    job = tmp_path / "job.yaml"
+    job.write_text("""
+name: textfile job
+profile: site
+launcher: srun
+command: [bash, -c, 'sleep 120']
+resources: {nodes: 1, tasks_per_node: 1, cpus_per_task: 1}
+monitor: {interval: 0.5}
+requeue: {max_attempts: 1}
+""")
+    env = dict(os.environ, HPCLAUNCH_MONITOR_FAKE_NVML=FAKE_PATH)
+    env.pop("HPCLAUNCH_FAKE_NVML_SCENARIO", None)
+    bad = hl("validate", str(job), cwd=str(tmp_path), env=env, check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "site.yaml: monitor.prometheus_textfile_dir" in bad.stderr and "not a plain path" in bad.stderr
+    (tmp_path / "hpc_profiles" / "site.yaml").write_text(
+        "name: site\nextends: local\nmonitor: {prometheus_textfile_dir: var/textfiles}\n")
+    bad = hl("validate", str(job), cwd=str(tmp_path), env=env, check=False)
+    assert bad.returncode == 2 and "var/textfiles" in bad.stderr and "not an absolute path" in bad.stderr, bad.stderr
+    folder = tmp_path / "textfile-collector"
+    folder.mkdir()
+    (tmp_path / "hpc_profiles" / "site.yaml").write_text(
+        f"name: site\nextends: local\nmonitor: {{prometheus_textfile_dir: {folder}}}\n")
+    sub = json.loads(hl("submit", str(job), "--backend", "local", "--json", cwd=str(tmp_path), env=env).stdout)
+    job_id = sub["job_id"]
+    node = socket.gethostname().split(".")[0]
+    path = folder / f"hpclaunch_{job_id}_{node}.prom"
+    try:
+        wait_for(lambda: path.exists(), "the job's textfile", timeout=30)
+        assert os.listdir(folder) == [path.name]
+        text = path.read_text()
+        check = subprocess.run([tool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+        assert check.returncode == 0, check.stdout + check.stderr
+        power = parse(text)["hpclaunch_gpu_power_watts"]
+        assert len(power) == 2 and all(labels["job_id"] == job_id and labels["job_name"] == "textfile job"
+                                       and labels["node"] == node for labels, _ in power), power
+    finally:
+        hl("cancel", job_id, cwd="/", env=env, check=False)
+    wait_for(lambda: not os.listdir(folder), "the textfile removed when the job ends", timeout=60)
