@@ -22,6 +22,11 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from hpclaunch.reports.model import SLOWDOWN_REASONS, clean, reasons_text
 
+try:  # the report extra's fast JSON codec (setup.cfg says why); the json module does the same without it
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - exercised by tests/report/test_fleet_ledger.py with it hidden
+    _orjson = None
+
 FLEET_SCHEMA = "hpclaunch.fleet_report/1"
 OUTLIER_MIN_C = 3.0
 OUTLIER_K = 3.0
@@ -61,6 +66,18 @@ def _add(into: Dict[str, float], reasons: Dict[str, float]) -> None:
 def _in_order(reasons: Dict[str, float]) -> Dict[str, float]:
     """Reasons in NVML bit order, rounded; a slot's hw_slowdown is the line an admin looks for."""
     return {r: round(reasons[r], 2) for r in SLOWDOWN_REASONS if r in reasons}
+
+
+def strict_loads(text: str) -> Any:
+    """JSON without NaN or Infinity (a ledger summary is written with allow_nan=False: one is a hand
+    edit), raising ValueError: orjson where installed (it refuses them too), else the json module."""
+    if _orjson is not None:
+        return _orjson.loads(text)   # its JSONDecodeError is a ValueError
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} in a ledger summary")
 
 
 def _median(xs: List[float]) -> float:
@@ -300,6 +317,11 @@ def render_fleet(fleet: FleetReport, fmt: str = "text", *, width: int = 120, col
     if fmt == "json":
         # indented for a reader; a large fleet compact, through the C encoder (indent needs the Python one)
         indent = 2 if fleet.data["jobs_count"] <= 200 else None
+        if indent is None and _orjson is not None:
+            try:  # orjson writes NaN/inf as null, which is what clean() makes of them
+                return _orjson.dumps(fleet.data).decode() + "\n"
+            except TypeError:  # an integer over 64 bits (a hand-edited ledger): the json module copes
+                pass
         try:  # the summaries are plain JSON values: no pass over 10,000 jobs to clean them first
             return json.dumps(fleet.data, indent=indent, allow_nan=False) + "\n"
         except (TypeError, ValueError):  # a sum that overflowed to inf (a hand-edited ledger): null

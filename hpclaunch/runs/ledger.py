@@ -7,7 +7,7 @@ import json
 import time
 from typing import List, Optional
 
-from hpclaunch.reports.fleet import job_summary, logs_signature, summary_record
+from hpclaunch.reports.fleet import job_summary, logs_signature, strict_loads, summary_record
 from hpclaunch.runs.registry import FINAL_STATES, Registry
 
 
@@ -58,7 +58,7 @@ def _decode(texts: List[str]) -> List[Optional[list]]:
     """The summaries, decoded in one call (a tenth faster than one call each over 10,000); an entry
     that is not a summary this version reads is None (the job is then summarised again)."""
     try:
-        out = json.loads("[" + ",".join(texts) + "]", parse_constant=_no_constant)
+        out = strict_loads("[" + ",".join(texts) + "]")
     except ValueError:
         out = None
     if out is None or len(out) != len(texts):  # a damaged entry: find it
@@ -68,10 +68,6 @@ def _decode(texts: List[str]) -> List[Optional[list]]:
 
 def _one(text: str):
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return strict_loads(text)
     except ValueError:
         return None
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} in a ledger summary")  # written with allow_nan=False: a hand edit

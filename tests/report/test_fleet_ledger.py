@@ -16,6 +16,26 @@ from hpclaunch.runs import ledger  # noqa: E402
 from hpclaunch.runs.registry import Registry  # noqa: E402
 
 
+@pytest.fixture(autouse=True, params=["orjson", "json"])
+def codec(request, monkeypatch):
+    """Every test with the report extra's orjson and with the json module alone: same answers."""
+    if request.param == "json":
+        monkeypatch.setattr(fleet_mod, "_orjson", None)
+    else:
+        assert fleet_mod._orjson is not None, "orjson is missing: the report extra installs it (make venv)"
+    return request.param
+
+
+def test_a_large_fleets_json_is_the_same_through_either_codec(monkeypatch):
+    data = {"jobs_count": 1000, "energy_j": 1.5e9, "jobs": [{"id": str(i), "energy_j": 0.1 * i, "max_temp_c": None}
+                                                           for i in range(1000)],
+            "hottest": [{"t": float("nan")}, {"t": float("inf")}], "big": 2 ** 70, "warnings": ["ü \"q\""]}
+    fast = json.loads(render_fleet(fleet_mod.FleetReport(data=data), "json"))
+    monkeypatch.setattr(fleet_mod, "_orjson", None)
+    plain = json.loads(render_fleet(fleet_mod.FleetReport(data=data), "json"))
+    assert fast == plain and plain["hottest"] == [{"t": None}, {"t": None}] and plain["big"] == 2 ** 70
+
+
 def _job(tmp_path, reg, k, state="COMPLETED"):
     rd = tmp_path / f"job-{k}"
     specs = [GpuSpec(h, i, a=200 + 10 * i + k, b=50, phase=0.3 * i, ranks=str(i), throttle_window=(100, 130))
