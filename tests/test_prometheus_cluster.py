@@ -36,6 +36,16 @@ requeue: {{max_attempts: 1}}
 """
 
 
+def _csv_counter_ends(run_dir, key):
+    """(first, last) energy counter in joules of one GPU's CSV rows, with their sample times."""
+    import csv
+    host, gpu = key
+    with open(os.path.join(run_dir, "monitor", f"{host}.gpu.csv")) as f:
+        rows = [r for r in csv.DictReader(line for line in f if not line.startswith("#"))
+                if r.get("gpu_index") == gpu and r.get("energy_mj")]
+    return [(r["time_unix"], float(r["energy_mj"]) / 1000) for r in (rows[0], rows[-1])] if rows else None
+
+
 def _state(job_id):
     return json.loads(hl("status", job_id, "--json", cwd="/").stdout)
 
@@ -56,7 +66,11 @@ def test_prometheus_scrapes_a_two_node_jobs_monitors(slurm, hpc_home, tmp_path, 
     prom = PrometheusServer(server, tmp_path, targets, qport)
     job_id = None
     try:
-        wait_for(lambda: prom.query("up") is not None, "Prometheus's HTTP API", timeout=60)
+        # Prometheus answers before it scrapes (its target discovery hands targets over every 5 s): a
+        # job started in that gap has its first samples, the energy counter's opening value among
+        # them, never scraped. Wait until every target has been tried once (`up` has a row for each).
+        wait_for(lambda: len(prom.query("up") or ()) == len(targets), "Prometheus's first scrape of every target",
+                 timeout=60)
         (tmp_path / "job.yaml").write_text(JOB.format(port=mport))
         env = dict(os.environ, HPCLAUNCH_MONITOR_FAKE_NVML=FAKE_PATH)
         env.pop("HPCLAUNCH_FAKE_NVML_SCENARIO", None)
@@ -101,11 +115,14 @@ def test_prometheus_scrapes_a_two_node_jobs_monitors(slurm, hpc_home, tmp_path, 
         by_gpu = {(g["host"], str(g["index"])): g for g in report["gpus"]}
         assert sorted(by_gpu) == sorted(seen)
         prom_j = {(r["metric"]["node"], r["metric"]["gpu"]): float(r["value"][1]) for r in rise}
-        assert sorted(prom_j) == sorted(seen)
+        # on a mismatch, what Prometheus holds: every raw sample of the counter, series by series
+        raw = [(r["metric"]["node"], r["metric"]["gpu"], r["metric"].get("ranks"), r["values"][:3], len(r["values"]))
+               for r in prom.query(f"{counter}[{span}]", at=end) or ()]
         for key, joules in prom_j.items():
             g = by_gpu[key]
             assert g["energy_source"] == "counter", g
-            assert joules == pytest.approx(g["energy_j"], rel=0.01), (key, joules, g["energy_j"])
+            assert joules == pytest.approx(g["energy_j"], rel=0.01), (key, joules, g["energy_j"], raw,
+                                                                       _csv_counter_ends(sub["run_dir"], key))
         assert sum(prom_j.values()) == pytest.approx(report["energy_j"]["gpu"], rel=0.01)
         # what PromQL's increase() says over the same range (it extrapolates to the range's ends)
         inc = prom.query(f"sum(increase({counter}[{span}]))", at=end)
