@@ -397,3 +397,26 @@ monitor: {{interval: 0}}
     assert proc.returncode == 3, proc.stderr
     time.sleep(0.3)
     assert subprocess.run(["pgrep", "-f", marker]).returncode == 1, "a rank's child outlived the job"
+
+
+def test_the_registry_keeps_when_a_job_ended_not_when_someone_asked(hpc_home, tmp_path):
+    """The fleet view and the dashboard read end_time: it is the runner's record of the end, even
+    when nobody asks for the job's state until long after."""
+    from hpclaunch.launchers.backends.local_runner import read_state
+    job = write_job(tmp_path, """
+name: quick
+launcher: srun
+command: [bash, -c, 'sleep 0.2']
+resources: {nodes: 1, tasks_per_node: 1}
+monitor: {interval: 0}
+""")
+    sub = json.loads(hl("submit", job, "--backend", "local", "--json", cwd=str(tmp_path)).stdout)
+    deadline = time.time() + 60
+    while read_state(sub["run_dir"]).get("state") != "COMPLETED":   # not through hpclaunch: nobody asks
+        assert time.time() < deadline, read_state(sub["run_dir"])
+        time.sleep(0.1)
+    ended = read_state(sub["run_dir"])["end_time"]
+    time.sleep(2.5)
+    assert json.loads(hl("status", sub["job_id"], "--json", cwd="/").stdout)["state"] == "COMPLETED"
+    [row] = json.loads(hl("list", "--all", "--json", cwd="/").stdout)
+    assert row["end_time"] == pytest.approx(ended, abs=0.01), (row["end_time"], ended)

@@ -50,7 +50,11 @@ def test_recorded_jobs_and_commands_are_listed():
     assert f"squeue-held.txt: squeue_cmd {JOBS['held']}\n" in commands
     assert slurm_status.squeue_cmd(["1"]) == ["squeue", "-h", "-r", "-j", "1", "-o", "%i|%T|%M|%N|%r"]
     assert slurm_status.sacct_cmd(["1"]) == ["sacct", "-n", "-P", "-X", "-D", "-j", "1", "-o",
-                                             "JobID,State,ExitCode,Elapsed,NodeList"]
+                                             "JobID,State,ExitCode,Elapsed,NodeList,End"]
+    # record.sh writes the code's field lists out: they must not drift apart
+    script = read("record.sh")
+    assert f'SACCT_FIELDS="{slurm_status.SACCT_FIELDS}"' in script
+    assert f'SQUEUE_FORMAT="{slurm_status.SQUEUE_FORMAT}"' in script
     # No fixture starts with a comment line a parser would read as data.
     for name in os.listdir(FIX):
         if name.endswith(".txt") and not name.startswith("synthetic-"):
@@ -127,6 +131,17 @@ def test_sacct_final_states(name, job, state, code, raw):
     assert st.state is state and st.final and st.exit_code == code and st.attempts == 1
     assert st.source == "sacct"
     assert st.nodes == ("c[1-2]" if job == "twonode" else st.nodes) and re.fullmatch(r"c(\[1-2\]|[12])", st.nodes)
+
+
+def test_sacct_end_is_the_controllers_end_time():
+    """The registry keeps when a job ended (the fleet view's window); sacct's End agrees with the
+    controller's EndTime of the same job; a running job has none."""
+    ended = slurm_status.from_sacct(slurm_status.parse_sacct(read("sacct-completed.txt"))[JOBS["completed"]])
+    [rec] = records("scontrol-show-job-completed.txt")
+    assert ended.end_time == slurm_status.end_time_of(rec["EndTime"]) and ended.end_time > 1.7e9
+    running = slurm_status.from_sacct(slurm_status.parse_sacct(read("sacct-requeued-running.txt"))[JOBS["requeued"]])
+    assert running.end_time is None
+    assert slurm_status.end_time_of("Unknown") is None and slurm_status.end_time_of("") is None
 
 
 def test_sacct_words_and_times():

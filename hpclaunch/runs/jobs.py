@@ -82,7 +82,8 @@ class Job:
         if st.final:
             st.exit_code = exit_code_for(st.state, self._failing_rank_code(), st.exit_code)
         if st.state not in ("UNKNOWN", ""):
-            self.registry.update_state(self.record.key, st.state, exit_code=st.exit_code, attempts=attempts)
+            self.registry.update_state(self.record.key, st.state, exit_code=st.exit_code, attempts=attempts,
+                                       end_time=st.end_time)
         return st
 
     def _failing_rank_code(self) -> Optional[int]:

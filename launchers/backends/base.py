@@ -119,6 +119,7 @@ class JobStatus:
     attempts: int = 1
     source: str = ""                # squeue | sacct | scontrol | local | registry
     tasks: Dict[State, int] = field(default_factory=dict)   # an array: state -> count
+    end_time: Optional[float] = None  # when a final job ended, where the backend knows (epoch seconds)
 
     def __post_init__(self) -> None:
         self.state = state_of(self.state) if not isinstance(self.state, State) else self.state

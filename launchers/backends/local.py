@@ -135,8 +135,11 @@ class LocalBackend(Backend):
                     if s == "RUNNING" and state != "RUNNING":
                         s = state  # the runner ended (or died) while this task ran
                     tasks[s] = tasks.get(s, 0) + 1
-        return JobStatus(state, st.get("exit_code"), elapsed, "localhost", reason, int(st.get("attempts", 1) or 1),
-                         "local", tasks)
+        out = JobStatus(state, st.get("exit_code"), elapsed, "localhost", reason, int(st.get("attempts", 1) or 1),
+                        "local", tasks)
+        if out.final:
+            out.end_time = st.get("end_time")  # the runner's record: the registry keeps when it ended, not when asked
+        return out
 
     def cancel(self, ref: JobRef) -> None:
         st = read_state(ref.run_dir)

@@ -6,13 +6,14 @@ requeued attempt) for ended ones, scontrol while the controller still remembers 
 """
 from __future__ import annotations
 
+import datetime
 from typing import Dict, Iterable, List, Optional
 
 from hpclaunch.launchers.backends import slurmcli
 from hpclaunch.launchers.backends.base import JobStatus, State, state_of
 
 SQUEUE_FORMAT = "%i|%T|%M|%N|%r"
-SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NodeList"
+SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NodeList,End"
 
 
 def squeue_cmd(job_ids: Iterable[str]) -> List[str]:
@@ -33,12 +34,22 @@ def parse_squeue(text: str) -> Dict[str, List[str]]:
 
 
 def parse_sacct(text: str) -> Dict[str, List[List[str]]]:
-    """sacct rows by job id, every attempt (-D) in order: [state, exit code, elapsed, nodes]."""
+    """sacct rows by job id, every attempt (-D) in order: [state, exit code, elapsed, nodes, end]
+    (end "" where the output has no End column)."""
     out: Dict[str, List[List[str]]] = {}
     for cols in slurmcli.columns(text):
         if len(cols) >= 5:
-            out.setdefault(cols[0], []).append(cols[1:5])
+            out.setdefault(cols[0], []).append((cols[1:6] + [""])[:5])
     return out
+
+
+def end_time_of(text: str) -> Optional[float]:
+    """sacct's End ("2026-11-24T15:20:01", the cluster's local time) -> epoch seconds; "Unknown",
+    "None" or "" (still running) -> None."""
+    try:
+        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except ValueError:
+        return None
 
 
 def exit_code_of(text: str) -> Optional[int]:
@@ -57,8 +68,10 @@ def from_squeue(row: List[str], restarts: int) -> JobStatus:
 
 
 def from_sacct(rows: List[List[str]]) -> JobStatus:
-    state, code, elapsed, nodes = rows[-1]
-    return JobStatus(state_of(state), exit_code_of(code), elapsed, nodes, "", len(rows), "sacct")
+    state, code, elapsed, nodes, end = rows[-1]
+    st = JobStatus(state_of(state), exit_code_of(code), elapsed, nodes, "", len(rows), "sacct")
+    st.end_time = end_time_of(end) if st.final else None
+    return st
 
 
 def from_scontrol(rec: Dict[str, str]) -> JobStatus:
