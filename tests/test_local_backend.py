@@ -38,15 +38,20 @@ monitor: {interval: 0.2}
     assert [r["state"] for r in rows] == ["FAILED"] and rows[0]["job_sha256"]
 
 
-def test_cancel(hpc_home, tmp_path):
-    job = write_job(tmp_path, """
-name: long
+def start_one_rank(tmp_path, name, command):
+    """Submit a one-rank local job without a monitor running `bash -c COMMAND`; submit's JSON."""
+    job = write_job(tmp_path, f"""
+name: {name}
 launcher: srun
-command: [bash, -c, 'echo up; sleep 120']
-resources: {nodes: 1, tasks_per_node: 1}
-monitor: {interval: 0}
+command: [bash, -c, '{command}']
+resources: {{nodes: 1, tasks_per_node: 1}}
+monitor: {{interval: 0}}
 """)
-    sub = json.loads(hl("submit", job, "--backend", "local", "--json", cwd=str(tmp_path)).stdout)
+    return json.loads(hl("submit", job, "--backend", "local", "--json", cwd=str(tmp_path)).stdout)
+
+
+def test_cancel(hpc_home, tmp_path):
+    sub = start_one_rank(tmp_path, "long", "echo up; sleep 120")
     for _ in range(100):
         if json.loads(hl("status", sub["job_id"], "--json", cwd="/").stdout)["state"] == "RUNNING":
             break
@@ -403,14 +408,7 @@ def test_the_registry_keeps_when_a_job_ended_not_when_someone_asked(hpc_home, tm
     """The fleet view and the dashboard read end_time: it is the runner's record of the end, even
     when nobody asks for the job's state until long after."""
     from hpclaunch.launchers.backends.local_runner import read_state
-    job = write_job(tmp_path, """
-name: quick
-launcher: srun
-command: [bash, -c, 'sleep 0.2']
-resources: {nodes: 1, tasks_per_node: 1}
-monitor: {interval: 0}
-""")
-    sub = json.loads(hl("submit", job, "--backend", "local", "--json", cwd=str(tmp_path)).stdout)
+    sub = start_one_rank(tmp_path, "quick", "sleep 0.2")
     deadline = time.time() + 60
     while read_state(sub["run_dir"]).get("state") != "COMPLETED":   # not through hpclaunch: nobody asks
         assert time.time() < deadline, read_state(sub["run_dir"])
