@@ -250,8 +250,9 @@ def test_loopback_answers_only_to_loopback_names(hpc_home, dashboard):
 
 
 def test_a_job_submitted_elsewhere_is_listed_with_what_the_registry_knows(hpc_home, dashboard):
-    """A row whose run directory is on another machine (submit --remote's rows: backend "remote"): listed
-    with the registry's state, its page without live data, and no backend error for it."""
+    """A row whose run directory is on another machine (backend "remote") but without the remote's
+    settings (a hand-made row): listed with the registry's state, its page without live data, and the
+    list says why its state was not refreshed (tests/test_remote_cluster.py refreshes a real one)."""
     from hpclaunch.runs.registry import Registry
 
     reg = Registry()
@@ -261,7 +262,8 @@ def test_a_job_submitted_elsewhere_is_listed_with_what_the_registry_knows(hpc_ho
     dash = dashboard()
     code, body, _ = _get(dash.local("/api/jobs"))
     listed = json.loads(body)
-    assert code == 200 and listed["error"] == "", listed
+    assert code == 200 and "could not ask the remote login node" in listed["error"], listed
+    assert "job 4242: the row holds no remote settings" in listed["error"], listed
     assert [(r["job_id"], r["backend"], r["cluster"], r["state"], r["local"]) for r in listed["jobs"]] == \
         [("4242", "remote", "big-cluster", "RUNNING", False)]
     code, body, _ = _get(dash.local(f"/api/job/{far.key}"))

@@ -303,6 +303,31 @@ def test_a_folder_that_is_no_repository_is_shipped_whole_less_its_runs(cluster_s
     assert hl("list", "--all", "--json", cwd="/").stdout.strip() == "[]"   # --test-only queued nothing
 
 
+def test_the_dashboard_follows_a_remote_job_through_ssh(cluster_ssh, hpc_home, runtime_dir, tmp_path):
+    """The dashboard's board refreshes a --remote job's state from the login node (one ssh per
+    refresh), from RUNNING to COMPLETED, with no error, as `status` would."""
+    from hpclaunch.dashboard.board import Board
+    project = make_project(tmp_path)
+    write_profile(project, cluster_ssh, tmp_path / "code", tmp_path / "remote-home")
+    subprocess.run(["git", "-C", str(project), "add", "hpc_profiles"], check=True)
+    (project / "job.yaml").write_text(JOB.replace('HOLD: "4"', 'HOLD: "8"'))
+    sub = json.loads(hl("submit", "job.yaml", "--remote", PROFILE, "--json", cwd=str(project)).stdout)
+    board = Board(since_s=3600, refresh_s=0)
+    seen = []
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        listed = board.rows()
+        [row] = [r for r in listed["jobs"] if r["job_id"] == sub["job_id"]]
+        assert listed["error"] == "" and row["backend"] == "remote", listed
+        if not seen or seen[-1] != row["state"]:
+            seen.append(row["state"])
+        if state_of(row["state"]).final:
+            break
+        time.sleep(1)
+    assert "RUNNING" in seen and seen[-1] == "COMPLETED", seen
+    assert row["source"] == "remote" and "c[1-2]" in row["nodes"], row
+
+
 # --- each ssh failure: one line, its own exit code, nothing copied or recorded --------------------
 
 def _fails(project, code_root, name, code, *words):

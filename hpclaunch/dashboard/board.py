@@ -13,6 +13,7 @@ from typing import Optional
 
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import JobStatus, state_of
+from hpclaunch.runs import remote
 from hpclaunch.runs.jobs import hosts_of, refresh
 from hpclaunch.runs.registry import JobRecord, Registry
 
@@ -65,11 +66,22 @@ class Board:
             return
         self._refreshed = now
         active = [r for r in reg.list(active_only=True, limit=MAX_ROWS) if not state_of(r.state).final]
+        here = [r for r in active if r.backend != remote.BACKEND]
+        far = [r for r in active if r.backend == remote.BACKEND]
+        errors = []
         try:
-            self._statuses.update(refresh(active, reg) if active else {})
-            self.error = ""
+            self._statuses.update(refresh(here, reg) if here else {})
         except (HpclaunchError, OSError) as e:  # the registry's states stand; the page says why
-            self.error = f"could not ask the backends for the jobs' states: {e}"
+            errors.append(f"could not ask the backends for the jobs' states: {e}")
+        if far:
+            # Jobs submitted with --remote: their hpclaunch on the login node answers, over the
+            # remote's ssh connection (one per refresh, whatever the number of its jobs).
+            try:
+                for key, row in remote.statuses(far, reg, remote.Sessions()).items():
+                    self._statuses[key] = _remote_status(row)
+            except (HpclaunchError, OSError) as e:
+                errors.append(f"could not ask the remote login node for its jobs' states: {str(e).splitlines()[0]}")
+        self.error = "; ".join(errors)
 
     def _row(self, rec: JobRecord) -> dict:
         st = self._statuses.get(rec.key)
@@ -85,3 +97,10 @@ class Board:
             "reason": st.reason if live and st.reason not in ("", "None") else "",
             "source": st.source if st else "registry",
         }
+
+
+def _remote_status(row: dict) -> JobStatus:
+    """A remote `status --json` row as the status the pages show."""
+    return JobStatus(state_of(row.get("state")), row.get("exit_code"), str(row.get("elapsed") or ""),
+                     str(row.get("nodes") or ""), str(row.get("reason") or ""), int(row.get("attempts") or 1),
+                     "remote")
