@@ -30,6 +30,8 @@ def test_a_large_fleets_json_is_the_same_through_either_codec(monkeypatch):
     data = {"jobs_count": 1000, "energy_j": 1.5e9, "jobs": [{"id": str(i), "energy_j": 0.1 * i, "max_temp_c": None}
                                                            for i in range(1000)],
             "hottest": [{"t": float("nan")}, {"t": float("inf")}], "big": 2 ** 70, "warnings": ["ü \"q\""]}
+    import orjson   # whichever codec the autouse fixture chose: this test compares the two itself
+    monkeypatch.setattr(fleet_mod, "_orjson", orjson)
     fast = json.loads(render_fleet(fleet_mod.FleetReport(data=data), "json"))
     monkeypatch.setattr(fleet_mod, "_orjson", None)
     plain = json.loads(render_fleet(fleet_mod.FleetReport(data=data), "json"))
