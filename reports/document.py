@@ -23,11 +23,11 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from hpclaunch.monitors import schema
-from hpclaunch.reports import events, readers, xid
+from hpclaunch.reports import columnar, events, readers, xid
 from hpclaunch.reports.gpu_stats import gpu_rows, gpu_stats, index_gpu_tables
 from hpclaunch.reports.hosts import host_stats
 from hpclaunch.reports.metrics import job_info, metrics_summary, rank_hosts
-from hpclaunch.reports.plausible import drop_implausible, run_window
+from hpclaunch.reports.plausible import drop_implausible, run_ended, run_window
 from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, REPORT_SCHEMA, Report, SERIES_BINS, STRAGGLER_RATIO, add_or_none, host_from_filename, rounded
 from hpclaunch.reports.nanstats import nanmax
 
@@ -44,7 +44,8 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
     job = job_info(run_dir, warnings)
     if not files["gpu"]:
         warnings.append(f"no GPU logs in {run_dir / schema.MONITOR_DIR}: GPU energy unknown")
-    logs = Logs(run_window(run_dir), engine, warnings)
+    copies = columnar.Policy(run_ended(run_dir)) if engine == "auto" else None
+    logs = Logs(run_window(run_dir), engine, warnings, copies)
     # indexed as they are read: one file's raw columns in memory at a time, the reader's tables untouched
     keys, segs, fcols, txt, mstats = index_gpu_tables(logs.read(files["gpu"], readers.read_gpu_log, GPU_COUNTERS))
     htabs = list(logs.read(files["host"], readers.read_host_log, HOST_COUNTERS))
@@ -63,7 +64,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
     xid.apply(gpus, xid.read(files["events"]), warnings)  # gpus[].xids, from the events files
     per_gpu.fcols = fcols = None  # the per-GPU columns are done with: free them before the rest
     skipped = logs.skipped + power_trace_peaks(files["power_trace"], engine, gpus, warnings)
-    met = metrics_summary(run_dir, warnings)
+    met = metrics_summary(run_dir, warnings, copies)
     ranks, med_all = rank_rows(run_dir, gpus, met, warnings)
     nodes = node_rows(gpus, hosts, per_gpu.node_peak, duration, warnings)
     data = {"schema": REPORT_SCHEMA, "job": job, "window": {"start_unix": t0, "end_unix": t1},
@@ -85,14 +86,15 @@ class Logs:
     """Reads a kind of log file by file: each table's implausible rows dropped (into a new table),
     its warnings and malformed rows noted."""
 
-    def __init__(self, window: Optional[Tuple[float, float]], engine: str, warnings: List[str]):
-        self.window, self.engine, self.warnings = window, engine, warnings
+    def __init__(self, window: Optional[Tuple[float, float]], engine: str, warnings: List[str],
+                 copies: Optional[columnar.Policy] = None):
+        self.window, self.engine, self.warnings, self.copies = window, engine, warnings, copies
         self.skipped = 0
         self.engines: set = set()
 
     def read(self, paths, reader, counters) -> Iterator[readers.Table]:
         for p in paths:
-            tb, why = drop_implausible(reader(p, self.engine), self.window, counters)
+            tb, why = drop_implausible(reader(p, self.engine, self.copies), self.window, counters)
             if why:
                 self.warnings.append(why)
             self.warnings.extend(tb.warnings)

@@ -49,9 +49,13 @@ def index_gpu_tables(tables: Iterable[readers.Table]):
         k = uniq.size
         n = gid_f.size
         cols = readers.GPU_NUMERIC + tuple(c for c in readers.GPU_OPTIONAL if c in tb.num)
-        if k == 1:
+        runs = np.flatnonzero(gid_f[1:] != gid_f[:-1]) + 1
+        if runs.size + 1 == k:
+            # each GPU's rows together already (one GPU; a columnar copy): views, no copy
             fcols.append(dict(tb.num))
-            segs.setdefault(int(gid_f[0]), []).append((fi, slice(0, n)))
+            edges = [0, *runs.tolist(), n]
+            for a_, b_ in zip(edges[:-1], edges[1:]):
+                segs.setdefault(int(gid_f[a_]), []).append((fi, slice(a_, b_)))
         elif n % k == 0 and np.array_equal(gid_f.reshape(-1, k), np.broadcast_to(gid_f[:k], (n // k, k))):
             # the daemon's usual layout: one row per GPU per sweep, same order -> strided views
             # the daemon's usual layout: one row per GPU per sweep, same order -> a blocked

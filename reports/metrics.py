@@ -7,9 +7,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from hpclaunch.reports import readers
+from hpclaunch.reports import columnar, readers
 
-def metrics_summary(run_dir, warnings) -> Optional[dict]:
+
+def metrics_summary(run_dir, warnings, copies: Optional[columnar.Policy] = None) -> Optional[dict]:
     files = readers.metrics_files(run_dir)
     if not files:
         return None
@@ -22,7 +23,7 @@ def metrics_summary(run_dir, warnings) -> Optional[dict]:
         if not m:
             continue
         rank = int(m.group(1))
-        a, bad = readers.read_metrics_arrays(f)
+        a, bad = readers.read_metrics_arrays(f, copies=copies)
         bad_total += bad
         st = a["is_step"]
         # a record stands for `steps` optimizer steps (train_entry --log-every N; absent: 1)

@@ -22,11 +22,31 @@ WINDOW_SLACK_S = 300.0
 
 def run_window(run_dir) -> Optional[Tuple[float, float]]:
     """(first start - slack, last end + slack) from .hpclaunch/state; a run still going ends now."""
+    attempts = _attempts(run_dir)
+    if attempts is None or not attempts[0]:
+        return None
+    starts, ends, last_start = attempts
+    end = max(ends) if ends and max(ends) >= last_start else time.time()
+    return min(starts) - WINDOW_SLACK_S, end + WINDOW_SLACK_S
+
+
+def run_ended(run_dir) -> Optional[bool]:
+    """Has the job ended, by its own record (an `end` line at or after its last `start`)? None
+    without a record."""
+    attempts = _attempts(run_dir)
+    if attempts is None or not attempts[0]:
+        return None
+    _, ends, last_start = attempts
+    return bool(ends) and max(ends) >= last_start
+
+
+def _attempts(run_dir) -> Optional[Tuple[list, list, float]]:
+    """(start times, end times, the last start) of .hpclaunch/state; None if there is no such file."""
     try:
         text = (Path(run_dir) / ".hpclaunch" / "state").read_text(errors="replace")
     except OSError:
         return None
-    starts, ends, last_start = [], [], None
+    starts, ends, last_start = [], [], 0.0
     for line in text.splitlines()[:100_000]:
         words = line.split()
         if len(words) < 3 or not words[0].isdigit():
@@ -37,10 +57,7 @@ def run_window(run_dir) -> Optional[Tuple[float, float]]:
             last_start = t
         elif words[2] == "end":
             ends.append(t)
-    if not starts:
-        return None
-    end = max(ends) if ends and max(ends) >= (last_start or 0) else time.time()
-    return min(starts) - WINDOW_SLACK_S, end + WINDOW_SLACK_S
+    return starts, ends, last_start
 
 
 def drop_implausible(tb, window: Optional[Tuple[float, float]], counters: Iterable[str]):

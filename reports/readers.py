@@ -26,6 +26,7 @@ import csv
 import io
 import json
 import math
+import os
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from hpclaunch.monitors import schema
-from hpclaunch.reports import csv_arrow
+from hpclaunch.reports import columnar, csv_arrow
 
 # Columns the reports read (others are ignored; a newer schema may add columns at the end).
 GPU_NUMERIC = (
@@ -154,10 +155,60 @@ def _check_schema(t: Table, expected: str) -> None:
 
 
 def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequence[str],
-               engine: str = "auto", optional: Sequence[str] = ()) -> Table:
+               engine: str = "auto", optional: Sequence[str] = (),
+               copies: Optional[columnar.Policy] = None, group_by: Sequence[str] = ()) -> Table:
     """Read one contract CSV. ``engine``: "auto" | "pyarrow" | "csv". ``optional``: numeric
-    columns read when the header has them, else left out of ``num`` (``col()`` gives NaN)."""
+    columns read when the header has them, else left out of ``num`` (``col()`` gives NaN).
+    ``copies``: with engine "auto", read the file's columnar copy when it has a valid one, and write
+    one when the policy allows (reports/columnar.py); None: the CSV only. A copy holds the rows
+    grouped by the ``group_by`` columns (a stable sort: file order within a group), so a table read
+    from a copy has its rows in that order, one read from the CSV in file order."""
     path = str(path)
+    if copies is None or engine != "auto":
+        return _read_csv_table(path, expected_schema, numeric, text, engine, optional)
+    st = os.stat(path)
+    kind = json.dumps(["csv", expected_schema, list(numeric), list(text), list(optional), list(group_by)])
+    hit = columnar.load(path, kind, st)
+    if hit is not None:
+        return _table_of_copy(path, *hit)
+    t = _read_csv_table(path, expected_schema, numeric, text, engine, optional)
+    if copies.may_write(st):
+        columnar.store(path, kind, st, *_copy_of_table(t, group_by))
+    return t
+
+
+# A copy holds the warnings with the file's path cut out: the run directory may have moved since.
+_PATH = "\0"
+
+
+def _copy_of_table(t: Table, group_by: Sequence[str]):
+    arrays = {"n:" + c: a for c, a in t.num.items()}
+    arrays.update(("t:" + c, codes) for c, (codes, _) in t.text.items())
+    if group_by and t.n:
+        # last key first for lexsort; text columns by code (one code per value within a table)
+        order = np.lexsort([t.text[c][0] if c in t.text else t.col(c) for c in reversed(group_by)])
+        arrays = {name: a[order] for name, a in arrays.items()}
+    data = {"n": t.n, "values": {c: values for c, (_, values) in t.text.items()}, "schema_line": t.schema_line,
+            "missing_columns": t.missing_columns, "skipped_rows": t.skipped_rows, "engine": t.engine,
+            "warnings": [w.replace(t.path, _PATH) for w in t.warnings]}
+    return arrays, data
+
+
+def _table_of_copy(path: str, arrays, data) -> Table:
+    t = Table(path=path, n=int(data["n"]), schema_line=data["schema_line"],
+              missing_columns=list(data["missing_columns"]), skipped_rows=int(data["skipped_rows"]),
+              engine=str(data["engine"]), warnings=[str(w).replace(_PATH, path) for w in data["warnings"]])
+    for key, a in arrays.items():
+        kind, _, name = key.partition(":")
+        if kind == "n":
+            t.num[name] = a
+        else:
+            t.text[name] = (a, [str(v) for v in data["values"][name]])
+    return t
+
+
+def _read_csv_table(path: str, expected_schema: str, numeric: Sequence[str], text: Sequence[str],
+                    engine: str, optional: Sequence[str]) -> Table:
     t = Table(path=path)
     size, end, partial = _complete_end(path)
     schema_line, header, skip = _read_head(path)
@@ -275,12 +326,14 @@ def _read_csvmod(t: Table, header, numeric, text, lines=None) -> None:
             t.text[c] = (np.full(t.n, -1, np.int32), [])
 
 
-def read_gpu_log(path, engine="auto") -> Table:
-    return read_table(path, schema.GPU_SCHEMA, GPU_NUMERIC, GPU_TEXT, engine, GPU_OPTIONAL)
+def read_gpu_log(path, engine="auto", copies: Optional[columnar.Policy] = None) -> Table:
+    # a copy holds each GPU's rows together: what the report's indexing would otherwise do each time
+    return read_table(path, schema.GPU_SCHEMA, GPU_NUMERIC, GPU_TEXT, engine, GPU_OPTIONAL, copies,
+                      group_by=("host", "gpu_index"))
 
 
-def read_host_log(path, engine="auto") -> Table:
-    return read_table(path, schema.HOST_SCHEMA, HOST_NUMERIC, HOST_TEXT, engine)
+def read_host_log(path, engine="auto", copies: Optional[columnar.Policy] = None) -> Table:
+    return read_table(path, schema.HOST_SCHEMA, HOST_NUMERIC, HOST_TEXT, engine, copies=copies)
 
 
 def read_power_trace(path, engine="auto") -> Table:
@@ -351,12 +404,27 @@ METRIC_FLOATS = ("time_unix", "step", "epoch", "loss", "samples_per_s", "step_ti
                  "val_loss", "val_accuracy", "steps")
 
 
-def read_metrics_arrays(path, engine: str = "auto") -> Tuple[Dict[str, np.ndarray], int]:
+def read_metrics_arrays(path, engine: str = "auto", copies: Optional[columnar.Policy] = None
+                        ) -> Tuple[Dict[str, np.ndarray], int]:
     """A metrics file as arrays: ``is_step``/``is_epoch`` masks and float columns (NaN = absent).
 
     pyarrow's JSON reader when available (an unterminated last line is cut off first); the json module
-    line by line otherwise or when pyarrow refuses the file (e.g. a field changing type).
-    Returns (arrays, number of unparsable lines skipped)."""
+    line by line otherwise or when pyarrow refuses the file (e.g. a field changing type). ``copies``:
+    as for read_table, with engine "auto". Returns (arrays, number of unparsable lines skipped)."""
+    if copies is None or engine != "auto":
+        return _read_metrics_text(path, engine)
+    st = os.stat(path)
+    kind = json.dumps(["metrics", list(METRIC_FLOATS)])
+    hit = columnar.load(path, kind, st)
+    if hit is not None:
+        return hit[0], int(hit[1]["bad"])
+    arrays, bad = _read_metrics_text(path, engine)
+    if copies.may_write(st):
+        columnar.store(path, kind, st, arrays, {"bad": bad})
+    return arrays, bad
+
+
+def _read_metrics_text(path, engine: str) -> Tuple[Dict[str, np.ndarray], int]:
     if engine in ("auto", "pyarrow") and have_pyarrow():
         try:
             return _metrics_pyarrow(path)

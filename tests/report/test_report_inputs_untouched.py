@@ -74,8 +74,8 @@ def test_build_report_leaves_every_table_it_read_as_read(tmp_path, monkeypatch):
     for name in ("read_gpu_log", "read_host_log"):
         real = getattr(readers, name)
 
-        def recording(path, engine="auto", _real=real):
-            tb = _real(path, engine)
+        def recording(path, engine="auto", copies=None, _real=real):
+            tb = _real(path, engine, copies)
             read.append((tb, snapshot(tb)))
             return tb
         monkeypatch.setattr(readers, name, recording)

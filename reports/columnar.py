@@ -1,0 +1,152 @@
+"""Columnar copies of finished logs: a report parses a monitor log (or a rank's metrics file) once, after
+the job has ended, and later reports read its columns from the copy instead of parsing the text again.
+
+The CSV and JSON-lines files stay the contract (docs/monitor-logs.md); a copy is only a cache of what the
+readers made of them:
+
+* ``<dir>/.columnar/<file name>.arrow``: an Arrow IPC file (lz4 frames; a 6 h, 8-GPU log of 30 MB makes
+  a copy of a few MB), one column per array, and a JSON description in its schema metadata: the
+  format, the source file's identity (size, mtime in ns, inode), what was read from it (``kind``: the
+  reader and its column lists) and the reader's small results (dictionary values, warnings, counts).
+* A copy is used only when all of that matches the source file as it is now: a log that grew, was
+  rewritten or replaced, or a copy from another reader version, is ignored (and rewritten by the next
+  report that may write). Anything unreadable in a copy is ignored the same way, never trusted:
+  no pickle, no code; the arrays must have the lengths and types the description says.
+* Written atomically (a temporary file renamed over), only when the caller says the source is settled,
+  and only when the source did not change while it was read. A run directory the reader cannot write
+  (an admin reading a user's run) simply gets no copy.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+FORMAT = "hpclaunch-columnar/1"
+SUBDIR = ".columnar"
+META_KEY = b"hpclaunch"
+# Without a record of the job's end, a log counts as settled once nobody has written it for this long.
+SETTLE_S = 120.0
+# Types a copy may hold (anything else in a copy makes it ignored).
+# numpy's name -> Arrow's.
+DTYPES = {"float64": "double", "int32": "int32", "bool": "bool"}
+
+Arrays = Dict[str, np.ndarray]
+
+
+def copy_path(src) -> Path:
+    src = Path(src)
+    return src.parent / SUBDIR / (src.name + ".arrow")
+
+
+def identity(st: os.stat_result) -> list:
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A report's use of copies: it reads valid ones; ``run_ended`` (the run's own record: True, False,
+    None when there is none) says when it may write them."""
+
+    run_ended: Optional[bool] = None
+
+    def may_write(self, st: os.stat_result, now: Optional[float] = None) -> bool:
+        """Yes once the job has ended; without a record of it, once the file has not changed for
+        SETTLE_S. (A copy of a file still growing would only be replaced: it is keyed by the file.)"""
+        if self.run_ended is not None:
+            return self.run_ended
+        return st.st_mtime < (time.time() if now is None else now) - SETTLE_S
+
+
+def load(src, kind: str, st: os.stat_result) -> Optional[Tuple[Arrays, dict]]:
+    """(arrays, the stored results) of ``src``'s copy if it is a valid copy of ``src`` as ``st`` shows
+    it, read by ``kind``; None otherwise (no copy, stale, foreign or damaged)."""
+    path = copy_path(src)
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+    except ImportError:
+        return None
+    try:
+        with pa.memory_map(str(path)) as mm:
+            table = ipc.open_file(mm).read_all()
+        desc = json.loads((table.schema.metadata or {}).get(META_KEY, b"null"))
+        if not isinstance(desc, dict) or desc.get("format") != FORMAT or desc.get("kind") != kind \
+                or desc.get("source") != identity(st):
+            return None
+        n, types = desc["rows"], desc["types"]
+        if table.num_rows != n or sorted(table.column_names) != sorted(types):
+            return None
+        arrays = {name: _column(table.column(name), types[name], n) for name in table.column_names}
+        return arrays, desc["data"]
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return None
+
+
+def _column(col, type_name: str, n: int) -> np.ndarray:
+    """One column of a copy as numpy (of Arrow memory; copied only when chunked)."""
+    dtype = np.dtype(type_name)
+    chunks = []
+    for ch in col.chunks:
+        if ch.null_count or str(ch.type) != DTYPES.get(type_name):
+            raise ValueError("unexpected column in a copy")
+        if type_name == "bool":  # Arrow packs booleans into bits
+            bits = np.frombuffer(ch.buffers()[1], np.uint8)
+            chunks.append(np.unpackbits(bits, bitorder="little", count=ch.offset + len(ch))[ch.offset:].astype(bool))
+        else:
+            chunks.append(np.frombuffer(ch.buffers()[1], dtype, count=len(ch), offset=ch.offset * dtype.itemsize))
+    out = chunks[0] if len(chunks) == 1 else (np.concatenate(chunks) if chunks else np.empty(0, dtype))
+    if out.size != n:
+        raise ValueError("column length differs from the copy's row count")
+    return out
+
+
+def _arrow(pa, a: np.ndarray):
+    """A numpy array as Arrow's, from its memory (pa.array would import pandas: 0.3 s)."""
+    if a.dtype == np.bool_:
+        data = pa.py_buffer(np.packbits(a, bitorder="little"))
+        return pa.Array.from_buffers(pa.bool_(), a.size, [None, data])
+    return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), a.size, [None, pa.py_buffer(np.ascontiguousarray(a))])
+
+
+def store(src, kind: str, st: os.stat_result, arrays: Arrays, data: dict) -> bool:
+    """Writes ``src``'s copy from what its reader made of it (``arrays`` of one length, JSON-able
+    ``data``) if ``src`` is still as ``st`` shows it. False when it cannot (no pyarrow, a directory
+    it may not write, a source that changed meanwhile): the report goes on without a copy."""
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+    except ImportError:
+        return False
+    try:
+        if identity(os.stat(src)) != identity(st):
+            return False  # written to while it was read: that copy would describe neither version
+        lengths = {a.size for a in arrays.values()}
+        types = {name: a.dtype.name for name, a in arrays.items()}
+        if len(lengths) > 1 or any(t not in DTYPES for t in types.values()):
+            raise ValueError(f"cannot copy columns {types}")
+        desc = {"format": FORMAT, "kind": kind, "source": identity(st), "rows": lengths.pop() if lengths else 0,
+                "types": types, "data": data}
+        table = pa.Table.from_arrays([_arrow(pa, a) for a in arrays.values()], names=list(arrays))
+        table = table.replace_schema_metadata({META_KEY: json.dumps(desc, separators=(",", ":"))})
+        out = copy_path(src)
+        out.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
+        try:
+            os.fchmod(fd, st.st_mode & 0o666)  # as readable as the log it copies (mkstemp: 0600)
+            with os.fdopen(fd, "wb") as f, ipc.new_file(f, table.schema,
+                                                         options=ipc.IpcWriteOptions(compression="lz4")) as w:
+                w.write_table(table, max_chunksize=1 << 20)
+            os.replace(tmp, out)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return True
+    except (OSError, pa.ArrowException):
+        return False
