@@ -4,7 +4,7 @@ the job has ended, and later reports read its columns from the copy instead of p
 The CSV and JSON-lines files stay the contract (docs/monitor-logs.md); a copy is only a cache of what the
 readers made of them:
 
-* ``<dir>/.columnar/<file name>.arrow``: an Arrow IPC file (lz4 frames; a 6 h, 8-GPU log of 30 MB makes
+* ``<dir>/.columnar/<file name>.arrow``: an Arrow IPC file (zstd; a 6 h, 8-GPU log of 30 MB makes
   a copy of a few MB), one column per array, and a JSON description in its schema metadata: the
   format, the source file's identity (size, mtime in ns, inode), what was read from it (``kind``: the
   reader and its column lists) and the reader's small results (dictionary values, warnings, counts).
@@ -141,7 +141,7 @@ def store(src, kind: str, st: os.stat_result, arrays: Arrays, data: dict) -> boo
         try:
             os.fchmod(fd, st.st_mode & 0o666)  # as readable as the log it copies (mkstemp: 0600)
             with os.fdopen(fd, "wb") as f, ipc.new_file(f, table.schema,
-                                                         options=ipc.IpcWriteOptions(compression="lz4")) as w:
+                                                         options=ipc.IpcWriteOptions(compression="zstd")) as w:
                 w.write_table(table, max_chunksize=1 << 20)
             os.replace(tmp, out)
         except BaseException:

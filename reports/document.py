@@ -24,7 +24,8 @@ import numpy as np
 
 from hpclaunch.monitors import schema
 from hpclaunch.reports import columnar, events, readers, xid
-from hpclaunch.reports.gpu_stats import gpu_rows, gpu_stats, index_gpu_tables
+from hpclaunch.reports.gpu_index import gpu_rows, index_gpu_tables
+from hpclaunch.reports.gpu_stats import gpu_stats
 from hpclaunch.reports.hosts import host_stats
 from hpclaunch.reports.metrics import job_info, metrics_summary, rank_hosts
 from hpclaunch.reports.plausible import drop_implausible, run_ended, run_window
@@ -93,17 +94,28 @@ class Logs:
         self.engines: set = set()
 
     def read(self, paths, reader, counters) -> Iterator[readers.Table]:
-        for p in paths:
-            tb, why = drop_implausible(reader(p, self.engine, self.copies), self.window, counters)
-            if why:
-                self.warnings.append(why)
-            self.warnings.extend(tb.warnings)
-            self.skipped += tb.skipped_rows
-            self.engines.add(tb.engine)
-            miss = [c for c in tb.missing_columns if c not in ("ecc_dbe_total",)]
-            if miss:
-                self.warnings.append(f"{tb.path}: columns absent: {', '.join(miss)} (treated as not measured)")
-            yield tb
+        from concurrent.futures import ThreadPoolExecutor
+
+        paths = list(paths)
+        # the next file is read (pyarrow: without the GIL) while the caller works on this one
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            ahead = [pool.submit(reader, p, self.engine, self.copies) for p in paths[:1]]
+            for i in range(len(paths)):
+                ahead += [pool.submit(reader, p, self.engine, self.copies) for p in paths[i + 1:i + 2]]
+                yield self._checked(ahead[i].result(), counters)
+                ahead[i] = None  # one file's raw columns in memory at a time, besides the next one
+
+    def _checked(self, raw: readers.Table, counters) -> readers.Table:
+        tb, why = drop_implausible(raw, self.window, counters)
+        if why:
+            self.warnings.append(why)
+        self.warnings.extend(tb.warnings)
+        self.skipped += tb.skipped_rows
+        self.engines.add(tb.engine)
+        miss = [c for c in tb.missing_columns if c not in ("ecc_dbe_total",)]
+        if miss:
+            self.warnings.append(f"{tb.path}: columns absent: {', '.join(miss)} (treated as not measured)")
+        return tb
 
 
 def job_window(fcols, hosts) -> Tuple[Optional[float], Optional[float]]:

@@ -13,7 +13,7 @@ def counter_total(t: np.ndarray, c: np.ndarray) -> Dict[str, Any]:
     the valid-subsequence intervals and their increments for callers that attribute them)."""
     v = ~np.isnan(c)
     tv, cv = t[v], c[v]
-    out: Dict[str, Any] = {"n_valid": int(tv.size), "t": tv}
+    out: Dict[str, Any] = {"n_valid": int(tv.size), "t": tv, "valid": v}
     if tv.size < 2:
         out.update(total=None, resets=[], inc=np.empty(0))
         return out

@@ -1,128 +1,15 @@
-"""Per-GPU statistics: rows of every log merged per GPU, then power, temperatures, clocks,
-throttle time per reason, idle time and the plotted series of one GPU."""
+"""Per-GPU statistics: power, temperatures, clocks, throttle time per reason, idle time and the
+plotted series of one GPU (its rows merged from every log by reports/gpu_index.py)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from hpclaunch.reports import readers
 from hpclaunch.monitors import schema
 from hpclaunch.reports.energy import PowerIntegral, counter_total
-from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, NEAR_SLOWDOWN_C, NOT_THROTTLE_BITS, POWER_BITS, THERMAL_BITS, host_from_filename, rounded
+from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, NEAR_SLOWDOWN_C, NOT_THROTTLE_BITS, POWER_BITS, THERMAL_BITS, rounded
 from hpclaunch.reports.nanstats import nanmax, nanmean, nanmin
-
-def index_gpu_tables(tables: Iterable[readers.Table]):
-    """Assign a GPU id per (host, gpu_index) and sort each file's rows by GPU (stable, so time
-    order within a file is kept). Sorting per file keeps the gathers cache-resident. The tables
-    are left as they are (the per-GPU columns are copies or views); pass a generator to hold one
-    file's raw columns at a time.
-
-    Returns (keys: list[(host, index)], segs: gid -> [(file, a, b)], per-file sorted columns,
-    text value counts per gid, stats)."""
-    key_to_gid: Dict[Tuple[str, int], int] = {}
-    segs: Dict[int, List[Tuple[int, int, int]]] = {}
-    fcols: List[Dict[str, np.ndarray]] = []
-    txt: Dict[str, Dict[int, Dict[str, int]]] = {c: {} for c in ("gpu_uuid", "ranks", "error")}
-    stats = {"rows": 0, "unindexed": 0, "bad_time": 0}
-    M = 1_000_003
-    for fi, tb in enumerate(tables):
-        if tb.n == 0:
-            fcols.append({})
-            continue
-        stats["rows"] += tb.n
-        fname_host = host_from_filename(tb.path)
-        hcodes, hdic = tb.text["host"]
-        hnames = list(hdic) + [fname_host]
-        hidx = np.where(hcodes < 0, len(hdic), hcodes).astype(np.int64)
-        gi = tb.col("gpu_index")
-        with np.errstate(invalid="ignore"):  # an index no GPU has (1e18, -1, 0.5) names none
-            bad = ~((gi >= 0) & (gi < 100_000) & (gi == np.floor(gi)))
-        stats["unindexed"] += int(bad.sum())
-        local = hidx * M + (np.where(bad, -1, gi).astype(np.int64) + 1)
-        uniq, inv = np.unique(local, return_inverse=True)
-        lut = np.empty(uniq.size, np.int32)
-        for j, lk in enumerate(uniq.tolist()):
-            hi, ix = divmod(lk, M)
-            lut[j] = key_to_gid.setdefault((str(hnames[hi]), ix - 1), len(key_to_gid))
-        gid_f = lut[inv.reshape(-1)]
-        k = uniq.size
-        n = gid_f.size
-        cols = readers.GPU_NUMERIC + tuple(c for c in readers.GPU_OPTIONAL if c in tb.num)
-        runs = np.flatnonzero(gid_f[1:] != gid_f[:-1]) + 1
-        if runs.size + 1 == k:
-            # each GPU's rows together already (one GPU; a columnar copy): views, no copy
-            fcols.append(dict(tb.num))
-            edges = [0, *runs.tolist(), n]
-            for a_, b_ in zip(edges[:-1], edges[1:]):
-                segs.setdefault(int(gid_f[a_]), []).append((fi, slice(a_, b_)))
-        elif n % k == 0 and np.array_equal(gid_f.reshape(-1, k), np.broadcast_to(gid_f[:k], (n // k, k))):
-            # the daemon's usual layout: one row per GPU per sweep, same order -> strided views
-            # the daemon's usual layout: one row per GPU per sweep, same order -> a blocked
-            # transpose makes each GPU's rows contiguous (cheaper than a gather or strided views)
-            m = n // k
-            fcols.append({c: np.ascontiguousarray(tb.col(c).reshape(m, k).T).reshape(-1)
-                          for c in cols})
-            for j in range(k):
-                segs.setdefault(int(gid_f[j]), []).append((fi, slice(j * m, (j + 1) * m)))
-        else:
-            order = np.argsort(gid_f.astype(np.int16) if len(key_to_gid) < 32000 else gid_f, kind="stable")
-            gs = gid_f[order]
-            fcols.append({c: tb.col(c)[order] for c in cols})
-            bounds = np.flatnonzero(gs[1:] != gs[:-1]) + 1
-            st = np.concatenate([[0], bounds])
-            en = np.concatenate([bounds, [gs.size]])
-            for a_, b_ in zip(st.tolist(), en.tolist()):
-                segs.setdefault(int(gs[a_]), []).append((fi, slice(a_, b_)))
-        for c in readers.GPU_NUMERIC:
-            fcols[-1].setdefault(c, np.full(n, np.nan))
-        for c in txt:
-            codes, dic = tb.text[c]
-            pair = codes.astype(np.int64) * 65536 + gid_f
-            up, cnt = np.unique(pair, return_counts=True)
-            for p_, k_ in zip(up.tolist(), cnt.tolist()):
-                code, gg = divmod(p_, 65536)
-                val = dic[code] if code >= 0 else ""
-                dd = txt[c].setdefault(gg, {})
-                dd[val] = dd.get(val, 0) + k_
-    keys: List[Tuple[str, int]] = [None] * len(key_to_gid)  # type: ignore
-    for k, g in key_to_gid.items():
-        keys[g] = k
-    return keys, segs, fcols, txt, stats
-
-
-def gpu_rows(seglist, fcols) -> Tuple[Dict[str, np.ndarray], int, int]:
-    """One GPU's rows from all files: time-sorted, exact duplicates on time dropped.
-    Returns (columns, duplicates removed, rows without a time)."""
-    if len(seglist) == 1:
-        fi, sl = seglist[0]
-        cols = {c: v[sl] for c, v in fcols[fi].items()}
-    else:
-        cols = {c: np.concatenate([fcols[fi][c][sl] for fi, sl in seglist]) for c in readers.GPU_NUMERIC}
-        for c in readers.GPU_OPTIONAL:  # files from before the column: NaN for their rows
-            if any(c in fcols[fi] for fi, _ in seglist):
-                cols[c] = np.concatenate([fcols[fi][c][sl] if c in fcols[fi] else
-                                          np.full(fcols[fi]["time_unix"][sl].size, np.nan)
-                                          for fi, sl in seglist])
-    t = cols["time_unix"]
-    nan_t = np.isnan(t)
-    nbad = int(nan_t.sum())
-    if nbad:
-        cols = {c: v[~nan_t] for c, v in cols.items()}
-        t = cols["time_unix"]
-    d = np.diff(t)
-    if (d < 0).any():
-        o = np.argsort(t, kind="stable")
-        cols = {c: v[o] for c, v in cols.items()}
-        t = cols["time_unix"]
-        d = np.diff(t)
-    dup = d == 0
-    ndup = int(dup.sum())
-    if ndup:
-        keep = np.concatenate([[True], ~dup])
-        cols = {c: v[keep] for c, v in cols.items()}
-    return cols, ndup, nbad
-
 
 # ---------------------------------------------------------------------------- per GPU
 
@@ -135,20 +22,24 @@ def bits_time(tri: np.ndarray, present: int, dt_left: np.ndarray, mask: int) -> 
 
 
 def idle_counter_energy(t: np.ndarray, util: np.ndarray, p: np.ndarray, tv: np.ndarray,
-                        inc: np.ndarray) -> float:
+                        inc: np.ndarray, valid: Optional[np.ndarray] = None) -> float:
     """Counter energy (its unit) drawn while the GPU was idle (left-sample util <= IDLE_UTIL_PCT).
 
     Counter readings ``tv`` are a subset of the sample times ``t`` (the monitor reads the counter
     every few samples). Each counter increment is split over the sample intervals inside it in
     proportion to their power trapezoid (their length where power is missing), and each part is
     idle or not by its own left sample. With a reading at every sample this is the plain sum of
-    the idle increments."""
+    the idle increments. ``valid``: which samples are the readings ``tv`` (times strictly
+    increasing): their running count finds each interval's reading without a search."""
     if t.size < 2 or inc.size == 0:
         return 0.0
     dt = np.diff(t)
     with np.errstate(invalid="ignore"):
         e = 0.5 * (p[1:] + p[:-1]) * dt
-    k = np.searchsorted(tv, t[:-1], side="right") - 1          # the counter interval of each one
+    if valid is not None:  # the counter interval of each one
+        k = np.cumsum(valid[:-1], dtype=np.int64) - 1
+    else:
+        k = np.searchsorted(tv, t[:-1], side="right") - 1
     inside = (k >= 0) & (k < inc.size)
     k = np.where(inside, k, 0)
     inside &= t[1:] <= tv[np.minimum(k + 1, tv.size - 1)]
@@ -156,8 +47,7 @@ def idle_counter_energy(t: np.ndarray, util: np.ndarray, p: np.ndarray, tv: np.n
     n = inc.size
     # power weights per counter interval where every part has power; else time weights
     has_p = np.isfinite(e)
-    p_all = np.bincount(k[inside], weights=has_p[inside].astype(float), minlength=n) == \
-        np.bincount(k[inside], minlength=n)
+    p_all = np.bincount(k[inside & ~has_p], minlength=n) == 0
     p_sum = np.bincount(k[inside & has_p], weights=e[inside & has_p], minlength=n)
     use_p = p_all & (p_sum > 0)
     w = np.where(use_p[k] & has_p, e, dt)
@@ -252,7 +142,7 @@ def energy_stats(name: str, s: _Sampling, c: Dict[str, np.ndarray], pint: PowerI
         src = "counter"
         energy, est_j, (win_a, win_b) = _counter_energy(ctr, pint, t, notes)
         window_s = win_b - win_a
-        idle_j = idle_counter_energy(t, util, p, ctr["t"], ctr["inc"]) / 1000.0
+        idle_j = idle_counter_energy(t, util, p, ctr["t"], ctr["inc"], ctr["valid"]) / 1000.0
         # the monitor reads the counter every few samples: only a spacing well over its own is a gap
         tv = ctr["t"]
         ctr_step = max(s.interval or 0.0, float(np.median(np.diff(tv))))

@@ -10,7 +10,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from synth import GpuSpec, HostSpec, T0, write_run  # noqa: E402
 
 from hpclaunch.reports import build_report, readers  # noqa: E402
-from hpclaunch.reports.gpu_stats import index_gpu_tables  # noqa: E402
+from hpclaunch.reports.gpu_index import index_gpu_tables  # noqa: E402
 from hpclaunch.reports.plausible import drop_implausible  # noqa: E402
 
 

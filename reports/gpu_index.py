@@ -1,0 +1,134 @@
+"""Every GPU log's rows indexed by GPU: a GPU id per (host, gpu_index), each file's rows grouped by GPU,
+and one GPU's rows from all files merged in time order (exact duplicates dropped)."""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Tuple
+
+import numpy as np
+
+from hpclaunch.reports import readers
+from hpclaunch.reports.model import host_from_filename
+
+
+def index_gpu_tables(tables: Iterable[readers.Table]):
+    """Assign a GPU id per (host, gpu_index) and sort each file's rows by GPU (stable, so time
+    order within a file is kept). Sorting per file keeps the gathers cache-resident. The tables
+    are left as they are (the per-GPU columns are copies or views); pass a generator to hold one
+    file's raw columns at a time.
+
+    Returns (keys: list[(host, index)], segs: gid -> [(file, a, b)], per-file sorted columns,
+    text value counts per gid, stats)."""
+    key_to_gid: Dict[Tuple[str, int], int] = {}
+    segs: Dict[int, List[Tuple[int, int, int]]] = {}
+    fcols: List[Dict[str, np.ndarray]] = []
+    txt: Dict[str, Dict[int, Dict[str, int]]] = {c: {} for c in ("gpu_uuid", "ranks", "error")}
+    stats = {"rows": 0, "unindexed": 0, "bad_time": 0}
+    M = 1_000_003
+    for fi, tb in enumerate(tables):
+        if tb.n == 0:
+            fcols.append({})
+            continue
+        stats["rows"] += tb.n
+        fname_host = host_from_filename(tb.path)
+        hcodes, hdic = tb.text["host"]
+        hnames = list(hdic) + [fname_host]
+        hidx = np.where(hcodes < 0, len(hdic), hcodes).astype(np.int64)
+        gi = tb.col("gpu_index")
+        with np.errstate(invalid="ignore"):  # an index no GPU has (1e18, -1, 0.5) names none
+            bad = ~((gi >= 0) & (gi < 100_000) & (gi == np.floor(gi)))
+        stats["unindexed"] += int(bad.sum())
+        local = hidx * M + (np.where(bad, -1, gi).astype(np.int64) + 1)
+        n = local.size
+        edges = np.concatenate([[0], np.flatnonzero(local[1:] != local[:-1]) + 1, [n]])
+        grouped = bool((np.diff(local[edges[:-1]]) > 0).all())
+        if grouped:  # each GPU's rows together, in key order (one GPU; a columnar copy): no sort
+            uniq, inv = local[edges[:-1]], np.repeat(np.arange(edges.size - 1), np.diff(edges))
+        else:
+            uniq, inv = np.unique(local, return_inverse=True)
+        lut = np.empty(uniq.size, np.int32)
+        for j, lk in enumerate(uniq.tolist()):
+            hi, ix = divmod(lk, M)
+            lut[j] = key_to_gid.setdefault((str(hnames[hi]), ix - 1), len(key_to_gid))
+        gid_f = lut[inv.reshape(-1)]
+        k = uniq.size
+        cols = readers.GPU_NUMERIC + tuple(c for c in readers.GPU_OPTIONAL if c in tb.num)
+        if grouped:  # views, no copy
+            fcols.append(dict(tb.num))
+            for a_, b_ in zip(edges[:-1].tolist(), edges[1:].tolist()):
+                segs.setdefault(int(gid_f[a_]), []).append((fi, slice(a_, b_)))
+        elif n % k == 0 and np.array_equal(gid_f.reshape(-1, k), np.broadcast_to(gid_f[:k], (n // k, k))):
+            # the daemon's usual layout: one row per GPU per sweep, same order -> strided views
+            # the daemon's usual layout: one row per GPU per sweep, same order -> a blocked
+            # transpose makes each GPU's rows contiguous (cheaper than a gather or strided views)
+            m = n // k
+            fcols.append({c: np.ascontiguousarray(tb.col(c).reshape(m, k).T).reshape(-1)
+                          for c in cols})
+            for j in range(k):
+                segs.setdefault(int(gid_f[j]), []).append((fi, slice(j * m, (j + 1) * m)))
+        else:
+            order = np.argsort(gid_f.astype(np.int16) if len(key_to_gid) < 32000 else gid_f, kind="stable")
+            gs = gid_f[order]
+            fcols.append({c: tb.col(c)[order] for c in cols})
+            bounds = np.flatnonzero(gs[1:] != gs[:-1]) + 1
+            st = np.concatenate([[0], bounds])
+            en = np.concatenate([bounds, [gs.size]])
+            for a_, b_ in zip(st.tolist(), en.tolist()):
+                segs.setdefault(int(gs[a_]), []).append((fi, slice(a_, b_)))
+        for c in readers.GPU_NUMERIC:
+            fcols[-1].setdefault(c, np.full(n, np.nan))
+        for c in txt:
+            codes, dic = tb.text[c]
+            for gg, code, k_ in _value_counts(codes, gid_f, edges if grouped else None):
+                val = dic[code] if code >= 0 else ""
+                dd = txt[c].setdefault(gg, {})
+                dd[val] = dd.get(val, 0) + k_
+    keys: List[Tuple[str, int]] = [None] * len(key_to_gid)  # type: ignore
+    for k, g in key_to_gid.items():
+        keys[g] = k
+    return keys, segs, fcols, txt, stats
+
+
+def _value_counts(codes: np.ndarray, gid: np.ndarray, edges):
+    """(GPU id, code, rows) of a text column. ``edges``: the runs of rows of one GPU each when the
+    rows are grouped; a value that changes only where the GPU does (a UUID, the ranks, an error
+    column left empty) is then counted by run, without a sort."""
+    if edges is not None:
+        change = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+        if np.isin(change, edges).all():
+            heads = edges[:-1]
+            return zip(gid[heads].tolist(), codes[heads].tolist(), np.diff(edges).tolist())
+    up, cnt = np.unique(codes.astype(np.int64) * 65536 + gid, return_counts=True)
+    return ((p_ % 65536, p_ // 65536, k_) for p_, k_ in zip(up.tolist(), cnt.tolist()))
+
+
+def gpu_rows(seglist, fcols) -> Tuple[Dict[str, np.ndarray], int, int]:
+    """One GPU's rows from all files: time-sorted, exact duplicates on time dropped.
+    Returns (columns, duplicates removed, rows without a time)."""
+    if len(seglist) == 1:
+        fi, sl = seglist[0]
+        cols = {c: v[sl] for c, v in fcols[fi].items()}
+    else:
+        cols = {c: np.concatenate([fcols[fi][c][sl] for fi, sl in seglist]) for c in readers.GPU_NUMERIC}
+        for c in readers.GPU_OPTIONAL:  # files from before the column: NaN for their rows
+            if any(c in fcols[fi] for fi, _ in seglist):
+                cols[c] = np.concatenate([fcols[fi][c][sl] if c in fcols[fi] else
+                                          np.full(fcols[fi]["time_unix"][sl].size, np.nan)
+                                          for fi, sl in seglist])
+    t = cols["time_unix"]
+    nan_t = np.isnan(t)
+    nbad = int(nan_t.sum())
+    if nbad:
+        cols = {c: v[~nan_t] for c, v in cols.items()}
+        t = cols["time_unix"]
+    d = np.diff(t)
+    if (d < 0).any():
+        o = np.argsort(t, kind="stable")
+        cols = {c: v[o] for c, v in cols.items()}
+        t = cols["time_unix"]
+        d = np.diff(t)
+    dup = d == 0
+    ndup = int(dup.sum())
+    if ndup:
+        keep = np.concatenate([[True], ~dup])
+        cols = {c: v[keep] for c, v in cols.items()}
+    return cols, ndup, nbad
