@@ -41,7 +41,9 @@ def benches(quick: bool) -> list[tuple[str, str, list[str], str]]:
         ("report", "bench/report/bench_report.py", ["--hosts", "4"] if quick else [], py),
         ("fleet", "bench/fleet/bench_fleet.py", ["--jobs", "1000"] if quick else [], py),
         ("train_overhead", "bench/train_overhead/bench_train_overhead.py",
-         ["--with-monitor"] + (["--reps", "2", "--steps", "100"] if quick else ["--reps", "25"]), py),
+         # one rank on a 2-core machine: two ranks and the monitor oversubscribe it and single reps vary by
+         # +-10 %, too much for the +-3 % interval the issue asks for in a quarter of an hour
+         ["--with-monitor", "--nproc", "1"] + (["--reps", "2", "--steps", "100"] if quick else ["--reps", "40"]), py),
     ]
     if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0:
         out.append(("gpu", "bench/gpu/gpu_checks.py", ["--out", tempfile.mkdtemp(prefix="hpclaunch-gpu-")], py))

@@ -176,8 +176,12 @@ def main():
                    "not shown (interval wider than +-3 %: more reps)" if hi - lo > 0.06 else "SHOWN")
         print(f"{name:>12}: train_entry median {ma:8.0f} samples/s | bare DDP median {mb:8.0f} samples/s | "
               f"ratio {ma / mb:.3f}; paired median {mid:.3f}, 95% CI [{lo:.3f}, {hi:.3f}]: goal >= 0.98 {verdict}")
-    setup = (f"{args.nproc} ranks, batch {args.batch}/rank, {args.steps} steps, warm-up {args.warmup}, "
-             f"{args.reps} x A/B alternating; extra train_entry flags: {args.train_entry_args}")
+    cores = os.cpu_count() or 1
+    crowded = (" (the ranks fill every core, so the monitor and the OS take time from a rank and its peers "
+               "wait for it at each all-reduce: single reps vary by +-10 %)") if args.nproc >= cores else (
+               " (a core left for the monitor and the OS, as a node's spare cores are)")
+    setup = (f"{args.nproc} rank(s) on {cores} cores{crowded}, batch {args.batch}/rank, {args.steps} steps, "
+             f"warm-up {args.warmup}, {args.reps} x A/B alternating; extra train_entry flags: {args.train_entry_args}")
     print(f"[{setup}]")
     section.para(
         "Samples/s of the reference model through train_entry (A) vs a bare torchrun DDP script of the "
