@@ -52,11 +52,9 @@ _REASON_COL = {fid: _COL[schema.THROTTLE_COUNTER_COLUMNS[name]] for fid, name in
 _FIELD_COL = {FI_MEMORY_TEMP: _COL["mem_temp_c"]}
 _FIELD_VAR = {FI_POWER_INSTANT: "power", FI_POWER_AVERAGE: "avg", FI_TOTAL_ENERGY: "energy",
               FI_PERF_THERMAL: "perf_thermal", FI_PERF_POWER: "perf_power"}
-# Per field id, where its value goes, looked up once per field and sample:
-# (reason column or None, that column's name, column or None, _FIELD_VAR name or None).
+# Per field id, one lookup a sample: (reason column, its name, column, _FIELD_VAR name), None where none.
 _FIELD_DEST = {fid: (_REASON_COL.get(fid), schema.GPU_COLUMNS[_REASON_COL[fid]] if fid in _REASON_COL else None,
-                     _FIELD_COL.get(fid), _FIELD_VAR.get(fid))
-               for fid in {*_REASON_COL, *_FIELD_COL, *_FIELD_VAR}}
+                     _FIELD_COL.get(fid), _FIELD_VAR.get(fid)) for fid in {*_REASON_COL, *_FIELD_COL, *_FIELD_VAR}}
 _NO_VALUES = [None] * (_NCOL - 5)  # a row's cells after time, host, index, uuid, ranks
 # A power sample's value by its nvmlValueType_t (the union member VALUE_MEMBERS names), as one C call.
 _SAMPLE_VALUE = tuple(operator.attrgetter("sampleValue." + m) for m in VALUE_MEMBERS)
@@ -70,7 +68,6 @@ _TIME_AND_GPU = operator.itemgetter(0, 2)  # the power trace's order
 _VIOLATIONS = tuple((col, _COL[col], fid, var, cap, policy) for col, fid, var, cap, policy in (
     ("viol_power_ns", FI_PERF_POWER, "perf_power", "violation_power", "NVML_PERF_POLICY_POWER"),
     ("viol_thermal_ns", FI_PERF_THERMAL, "perf_thermal", "violation_thermal", "NVML_PERF_POLICY_THERMAL")))
-_NVALUE_TYPES = len(VALUE_MEMBERS)
 
 
 class _Gpu:
@@ -340,7 +337,7 @@ class NvmlSampler:
                     bad[fid] = ret
                 continue
             vt = v.valueType  # the union member of its type; inline: this runs for every field of every sample
-            x = getattr(v.value, VALUE_MEMBERS[vt]) if 0 <= vt < _NVALUE_TYPES else None
+            x = getattr(v.value, VALUE_MEMBERS[vt]) if 0 <= vt < len(VALUE_MEMBERS) else None
             dest = _FIELD_DEST.get(fid)
             if dest is not None:
                 reason_col, name, col, var = dest
