@@ -27,7 +27,7 @@ import time
 from typing import List, Optional
 
 from . import prometheus, schema
-from .logfiles import CsvLog, EventLog, close_fds, stderr
+from .logfiles import CsvLog, EventLog, close_fds, format_rows, format_trace_rows, stderr
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -198,9 +198,9 @@ class Daemon:
                 "path": path, "dropped_writes": dropped,
                 "errno": getattr(e, "errno", None), "error": str(e) if e is not None else None})
 
-    def _csv(self, name: str, sch: str, cols) -> CsvLog:
+    def _csv(self, name: str, sch: str, cols, formatter=format_rows) -> CsvLog:
         log = CsvLog(os.path.join(self.dir, name), sch, cols, on_error=self._on_write_error,
-                     on_recover=self._on_write_recovered)
+                     on_recover=self._on_write_recovered, formatter=formatter)
         if log.moved_aside:
             self.events.emit("error", {"path": log.path, "error": "existing file has another "
                                        "schema or header", "moved_to": log.moved_aside})
@@ -374,7 +374,7 @@ class Daemon:
                     if self.trace_log is None:
                         self.trace_log = self._csv(schema.power_trace_file(self.host),
                                                    schema.POWER_TRACE_SCHEMA,
-                                                   schema.POWER_TRACE_COLUMNS)
+                                                   schema.POWER_TRACE_COLUMNS, format_trace_rows)
                     self.trace_log.write_rows(trace)
             except Exception as e:
                 self.source_error("power_trace", e)

@@ -76,6 +76,29 @@ def format_rows(rows: Iterable[Sequence]) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def format_trace_rows(rows: Iterable[Sequence]) -> str:
+    """Power-trace rows ``(time float, host str, GPU index int, watts float)``: the same text as
+    :func:`format_rows`, without its per-cell type dispatch. The trace is tens of rows a second
+    per GPU: formatted cell by cell it was the largest part of the daemon's work with GPUs. A row
+    with a float :func:`format_rows` writes another way (NaN, infinities, huge) goes to it."""
+    out = []
+    add = out.append
+    host = cell_host = None
+    for row in rows:
+        t, h, i, w = row
+        if -1e12 < t < 1e12 and -1e12 < w < 1e12:
+            if h is not host:
+                host, cell_host = h, h.translate(_BAD)
+            t = ("%.3f" % t).rstrip("0")
+            w = ("%.3f" % w).rstrip("0")
+            add(f"{t}0,{cell_host},{i},{w}0\n" if t[-1] == "." and w[-1] == "." else
+                f"{t}0,{cell_host},{i},{w}\n" if t[-1] == "." else
+                f"{t},{cell_host},{i},{w}0\n" if w[-1] == "." else f"{t},{cell_host},{i},{w}\n")
+        else:
+            add(format_rows((row,)))
+    return "".join(out)
+
+
 def close_fds(*fds: Optional[int]) -> None:
     """Close each descriptor that is not None, quietly (a close error loses nothing written here:
     every write was a syscall of its own). Returns None, for ``self.fd = close_fds(self.fd)``."""
@@ -226,8 +249,10 @@ class CsvLog(_AppendFile):
     def __init__(self, path: str, schema: str, columns: Sequence[str],
                  on_error: Optional[ErrorHook] = None,
                  write: Callable[[int, bytes], int] = os.write,
-                 on_recover: Optional[RecoverHook] = None):
+                 on_recover: Optional[RecoverHook] = None,
+                 formatter: Callable[[Iterable[Sequence]], str] = format_rows):
         super().__init__(path, on_error, write, on_recover)
+        self.formatter = formatter  # rows -> text: format_rows, or format_trace_rows for the trace
         self.schema = schema
         self.columns = tuple(columns)
         self.moved_aside: Optional[str] = None
@@ -274,7 +299,7 @@ class CsvLog(_AppendFile):
             self._pending = ""
 
     def write_rows(self, rows: Iterable[Sequence]) -> bool:
-        text = format_rows(rows)
+        text = self.formatter(rows)
         if self._pending:
             if not self.write_text(self._pending + text):
                 return False

@@ -41,7 +41,7 @@ from . import schema
 from .nvml_errors import err_text
 from .nvml_fields import (COUNTER_FIELDS, FI_MEMORY_TEMP, FI_PERF_POWER, FI_PERF_THERMAL, FI_POWER_AVERAGE,
                           FI_POWER_INSTANT, FI_TOTAL_ENERGY, REASON_FIELDS, THROTTLE_MASK, FIELD_NOT_THERE,
-                          NOT_THERE, VALUE_MEMBERS, value_of)
+                          NOT_THERE, VALUE_MEMBERS)
 from .xid import XidWatcher
 
 _COL = {c: i for i, c in enumerate(schema.GPU_COLUMNS)}
@@ -52,8 +52,11 @@ _REASON_COL = {fid: _COL[schema.THROTTLE_COUNTER_COLUMNS[name]] for fid, name in
 _FIELD_COL = {FI_MEMORY_TEMP: _COL["mem_temp_c"]}
 _FIELD_VAR = {FI_POWER_INSTANT: "power", FI_POWER_AVERAGE: "avg", FI_TOTAL_ENERGY: "energy",
               FI_PERF_THERMAL: "perf_thermal", FI_PERF_POWER: "perf_power"}
+# Per field id, one lookup a sample: (reason column, its name, column, _FIELD_VAR name), None where none.
+_FIELD_DEST = {fid: (_REASON_COL.get(fid), schema.GPU_COLUMNS[_REASON_COL[fid]] if fid in _REASON_COL else None,
+                     _FIELD_COL.get(fid), _FIELD_VAR.get(fid)) for fid in {*_REASON_COL, *_FIELD_COL, *_FIELD_VAR}}
 _NO_VALUES = [None] * (_NCOL - 5)  # a row's cells after time, host, index, uuid, ranks
-# A power sample's value by its nvmlValueType_t: what value_of() reads, as one C call.
+# A power sample's value by its nvmlValueType_t (the union member VALUE_MEMBERS names), as one C call.
 _SAMPLE_VALUE = tuple(operator.attrgetter("sampleValue." + m) for m in VALUE_MEMBERS)
 _TIME_AND_GPU = operator.itemgetter(0, 2)  # the power trace's order
 (_POWER, _POWER_AVG, _ENERGY, _TEMP, _MEM_USED, _MEM_TOTAL, _UTIL, _MEM_UTIL, _SM_CLOCK, _MEM_CLOCK,
@@ -61,10 +64,14 @@ _TIME_AND_GPU = operator.itemgetter(0, 2)  # the power trace's order
     "power_w", "power_avg_w", "energy_mj", "temp_c", "mem_used_mib", "mem_total_mib", "util_pct",
     "mem_util_pct", "sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "throttle_reasons",
     "slowdown_temp_c", "shutdown_temp_c", "ecc_dbe_total", "error", "xid_count"))
+# The violation counters: column, its index, batch field, _FIELD_VAR name, capability, perf policy.
+_VIOLATIONS = tuple((col, _COL[col], fid, var, cap, policy) for col, fid, var, cap, policy in (
+    ("viol_power_ns", FI_PERF_POWER, "perf_power", "violation_power", "NVML_PERF_POLICY_POWER"),
+    ("viol_thermal_ns", FI_PERF_THERMAL, "perf_thermal", "violation_thermal", "NVML_PERF_POLICY_THERMAL")))
 
 
 class _Gpu:
-    __slots__ = ("index", "handle", "uuid", "ranks", "off", "fields", "cheap_fields", "last_energy",
+    __slots__ = ("index", "handle", "uuid", "ranks", "off", "fields", "field_set", "cheap_fields", "last_energy",
                  "throttle", "margin_low", "error", "trace_ts", "slowdown", "shutdown",
                  "next_slow", "ecc", "last_ns", "next_counter")
 
@@ -75,6 +82,7 @@ class _Gpu:
         self.ranks = ranks
         self.off: set = set()          # capabilities found missing
         self.fields: List[int] = []        # the batch's field ids, counters included
+        self.field_set: frozenset = frozenset()  # the same, for the membership tests of each sample
         self.cheap_fields: List[int] = []  # the same less COUNTER_FIELDS: the batch between counter reads
         self.last_energy: Optional[int] = None
         self.throttle = 0
@@ -90,6 +98,7 @@ class _Gpu:
 
     def set_fields(self, fields: List[int]) -> None:
         self.fields = fields
+        self.field_set = frozenset(fields)
         self.cheap_fields = [f for f in fields if f not in COUNTER_FIELDS]
 
 
@@ -327,16 +336,17 @@ class NvmlSampler:
                         bad = {}
                     bad[fid] = ret
                 continue
-            x = value_of(v.valueType, v.value)
-            col = _REASON_COL.get(fid)
-            if col is not None:
-                row[col] = self._ns_counter(g, schema.GPU_COLUMNS[col], x, now)
-            col = _FIELD_COL.get(fid)
-            if col is not None:
-                row[col] = x
-            var = _FIELD_VAR.get(fid)
-            if var is not None:
-                got[var] = x
+            vt = v.valueType  # the union member of its type; inline: this runs for every field of every sample
+            x = getattr(v.value, VALUE_MEMBERS[vt]) if 0 <= vt < len(VALUE_MEMBERS) else None
+            dest = _FIELD_DEST.get(fid)
+            if dest is not None:
+                reason_col, name, col, var = dest
+                if reason_col is not None:
+                    row[reason_col] = self._ns_counter(g, name, x, now)
+                if col is not None:
+                    row[col] = x
+                if var is not None:
+                    got[var] = x
         if bad:
             g.set_fields([f for f in g.fields if f not in bad])
             gone = [f for f in bad if f in REASON_FIELDS]
@@ -357,7 +367,7 @@ class NvmlSampler:
             power /= 1000.0
         if avg is not None:
             avg /= 1000.0
-        if power is None or (avg is None and FI_POWER_INSTANT in g.fields):
+        if power is None or (avg is None and FI_POWER_INSTANT in g.field_set):
             mw = call(g, "power_usage", nv.nvmlDeviceGetPowerUsage, h)
             if mw is not None:
                 if power is None:
@@ -369,7 +379,7 @@ class NvmlSampler:
         energy = got.get("energy")
         if energy is not None:
             energy = int(energy)
-        elif counters and FI_TOTAL_ENERGY not in g.fields:
+        elif counters and FI_TOTAL_ENERGY not in g.field_set:
             e = call(g, "energy_counter", nv.nvmlDeviceGetTotalEnergyConsumption, h)
             energy = int(e) if e is not None else None
         if energy is not None:
@@ -404,15 +414,12 @@ class NvmlSampler:
             self._throttle_events(g, int(reasons), now)
         # The violation counters are the perf-policy fields 74/75 of the batch; the function (about
         # ten times the cost of a field on an H100) only for a driver without them.
-        for col, fid, value, cap, policy in (
-                ("viol_power_ns", FI_PERF_POWER, got.get("perf_power"), "violation_power",
-                 "NVML_PERF_POLICY_POWER"),
-                ("viol_thermal_ns", FI_PERF_THERMAL, got.get("perf_thermal"), "violation_thermal",
-                 "NVML_PERF_POLICY_THERMAL")):
-            if value is None and fid not in g.fields:
+        for col, i, fid, var, cap, policy in _VIOLATIONS:
+            value = got.get(var)
+            if value is None and fid not in g.field_set:
                 v = call(g, cap, nv.nvmlDeviceGetViolationStatus, h, getattr(nv, policy))
                 value = v.violationTime if v is not None else None
-            row[_COL[col]] = self._ns_counter(g, col, value, now) if value is not None else None
+            row[i] = self._ns_counter(g, col, value, now) if value is not None else None
         row[_SLOWDOWN] = g.slowdown
         row[_SHUTDOWN] = g.shutdown
         if now >= g.next_slow:

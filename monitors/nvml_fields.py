@@ -1,5 +1,5 @@
 """NVML's field ids and return codes as the GPU sampler (monitors/nvml.py) uses them, and the
-decoding of an ``nvmlValue_t``. Kept here so a fake binding need not define them all."""
+members of an ``nvmlValue_t`` by value type. Kept here so a fake binding need not define them all."""
 
 # Field ids (nvml.h).
 FI_MEMORY_TEMP = 82
@@ -34,9 +34,3 @@ THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 # The member of NVML's value union that holds a value of each nvmlValueType_t (0..6).
 VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
-
-
-def value_of(value_type, union):
-    """The value held in an nvmlValue_t union, by its type; None for a type NVML has not defined."""
-    return getattr(union, VALUE_MEMBERS[value_type]) if 0 <= value_type < len(VALUE_MEMBERS) else None
-

@@ -60,6 +60,7 @@ class XidWatcher:
         self._by_key: Dict[object, object] = {}
         self._gpus: List[object] = []
         self._waits: List[str] = []        # wait functions still to try, preferred first
+        self._wait_fn = None               # the first of them, looked up once
         self.last_poll: Optional[float] = None
         self._kept: Dict[int, int] = {}    # counts when collection stopped, continued on a new set
         self._stopped_at: Optional[float] = None
@@ -110,6 +111,7 @@ class XidWatcher:
             self._free()
             return []
         self._waits = [n for n in ("nvmlEventSetWait_v2", "nvmlEventSetWait") if hasattr(nv, n)]
+        self._wait_fn = getattr(nv, self._waits[0]) if self._waits else None
         self.last_poll = now
         return sorted(self.counts)
 
@@ -125,22 +127,36 @@ class XidWatcher:
         return self.counts.get(index)
 
     def poll(self, now: float) -> int:
-        """Drain the events that arrived since the last poll; returns the number of XIDs."""
+        """Drain the events that arrived since the last poll; returns the number of XIDs.
+
+        Every sample pays for it, so the wait function is looked up once (``_open``) and called
+        here in one frame: its NVML_ERROR_TIMEOUT, the common answer, is caught once, not raised
+        on through a helper."""
         if self.set is None:
             if self._retry_at is None or now < self._retry_at or not self._reopen(now):
                 return 0
         since, self.last_poll = self.last_poll, now
         n = 0
+        wait, es = self._wait_fn, self.set
         for _ in range(MAX_PER_POLL):
             try:
-                data = self._wait()
+                if wait is None:
+                    raise AttributeError("the NVML binding has no nvmlEventSetWait")
+                data = wait(es, 0)
                 if int(data.eventType) & XID_EVENT:  # the only type registered; others are not ours
                     self._record(data, now, since)
                     n += 1
             except Exception as e:  # whatever it is, the GPU rows of this sample go on
-                if getattr(e, "value", None) != _TIMEOUT:
-                    self._stop(f"{self._waits[0] if self._waits else 'nvmlEventSetWait'} failed: "
-                               f"{err_text(e)}; XID collection stopped", now, retry=bool(self._waits))
+                code = getattr(e, "value", None)
+                if code == _TIMEOUT:
+                    break
+                if code == _FUNCTION_NOT_FOUND and isinstance(e, self._NVMLError) and len(self._waits) > 1:
+                    # an absent _v2 (old driver or binding): the legacy name, once and for all
+                    self._waits.pop(0)
+                    wait = self._wait_fn = getattr(self.nv, self._waits[0])
+                    continue
+                self._stop(f"{self._waits[0] if self._waits else 'nvmlEventSetWait'} failed: "
+                           f"{err_text(e)}; XID collection stopped", now, retry=bool(self._waits))
                 break
         return n
 
@@ -156,19 +172,6 @@ class XidWatcher:
             "resumed_after_s": round(now - self._stopped_at, 3), "stopped_unix": round(self._stopped_at, 3)}, now)
         self._retry_at, self._retry_s, self._kept = None, RETRY_FIRST_S, {}
         return True
-
-    def _wait(self):
-        """One non-blocking wait; an absent ``_v2`` (old driver or binding) falls back to the
-        legacy name once and for all."""
-        while True:
-            if not self._waits:
-                raise AttributeError("the NVML binding has no nvmlEventSetWait")
-            try:
-                return getattr(self.nv, self._waits[0])(self.set, 0)
-            except self._NVMLError as e:
-                if getattr(e, "value", None) != _FUNCTION_NOT_FOUND or len(self._waits) < 2:
-                    raise
-            self._waits.pop(0)
 
     def _gpu_of(self, device):
         g = self._by_key.get(_device_key(device))

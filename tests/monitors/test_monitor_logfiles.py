@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from hpclaunch.monitors import schema
 from hpclaunch.reports import readers
-from hpclaunch.monitors.logfiles import CsvLog, EventLog, cell, format_rows
+from hpclaunch.monitors.logfiles import CsvLog, EventLog, cell, format_rows, format_trace_rows
 from monitor_helpers import read_csv
 
 COLS = ("time_unix", "host", "a", "error")
@@ -39,6 +39,20 @@ def test_rows_are_written_cell_by_cell(row):
     text must be cell()'s exactly, halves, signed zeros and the 1e12 boundary included."""
     row += [1795315122.6371234, 0.0005, 0.0015, -0.0004, 2.675, 999999999999.9995, 1e12, float("inf")]
     assert format_rows([row]) == ",".join(cell(v) for v in row) + "\n"
+
+
+_TRACE_FLOAT = st.one_of(st.floats(), st.floats(-2e12, 2e12), st.integers(0, 2**62).map(lambda us: us / 1e6),
+                         st.integers(0, 10**7).map(lambda mw: mw / 1000.0),
+                         st.sampled_from([0.0005, 0.0015, -0.0004, 2.675, -0.0, 999999999999.9995, 1e12]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_TRACE_FLOAT, st.sampled_from(["n1", "n.100", "a,b"]), st.integers(0, 64), _TRACE_FLOAT),
+                max_size=12))
+def test_power_trace_rows_are_written_as_format_rows_writes_them(rows):
+    """The trace's own formatter (no per-cell type dispatch) must write format_rows' text exactly:
+    trailing zeros, halves, NaN and the 1e12 boundary included, a host cell with '.100' or a comma."""
+    assert format_trace_rows(rows) == format_rows(rows)
 
 
 def test_new_file_has_schema_line_and_header(tmp_path):
