@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv in ([], ["-h"], ["--help"]):
         sys.stdout.write(top_help())
         return 0 if argv else 2
-    args = _load(_PARSER).build().parse_args(argv)
+    # Only the command's own parser is built (argv[0] names it; -h/--help and typos build all).
+    args = _load(_PARSER).build(argv[0] if argv[0] in _COMMANDS else None).parse_args(argv)
     try:
         module = _load(_module(args))
         return getattr(module, f"cmd_{args.cmd}")(args)
