@@ -21,12 +21,6 @@ TEXTS = {"config": "ClusterName = ci\nMaxArraySize = 1001\n", "partition": "Part
 
 
 @pytest.fixture
-def cache_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-@pytest.fixture
 def conf(tmp_path, monkeypatch):
     path = tmp_path / "slurm.conf"
     path.write_text("ClusterName=ci\n")

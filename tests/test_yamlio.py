@@ -17,13 +17,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "golden", "job.yaml")
 
 
-@pytest.fixture
-def cache_home(tmp_path, monkeypatch):
-    home = tmp_path / "cache"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
-    return home
-
-
 def _same(a, b):
     """Equal values of the same types, in the same order (1 == True == 1.0 for Python, not for us)."""
     if type(a) is not type(b):
