@@ -96,6 +96,14 @@ def slurm():
 
 
 @pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    """A private user cache (compiled templates, parsed YAML, Slurm facts) for one test."""
+    home = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    return home
+
+
+@pytest.fixture
 def hpc_home(tmp_path, monkeypatch):
     """A private registry for one test."""
     home = tmp_path / "hpclaunch-home"

@@ -73,6 +73,42 @@ def test_render_imports_nothing_heavy(write):
     assert "HEAVY=\n" in out
 
 
+def test_one_commands_parser_parses_as_the_whole_one(capsys):
+    """main() builds only the parser of the command being run: the same values, help and errors."""
+    from hpclaunch.cli import _COMMANDS, parser
+    lines = [["submit", "j.yaml", "--backend", "slurm", "--json", "-o", "a=1", "--after", "7:afterany"],
+             ["submit", "--remote", "j.yaml"], ["status", "7", "--json"], ["list", "--all"],
+             ["logs", "7", "--rank", "1", "-f"], ["report", "--since", "7d"], ["render"], ["init", "--force"],
+             ["submit", "-h"], ["status", "--nope"], ["submit", "j.yaml", "--backend", "nope"], ["cancel"]]
+    assert {line[0] for line in lines} >= {"submit", "status", "list", "logs", "report", "render", "init"}
+    for argv in lines:
+        assert argv[0] in _COMMANDS
+        seen = []
+        for p in (parser.build(), parser.build(argv[0])):
+            try:
+                seen.append(("args", vars(p.parse_args(argv))))
+            except SystemExit as e:
+                seen.append(("exit", e.code))
+            out = capsys.readouterr()
+            seen.append((out.out, out.err))
+        assert seen[:2] == seen[2:], argv
+
+
+def test_a_submission_loads_no_remote_machinery_nor_pyyaml_once_its_file_was_read(write, tmp_path):
+    path = write("job.yaml", "name: j\ncommand: [python, t.py]\nresources: {nodes: 1}\n")
+    code = (f"import sys; from hpclaunch.cli import main; main(['submit', {path!r}, '--backend', 'local', '--json'])\n"
+            "loaded = [m for m in ('yaml', 'tarfile', 'hpclaunch.runs.remote', 'hpclaunch.runs.remote_ssh', 'jinja2')"
+            " if m in sys.modules]\nprint('LOADED=' + ','.join(loaded))")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), HPCLAUNCH_HOME=str(tmp_path / "home"))
+    loaded = []
+    for _ in range(2):   # the first one parses the file (and compiles the templates) into the user cache
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(tmp_path),
+                              env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        loaded.append(proc.stdout.rsplit("LOADED=", 1)[1].strip())
+    assert "yaml" in loaded[0] and loaded[1] == "", loaded
+
+
 def test_init_where_the_folder_is_missing_or_a_file_is_one_line(tmp_path):
     missing = tmp_path / "no" / "such" / "x.yaml"
     proc = hl("init", str(missing), check=False, timeout=60)

@@ -106,3 +106,12 @@ def test_an_unusable_hpclaunch_home_is_one_line(tmp_path):
                                        "point $HPCLAUNCH_HOME at a folder you can write (or unset it)"), proc.stderr
     assert not (tmp_path / "runs").exists()   # submit stopped before making anything
     assert home.read_text() == ""
+
+
+def test_the_job_files_hash_is_its_sha256():
+    """The audit trail's "which file" (registry job_sha256): CPython's own SHA-256, not OpenSSL's via hashlib,
+    to keep ~3 ms off a submission; the same digest."""
+    import hashlib
+    from hpclaunch.spec.loading import sha256_hex
+    for data in (b"", b"a", b"x" * 55, b"y" * 64, os.urandom(1000), os.urandom(1 << 20)):
+        assert sha256_hex(data) == hashlib.sha256(data).hexdigest()

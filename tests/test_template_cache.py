@@ -23,13 +23,6 @@ VARIANTS = [[], ["monitor.interval=0"], ["requeue.max_attempts=1"], ["slurm.extr
             ["container={image: 'img:1', mounts: ['/data:/data:ro'], env: [WANDB_MODE]}"]]
 
 
-@pytest.fixture
-def cache_home(tmp_path, monkeypatch):
-    home = tmp_path / "cache"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
-    return home
-
-
 def _render(env, overrides):
     try:
         request = build_request(resolve_job(JOB, overrides))

@@ -5,6 +5,7 @@
     .venv/bin/python bench/submit/bench_submit.py                  # one round: hpclaunch, then submitit
     .venv/bin/python bench/submit/bench_submit.py --rounds 2       # alternates the order each round
     .venv/bin/python bench/submit/bench_submit.py --points 100     # a quick check
+    .venv/bin/python bench/submit/bench_submit.py --rounds 3 --no-wait   # submit times only, arrays cancelled
 
 Both sides ask for the same thing: N tasks, one array, at most --parallelism running at once,
 1 node x 1 task x 1 CPU, 1000M, 5 minutes, partition debug.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -138,7 +140,15 @@ def wait_queue_empty(limit: float = 600) -> None:
     print("warning: the queue is not empty; other jobs share the cluster", file=sys.stderr)
 
 
-def run_hpclaunch(points: int, parallelism: int, timeout: float) -> dict:
+def cancel_now(job_ids: list[str]) -> float:
+    """--no-wait: the arrays are cancelled at once (only the submit time counts); waits until
+    squeue no longer lists them, so that the next run sees the same queue."""
+    subprocess.run(["scancel", *job_ids], capture_output=True)
+    wait_done(job_ids, time.monotonic(), 120)
+    return float("nan")
+
+
+def run_hpclaunch(points: int, parallelism: int, timeout: float, wait: bool = True) -> dict:
     work = tempfile.mkdtemp(prefix="bench-hpclaunch-")
     job = os.path.join(work, "sweep.yaml")
     with open(job, "w") as f:
@@ -155,9 +165,9 @@ def run_hpclaunch(points: int, parallelism: int, timeout: float) -> dict:
     listing = subprocess.run(HPCLAUNCH + ["list", "--all", "--json"], cwd=work, env=env,
                              capture_output=True, text=True, check=True)
     ids = sorted({r["job_id"] for r in json.loads(listing.stdout)}, key=int)
-    done_s = wait_done(ids, start, timeout)
+    done_s = wait_done(ids, start, timeout) if wait else cancel_now(ids)
     return {"tool": "hpclaunch", "submit_s": submit_s, "all_done_s": done_s, "job_ids": ids,
-            "states": completed(ids, points), "work": work, "run_dir": out["run_dir"]}
+            "states": completed(ids, points) if wait else {}, "work": work, "run_dir": out["run_dir"]}
 
 
 FLOOR_CHILD = textwrap.dedent("""
@@ -185,7 +195,7 @@ def run_floor(points: int, parallelism: int) -> dict:
     return {"tool": "floor", "submit_s": submit_s, "job_ids": [job_id]}
 
 
-def run_submitit(points: int, parallelism: int, timeout: float) -> dict:
+def run_submitit(points: int, parallelism: int, timeout: float, wait: bool = True) -> dict:
     work = tempfile.mkdtemp(prefix="bench-submitit-")
     folder = os.path.join(work, "submitit", "%j")
     start = time.monotonic()
@@ -196,10 +206,10 @@ def run_submitit(points: int, parallelism: int, timeout: float) -> dict:
         raise SystemExit(f"submitit map_array failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     ids = [out["job_id"]]
-    done_s = wait_done(ids, start, timeout)
+    done_s = wait_done(ids, start, timeout) if wait else cancel_now(ids)
     return {"tool": "submitit", "submit_s": submit_s, "all_done_s": done_s, "job_ids": ids,
             "map_array_s": out["map_array_s"], "import_and_setup_s": out["import_and_setup_s"],
-            "states": completed(ids, points), "work": work}
+            "states": completed(ids, points) if wait else {}, "work": work}
 
 
 def main() -> int:
@@ -210,6 +220,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=1200, help="seconds to wait for one run to drain")
     ap.add_argument("--json", metavar="FILE", help="also write the figures here")
     ap.add_argument("--markdown", metavar="FILE", help="write this bench's section of docs/benchmarks.md here")
+    ap.add_argument("--no-wait", action="store_true",
+                    help="time the submissions only: cancel each array at once, no all-done time or task counts "
+                         "(the default waits for every task, minutes a round)")
     args = ap.parse_args()
     section = benchlib.Section("Submitting a 1,000-point sweep (`bench/submit/bench_submit.py`)"
                                if args.points == 1000 else f"Submitting a {args.points}-point sweep",
@@ -243,12 +256,12 @@ def main() -> int:
                 floor["round"] = rnd
                 floors.append(floor)
                 timeline.append(floor)
-                print(f"round {rnd} floor     submit {floor['submit_s']:7.2f} s   (python + one bare sbatch, "
+                print(f"round {rnd} floor     submit {floor['submit_s']:7.3f} s   (python + one bare sbatch, "
                       "cancelled at once)", flush=True)
             for _ in range(3):  # the test cluster is shared: another session may restart it mid-run
                 wait_queue_empty()
                 boot = boot_time()
-                r = fn(args.points, args.parallelism, args.timeout)
+                r = fn(args.points, args.parallelism, args.timeout, wait=not args.no_wait)
                 if boot_time() == boot:
                     break
                 print(f"round {rnd} {r['tool']}: the cluster was restarted during the run; running it again",
@@ -258,7 +271,7 @@ def main() -> int:
             timeline.append(r)
             extra = (f"  (map_array {r['map_array_s']:.2f} s, import+setup {r['import_and_setup_s']:.2f} s)"
                      if r["tool"] == "submitit" else "")
-            print(f"round {rnd} {r['tool']:<9} submit {r['submit_s']:7.2f} s   all done {r['all_done_s']:7.1f} s"
+            print(f"round {rnd} {r['tool']:<9} submit {r['submit_s']:7.3f} s   all done {r['all_done_s']:7.1f} s"
                   f"   arrays {','.join(r['job_ids'])}   tasks {r['states']}{extra}", flush=True)
 
     def med(tool: str, key: str) -> float:
@@ -269,7 +282,8 @@ def main() -> int:
     print()
     print(f"{'':<22}{'hpclaunch':>12}{'submitit':>12}{'submitit/hpclaunch':>22}")
     print(f"{'submit (s)':<22}{h_sub:>12.2f}{s_sub:>12.2f}{s_sub / h_sub:>21.1f}x")
-    print(f"{'submit -> all done (s)':<22}{h_done:>12.1f}{s_done:>12.1f}{s_done / h_done:>21.2f}x")
+    if not args.no_wait:
+        print(f"{'submit -> all done (s)':<22}{h_done:>12.1f}{s_done:>12.1f}{s_done / h_done:>21.2f}x")
     f_sub = statistics.median(r["submit_s"] for r in floors)
     print(f"{'floor: python + sbatch':<22}{f_sub:>12.2f}{'':>12}{s_sub / f_sub:>21.1f}x  "
           f"(the most any Python tool could gain over submitit here; hpclaunch = {h_sub / f_sub:.1f}x the floor)")
@@ -289,16 +303,18 @@ def main() -> int:
                  "(cancelled at once).")
     section.table(["round", "tool", "submit (s)", "submit -> all done (s)", "tasks"],
                   [[r["round"], r["tool"], f"{r['submit_s']:.3f}",
-                    f"{r['all_done_s']:.1f}" if "all_done_s" in r else "—",
+                    f"{r['all_done_s']:.1f}" if r.get("all_done_s", math.nan) == r.get("all_done_s", math.nan) else "—",
                     ", ".join(f"{k} {v}" for k, v in r.get("states", {}).items()) or "—"]
                    for r in timeline], "llrrl")
     h_all = [r["submit_s"] for r in runs if r["tool"] == "hpclaunch"]
     section.para(f"- hpclaunch submit: {benchlib.fmt(h_all)}; submitit {s_sub:.3f} s; floor {f_sub:.3f} s (medians)\n"
                  f"- hpclaunch / floor = **{h_sub / f_sub:.2f}** (goal <= 3: {'met' if h_sub / f_sub <= 3 else 'NOT met'})\n"
-                 f"- submitit / hpclaunch = **{s_sub / h_sub:.2f}x** to submit, {s_done / h_done:.2f}x to all done\n"
-                 f"- load average at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
+                 f"- submitit / hpclaunch = **{s_sub / h_sub:.2f}x** to submit"
+                 + (" (--no-wait: arrays cancelled at once)\n" if args.no_wait else f", {s_done / h_done:.2f}x to all done\n")
+                 + f"- load average at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
     section.write(args.markdown)
-    bad = [r for r in runs if set(r["states"]) != {"COMPLETED"} or sum(r["states"].values()) != args.points]
+    bad = [r for r in runs if not args.no_wait and
+           (set(r["states"]) != {"COMPLETED"} or sum(r["states"].values()) != args.points)]
     if bad:
         print(f"warning: not every task COMPLETED: {[(r['tool'], r['states']) for r in bad]}", file=sys.stderr)
         return 1

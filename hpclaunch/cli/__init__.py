@@ -21,7 +21,7 @@ from hpclaunch.common.version import __version__
 _COMMANDS = {
     "validate": "spec_commands", "render": "make_commands", "profiles": "spec_commands",
     "init": "make_commands", "schema": "schema_commands",
-    "submit": "run_commands", "status": "run_commands", "list": "run_commands", "logs": "run_commands",
+    "submit": "submit_commands", "status": "run_commands", "list": "run_commands", "logs": "run_commands",
     "cancel": "run_commands", "report": "report_commands", "export": "export_commands",
     "dashboard": "dashboard_commands",
 }
@@ -34,9 +34,12 @@ def _load(name: str):
 
 def _module(args) -> str:  # args: the parsed argparse.Namespace
     """The command's module. `report --since` (the fleet view) has its own: it loads neither the log
-    readers (numpy) nor the backends, since it answers for 10,000 ledgered jobs within a second."""
+    readers (numpy) nor the backends, since it answers for 10,000 ledgered jobs within a second.
+    `submit --remote` is remote_commands'; a submission here loads no ssh or packing code."""
     if args.cmd == "report" and args.since:
         return "fleet_commands"
+    if args.cmd == "submit" and args.remote is not None:
+        return "remote_commands"  # ssh and packing: not loaded by a submission here
     return _COMMANDS[args.cmd]
 
 
@@ -48,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv in ([], ["-h"], ["--help"]):
         sys.stdout.write(top_help())
         return 0 if argv else 2
-    args = _load(_PARSER).build().parse_args(argv)
+    # Only the command's own parser is built (argv[0] names it; -h/--help and typos build all).
+    args = _load(_PARSER).build(argv[0] if argv[0] in _COMMANDS else None).parse_args(argv)
     try:
         module = _load(_module(args))
         return getattr(module, f"cmd_{args.cmd}")(args)

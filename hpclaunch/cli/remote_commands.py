@@ -23,6 +23,12 @@ def is_remote(record: JobRecord) -> bool:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     """`submit --remote [NAME]`: ship the project, submit there, record the job here."""
+    if args.job is None:
+        if args.remote and args.remote.endswith((".yaml", ".yml")):  # `submit --remote job.yaml`: NAME is optional
+            args.job, args.remote = args.remote, ""
+        else:
+            raise HpclaunchError("submit: which job file? \u2014 e.g. hpclaunch submit job.yaml "
+                                 "(from your own machine: hpclaunch submit job.yaml --remote [NAME])")
     target = remote.target_for_submit(args.job, args.remote or None, args.override)
     sessions = remote.Sessions()
     rec, answer = remote.submit_remote(

@@ -1,4 +1,4 @@
-"""`submit`, `status`, `list`, `logs`, `cancel`: the commands that queue and follow jobs."""
+"""`status`, `list`, `logs`, `cancel`: the commands that follow jobs (`submit` is submit_commands)."""
 from __future__ import annotations
 
 import argparse
@@ -9,120 +9,10 @@ import time as _time
 from hpclaunch.cli import remote_commands as remote
 from hpclaunch.cli.output import counts, parse_age, print_json
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.launchers.backends.base import State, exit_code_for, state_of
+from hpclaunch.launchers.backends.base import state_of
 from hpclaunch.runs.jobs import Job, copy_text, find_job, hosts_of, ordered_logs, refresh, tail_text
 from hpclaunch.runs.registry import Registry
-from hpclaunch.runs.submission import submit, test_only
-from hpclaunch.runs.summary import batch_log, failure_summary, last_lines
-
-
-def cmd_submit(args: argparse.Namespace) -> int:
-    if args.job is None:
-        if args.remote and args.remote.endswith((".yaml", ".yml")):  # `submit --remote job.yaml`: NAME is optional
-            args.job, args.remote = args.remote, ""
-        else:
-            raise HpclaunchError("submit: which job file? \u2014 e.g. hpclaunch submit job.yaml "
-                                 "(from your own machine: hpclaunch submit job.yaml --remote [NAME])")
-    if args.remote is not None:
-        return remote.cmd_submit(args)
-    if args.test_only:
-        verdict = test_only(args.job, args.override, after=args.after)
-        if args.json:
-            print_json({"queued": False, "sbatch_test_only": verdict})
-        else:
-            print(f"preflight passed; nothing queued. sbatch --test-only: {verdict}")
-        return 0
-    job = submit(args.job, args.override, backend=args.backend, after=args.after,
-                 preflight=not args.no_preflight)
-    rec = job.record
-    logs = os.path.join(rec.run_dir, "logs")
-    if args.json:
-        print_json({"job_id": rec.job_id, "name": rec.name, "backend": rec.backend, "cluster": rec.cluster,
-                     "run_dir": rec.run_dir, "logs": logs})
-    else:
-        print(f"submitted {rec.backend} job {rec.job_id} ({rec.name}) on {rec.cluster}")
-        print(f"  run directory: {rec.run_dir}")
-        print(f"  logs:          tail -F {os.path.join(logs, 'slurm.out')}   or: hpclaunch logs {rec.job_id} -f")
-    if not args.wait:
-        return 0
-    return _follow(job, quiet=args.json)
-
-
-
-def _follow(job, quiet: bool = False) -> int:
-    """Follow the job to its end; its exit code is the job's (README, "Exit codes"). A job that did
-    not complete explains itself on stderr; Ctrl-C stops following, never the job."""
-    start = _time.monotonic()
-    seen = [None]
-
-    def show(st) -> None:
-        seen[0] = st
-        if quiet:
-            return
-        extra = f" tasks {counts(st.tasks)}" if st.tasks else ""
-        where = _where(job, st)
-        print(f"  [{_time.monotonic() - start:6.0f} s] {st.state}{where} attempt {st.attempts - 1}{extra}",
-              file=sys.stderr, flush=True)
-
-    said = [start]
-
-    def heartbeat(st) -> None:
-        # A long RUNNING stretch is not silent: every minute, the time and the newest log line.
-        now = _time.monotonic()
-        if quiet or st.state != State.RUNNING or now - said[0] < HEARTBEAT_S:
-            return
-        said[0] = now
-        line = _newest_line(job)
-        print(f"  [{now - start:6.0f} s] {st.state}, attempt {st.attempts - 1}" + (f": {line}" if line else ""),
-              file=sys.stderr, flush=True)
-
-    try:
-        st = job.wait(poll=1.0, on_change=lambda st: (said.__setitem__(0, _time.monotonic()), show(st)),
-                      on_poll=heartbeat)
-    except KeyboardInterrupt:
-        last = f" (last seen {seen[0].state})" if seen[0] is not None else ""
-        print(f"\ninterrupted: stopped following; {job.record.backend} job {job.id} ({job.name}) goes on{last}.\n"
-              f"  follow it:  hpclaunch status {job.id}    hpclaunch logs {job.id} -f\n"
-              f"  stop it:    hpclaunch cancel {job.id}", file=sys.stderr, flush=True)
-        return 130
-    if st.state != State.COMPLETED:
-        for line in failure_summary(job, st):
-            print(line, file=sys.stderr)
-    return st.exit_code if st.exit_code is not None else exit_code_for(st.state)
-
-
-def _heartbeat_s() -> float:
-    try:
-        return max(1.0, float(os.environ.get("HPCLAUNCH_HEARTBEAT_S", "60")))
-    except ValueError:
-        return 60.0
-
-
-HEARTBEAT_S = _heartbeat_s()
-
-
-def _newest_line(job) -> str:
-    """The newest non-empty line of rank 0's log of the newest attempt, else of the batch log, cut to fit."""
-    logs = os.path.join(job.run_dir, "logs")
-    attempts = sorted((d for d in os.listdir(logs) if d.startswith("attempt") and d[7:].isdigit()),
-                      key=lambda d: int(d[7:])) if os.path.isdir(logs) else []
-    for path in ([os.path.join(logs, attempts[-1], "rank0.log")] if attempts else []) + [batch_log(job)]:
-        lines = [x for x in last_lines(path, 5) if x.strip()]
-        if lines:
-            # the program's text, not its terminal escapes
-            text = " ".join("".join(c if c.isprintable() else " " for c in lines[-1]).split())
-            return text if len(text) <= 100 else text[:99] + "…"
-    return ""
-
-
-def _where(job, st) -> str:
-    """" on c1,c2": the hosts the ranks of this attempt run on (ranks.tsv), else the scheduler's node list."""
-    if st.state in (State.PENDING, State.REQUEUED) or job.record.array_size:
-        return f" on {st.nodes}" if st.nodes and st.state != State.PENDING else ""
-    hosts = hosts_of(job.run_dir)
-    if hosts:
-        return " on " + ",".join(sorted(hosts, key=lambda h: min(hosts[h])))
-    return f" on {st.nodes}" if st.nodes else ""
+from hpclaunch.runs.summary import batch_log
 
 
 def _hosts_text(hosts: dict) -> str:

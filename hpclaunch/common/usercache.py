@@ -52,15 +52,32 @@ def load(name: str, material: tuple) -> object | None:
     return data if stored == (_ENVIRONMENT, material) else None
 
 
-def store(name: str, material: tuple, data: object) -> None:
+def store(name: str, material: tuple, data: object) -> bool:
     """Store ``data`` made from ``material`` (atomically: readers see the old entry or the whole new
-    one); best effort."""
+    one); best effort: False when it was not stored."""
+    path = folder()
+    if path is None:
+        return False
+    try:
+        write_atomic(os.path.join(path, name), marshal.dumps(((_ENVIRONMENT, material), data)), mode=0o600)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def prune(prefix: str, keep: int) -> None:
+    """Remove the oldest entries named ``prefix``... beyond the newest ``keep`` (best effort)."""
     path = folder()
     if path is None:
         return
     try:
-        write_atomic(os.path.join(path, name), marshal.dumps(((_ENVIRONMENT, material), data)), mode=0o600)
-    except (OSError, ValueError):
+        names = [n for n in os.listdir(path) if n.startswith(prefix)]
+        if len(names) <= keep:
+            return
+        by_age = sorted(names, key=lambda n: os.stat(os.path.join(path, n)).st_mtime_ns)
+        for n in by_age[:len(names) - keep]:
+            os.unlink(os.path.join(path, n))
+    except OSError:
         pass
 
 

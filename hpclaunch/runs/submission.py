@@ -70,9 +70,10 @@ def ensure_runs_root(root: str, resolved: Resolved) -> None:
                                 "set runs_root to a folder you can write, e.g. runs_root: runs")])
 
 
-def make_run_dir(run_dir: str, resolved: Resolved, script: str, tasks: int = 0) -> None:
+def make_run_dir(run_dir: str, document: dict, script: str, tasks: int = 0) -> None:
+    """The run directory with the script and the resolved job (``document``, as job.yaml)."""
     try:
-        _make_run_dir(run_dir, resolved, script, tasks)
+        _make_run_dir(run_dir, document, script, tasks)
     except OSError as e:
         raise HpclaunchError(f"{run_dir}: cannot write the run directory: {e.strerror or e} \u2014 "
                              "check the space and permissions where runs_root points") from None
@@ -86,7 +87,7 @@ def _claimed(run_dir: str) -> bool:
         return False
 
 
-def _make_run_dir(run_dir: str, resolved: Resolved, script: str, tasks: int = 0) -> None:
+def _make_run_dir(run_dir: str, document: dict, script: str, tasks: int = 0) -> None:
     make_private_dirs(os.path.dirname(run_dir))
     if os.path.lexists(run_dir) and not _claimed(run_dir):
         # Job ids restart when a cluster's state is reset: keep the older run, never overwrite it.
@@ -104,7 +105,7 @@ def _make_run_dir(run_dir: str, resolved: Resolved, script: str, tasks: int = 0)
             for sub in subdirs:
                 os.makedirs(os.path.join(run_dir, f"task{t}", sub), mode=0o700, exist_ok=True)
         write_atomic(os.path.join(run_dir, "script.sbatch"), script, mode=0o600)
-        write_atomic(os.path.join(run_dir, "job.yaml"), dump_yaml(resolved.to_document()), mode=0o600)
+        write_atomic(os.path.join(run_dir, "job.yaml"), dump_yaml(document), mode=0o600)
     except BaseException:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -116,9 +117,8 @@ def sources_of(resolved: Resolved) -> SourceMap:
     return SourceMap(display_path(resolved.job_path), resolved.origins)
 
 
-def _registry_meta(resolved: Resolved, request: BatchRequest, cwd: str) -> dict:
-    document = resolved.to_document()
-    document["hpclaunch"]["submit_dir"] = cwd
+def _registry_meta(resolved: Resolved, document: dict, request: BatchRequest, cwd: str) -> dict:
+    document = dict(document, hpclaunch=dict(document["hpclaunch"], submit_dir=cwd))
     return dict(job_file=os.path.abspath(resolved.job_path), job_sha256=resolved.source_hash,
                 profile=request.profile_name, launcher=request.launcher, nodes=request.nodes,
                 partition=request.partition, resolved=document)
@@ -150,12 +150,14 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
     ids = [job_id for job_id, _ in queued]
     try:
         run_dir = os.path.join(root, f"{request.slug}-{ids[0]}")
-        make_run_dir(run_dir, resolved, script)
+        document = resolved.to_document()  # once: job.yaml and every registry row (~3 ms each)
+        make_run_dir(run_dir, document, script)
+        meta = _registry_meta(resolved, document, request, cwd)
         first = None
         for job_id, count in queued:
             rec = reg.add(backend=be.name, cluster=be.cluster_name(), job_id=job_id, name=request.job_name,
                           run_dir=run_dir, array_size=count or None, parent_key=first.key if first else None,
-                          **_registry_meta(resolved, request, cwd))
+                          **meta)
             first = first or rec
     except BaseException:
         be.abandon(ids)

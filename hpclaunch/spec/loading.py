@@ -28,8 +28,7 @@ class Resolved:
 
     @property
     def source_hash(self) -> str:
-        import hashlib  # stdlib, ~3 ms with OpenSSL: submit needs it, validate and render do not
-        return hashlib.sha256(self.source_bytes).hexdigest()
+        return sha256_hex(self.source_bytes)
 
     def to_document(self) -> dict:
         """The resolved job as written to the run directory's job.yaml."""
@@ -39,6 +38,19 @@ class Resolved:
         doc["profile"] = {"ref": self.job.profile, "path": self.profile.path, **prof}
         doc["hpclaunch"] = {"job_file": os.path.abspath(self.job_path), "job_file_sha256": self.source_hash}
         return doc
+
+
+def sha256_hex(data: bytes) -> str:
+    """hashlib.sha256(data).hexdigest(). hashlib loads OpenSSL (~3 ms of a submission); CPython's
+    own SHA-256 (the module hashlib falls back to) is built in and gives the same digest."""
+    try:
+        from _sha2 import sha256  # CPython >= 3.12
+    except ImportError:
+        try:
+            from _sha256 import sha256  # CPython 3.11
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data).hexdigest()
 
 
 def resolve_job(job_path: str, overrides: list[str] | tuple[str, ...] = (), cwd: str | None = None) -> Resolved:

@@ -1,174 +1,28 @@
-"""Reading YAML safely and boundedly: the C parser when present, duplicate keys refused, one-line errors.
+"""hpclaunch's YAML files: read safely and boundedly, parsed once, and the run directory's job.yaml written.
 
-Job files and profiles are read by people who did not write them (a shared profile folder, a job
-file from a colleague, a path typed into `-o profile=`), so reading is bounded before any work is
-done on the content: only regular files, at most MAX_FILE_BYTES, UTF-8, nested at most MAX_DEPTH
-deep, and at most MAX_NODES values and MAX_TEXT characters *after* alias expansion (an alias is
-counted as the whole subtree it stands for, while the document is composed, before anything is
-constructed; a 500-byte "billion laughs" is refused after a few hundred events). Nothing later in
-hpclaunch (merge, load, validate, render) then sees more than a bounded tree.
+Job files and profiles are read by people who did not write them, so reading is bounded before
+any work is done on the content: only regular files, at most MAX_FILE_BYTES, UTF-8; the parse
+itself (PyYAML's C parser, a bounded composer, duplicate keys refused, one-line errors) is
+yamlparse.py's, with the bounds on values, text and depth.
 
-The limits: a real job file is well under 10 KiB and 1,000 values, a large site profile under
-20 KiB. 1 MiB of text and 20,000 values leave one to two orders of magnitude above that (a
-command of 10,000 file arguments still fits; sweeps of more values are written as ranges), and
-keep the worst case under a second and 200 MB: composing in Python costs ~7 us a value, and every
-later stage is at most linear in the tree (sweeps are bounded by their own rules). Alias expansion
-is bounded by the same counts, not by a count of alias uses: what costs is the expanded size, and
-a legitimate anchor used many times is cheap. Depth 50 is five times the deepest real file (a
-sweep spec: 5 levels), and far below Python's recursion limit for the recursive stages after
-this one.
+PyYAML costs ~15 ms to import, a sixth of a submission. So a file's document is kept in the user
+cache (hpclaunch/common/usercache.py) under its whole text, which it is read back for only when
+the text is the same, byte for byte; and documents of plain values (mappings with text keys, lists,
+text, numbers, booleans, null: every job.yaml) are written by a small writer here whose output
+PyYAML reads back as the same values (tests/test_yamlio.py). A submission of a job file submitted
+before then imports no PyYAML.
 """
 from __future__ import annotations
 
 import os
 import stat
+import re
 from typing import Any
 
-import yaml
-from yaml.composer import Composer
-from yaml.constructor import SafeConstructor
-from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStartEvent
-from yaml.resolver import Resolver
-
-from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
+from hpclaunch.common import usercache
+from hpclaunch.common.errors import HpclaunchError
 
 MAX_FILE_BYTES = 1 << 20      # 1 MiB: job files and profiles
-MAX_NODES = 20_000            # values (scalars, lists, mappings) after alias expansion
-MAX_TEXT = 2 * MAX_FILE_BYTES  # characters of scalar text after alias expansion
-MAX_DEPTH = 50                # lists and mappings inside each other
-MAX_DIGITS = 100              # an integer's digits (no setting holds more than 19; str(int) stays cheap)
-
-try:  # the C parser gives the events; composing (where the bounds are counted) is ours, in Python
-    from yaml.cyaml import CParser as _Parser
-except ImportError:  # pragma: no cover - PyYAML built without libyaml
-    from yaml.parser import Parser
-    from yaml.reader import Reader
-    from yaml.scanner import Scanner
-
-    class _Parser(Reader, Scanner, Parser):  # type: ignore[no-redef]
-        def __init__(self, stream: Any) -> None:
-            Reader.__init__(self, stream)
-            Scanner.__init__(self)
-            Parser.__init__(self)
-
-
-class _Refused(Exception):
-    """A bound or rule broken while reading: where (a mark, or a node to name by its field path) and why."""
-
-    def __init__(self, mark: Any, message: str, fix: str, node: Any = None, root: Any = None):
-        super().__init__(message)
-        self.mark, self.message, self.fix, self.node, self.root = mark, message, fix, node, root
-
-
-class _BoundedComposer(Composer):
-    """PyYAML's composer, counting each alias as the subtree it stands for, and the depth."""
-
-    def compose_document(self) -> Any:
-        self._nodes = self._text = self._depth = 0
-        self._aliases = False
-        self._weight: dict[int, tuple[int, int]] = {}
-        return super().compose_document()
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(AliasEvent):
-            event = self.peek_event()
-            node = self.anchors.get(event.anchor)
-            if node is not None:
-                weight = self._weight.get(id(node))
-                if weight is None:  # `&a [*a]`: the alias is inside its own anchor
-                    raise _Refused(event.start_mark, f"alias *{event.anchor} refers to a value that contains it",
-                                   "a job file or profile cannot be recursive: write the value out")
-                self._aliases = True
-                self._add(weight[0], weight[1], event.start_mark)
-            return super().compose_node(parent, index)
-        event = self.peek_event()
-        nodes, text = self._nodes, self._text
-        if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
-            self._depth += 1
-            if self._depth > MAX_DEPTH:
-                raise _Refused(event.start_mark, f"lists and mappings are nested more than {MAX_DEPTH} deep",
-                               "flatten it (no setting is deeper than a few levels)")
-        node = super().compose_node(parent, index)
-        if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
-            self._depth -= 1
-        self._add(1, len(node.value) if isinstance(event, ScalarEvent) else 0, event.start_mark)
-        self._weight[id(node)] = (self._nodes - nodes, self._text - text)
-        return node
-
-    def _add(self, nodes: int, text: int, mark: Any) -> None:
-        self._nodes += nodes
-        self._text += text
-        if self._nodes > MAX_NODES or self._text > MAX_TEXT:
-            what = (f"more than {MAX_NODES} values" if self._nodes > MAX_NODES
-                    else f"more than {MAX_TEXT // (1 << 20)} MiB of text")
-            if self._aliases:
-                raise _Refused(mark, f"aliases (*name) expand the document to {what}",
-                               "write the values out, or use fewer aliases (is it an alias bomb?)")
-            raise _Refused(mark, f"the document holds {what}", "split it or shorten it")
-
-
-class _StrictLoader(_Parser, _BoundedComposer, SafeConstructor, Resolver):  # type: ignore[misc, valid-type]
-    def __init__(self, stream: Any) -> None:
-        _Parser.__init__(self, stream)
-        _BoundedComposer.__init__(self)
-        SafeConstructor.__init__(self)
-        Resolver.__init__(self)
-
-    # The composer is ours (bounded), not the C parser's own.
-    get_single_node = Composer.get_single_node
-    get_node = Composer.get_node
-    check_node = Composer.check_node
-
-    def construct_document(self, node: Any) -> Any:
-        self.root_node = node  # to name the field path of a bad key
-        return super().construct_document(node)
-
-    def construct_object(self, node: Any, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep=deep)
-        except (ValueError, TypeError, AttributeError, OverflowError, LookupError) as e:
-            # An explicit tag on a value it does not fit (`!!timestamp 2001-01-01x`, `!!float abc`):
-            # PyYAML's constructors raise whatever their parsing raised.
-            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
-            raise _Refused(node.start_mark, f"is not a valid {tag} value ({type(e).__name__})",
-                           "remove the tag, or quote the value", node, getattr(self, "root_node", None)) from None
-
-    def construct_yaml_int(self, node: Any) -> Any:
-        digits = sum(c.isdigit() for c in node.value)
-        if digits > MAX_DIGITS:
-            raise _Refused(node.start_mark, f"is a number of {digits} digits",
-                           "no setting takes more than 19 digits (quote it if it is text)",
-                           node, getattr(self, "root_node", None))
-        return super().construct_yaml_int(node)
-
-
-_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
-
-
-class _KeyNotString(Exception):
-    """A mapping key that is a list or a mapping: no Python dict can hold it."""
-
-    def __init__(self, loader: Any, mapping: Any, key_node: Any):
-        super().__init__()
-        self.root, self.mapping, self.key_node = getattr(loader, "root_node", None), mapping, key_node
-
-
-def _mapping(loader: Any, node: Any, deep: bool = False) -> dict:
-    loader.flatten_mapping(node)
-    out: dict = {}
-    for key_node, value_node in node.value:
-        if not isinstance(key_node, yaml.ScalarNode):  # `[1]: 2`, `{a: 1}: 2`, `? [a]`
-            raise _KeyNotString(loader, node, key_node)
-        key = loader.construct_object(key_node, deep=deep)
-        if key in out:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (line {mark.line + 1})", mark)
-        out[key] = loader.construct_object(value_node, deep=deep)
-    return out
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
@@ -242,77 +96,124 @@ def load_yaml_file(path: str, what: str = "file") -> Any:
     return load_yaml_bytes(read_input_file(path, what), display_path(path))
 
 
+# Entries of parsed files kept in the user cache: every edit of a job file makes a new one, so
+# the oldest go beyond this many.
+CACHED_DOCUMENTS = 64
+_CACHE_PREFIX = "yaml-"
+PARSE_VERSION = 1  # bump when yamlparse reads a text into other values: older entries are then not read
+
+
 def load_yaml_bytes(data: bytes, label: str) -> Any:
-    return load_yaml_text(decode_input(data, label), label)
+    """The document of a file's bytes: parsed (yamlparse), or as parsed before from the same bytes."""
+    text = decode_input(data, label)
+    material = ("yaml-document", PARSE_VERSION, text)
+    name = _CACHE_PREFIX + usercache.key(material[:2], texts=[text])
+    cached = usercache.load(name, material)
+    if isinstance(cached, tuple) and len(cached) == 1:
+        return cached[0]
+    document = load_yaml_text(text, label)
+    if usercache.store(name, material, (document,)):  # not every document marshals (dates): then not kept
+        usercache.prune(_CACHE_PREFIX, CACHED_DOCUMENTS)
+    return document
 
 
 def load_yaml_text(text: str, label: str) -> Any:
     if len(text) > MAX_FILE_BYTES:  # text not from a file (an override): the same bound
         raise HpclaunchError(f"{label}: is {len(text)} characters; at most {_size(MAX_FILE_BYTES)} \u2014 shorten it")
-    loader = _StrictLoader(text)
-    try:
-        return loader.get_single_data()
-    except _Refused as e:
-        mark = e.mark
-        where = _path_to(e.root, e.node) if e.node is not None and e.root is not None else None
-        raise InvalidInput([Problem(f"{label}:{mark.line + 1}:{mark.column + 1}", where or "", e.message,
-                                    has_value=False, fix=e.fix)]) from None
-    except _KeyNotString as e:
-        mark = e.key_node.start_mark
-        where = _path_to(e.root, e.mapping) if e.root is not None else None
-        kind = "list" if isinstance(e.key_node, yaml.SequenceNode) else "mapping"
-        key = _node_text(e.key_node)
-        key = key if len(key) <= 60 else key[:57] + "..."
-        raise InvalidInput([Problem(
-            f"{label}:{mark.line + 1}:{mark.column + 1}", where or "",
-            f"keys must be strings, got a {kind} ({key})", has_value=False,
-            fix=f"quote the key, e.g. '{key}': ..., or remove it")]) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        where = f"{label}:{mark.line + 1}:{mark.column + 1}" if mark else label
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        if "nesting depth" in problem:  # PyYAML >= 6.0.3's own parser limit, met before MAX_DEPTH's check
-            raise HpclaunchError(f"{where}: lists and mappings are nested more than {MAX_DEPTH} deep \u2014 "
-                                 "flatten it (no setting is deeper than a few levels)") from None
-        raise HpclaunchError(f"{where}: YAML syntax error: {_escaped(problem)} \u2014 fix the YAML at that line") from None
-    finally:
-        loader.dispose()
-
-
-def _escaped(text: str) -> str:
-    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def _path_to(node: Any, target: Any, path: str = "") -> str | None:
-    """The dotted field path of `target` within the document `node` ("" for the top level)."""
-    if node is target:
-        return path
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            name = _node_text(k)
-            found = _path_to(v, target, f"{path}.{name}" if path else name)
-            if found is not None:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for i, v in enumerate(node.value):
-            found = _path_to(v, target, f"{path}[{i}]")
-            if found is not None:
-                return found
-    return None
-
-
-def _node_text(node: Any) -> str:
-    """A node as short flow-style YAML, for messages."""
-    if isinstance(node, yaml.SequenceNode):
-        return "[" + ", ".join(_node_text(n) for n in node.value) + "]"
-    if isinstance(node, yaml.MappingNode):
-        return "{" + ", ".join(f"{_node_text(k)}: {_node_text(v)}" for k, v in node.value) + "}"
-    return str(node.value)
+    from hpclaunch.spec import yamlparse  # PyYAML: only for a text not parsed before
+    return yamlparse.parse(text, label)
 
 
 def dump_yaml(data: Any) -> str:
-    Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    return yaml.dump(data, Dumper=Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False)
+    """Block-style YAML of ``data``: by the plain writer when it holds only plain values, else PyYAML."""
+    out: list[str] = []
+    if _plain_block(data, 0, out):
+        return "".join(out)
+    from hpclaunch.spec import yamlparse  # PyYAML: a document with values the plain writer leaves to it
+    return yamlparse.dump(data)
+
+
+# Text written unquoted: a letter, `_` or `/` first, then only these characters: PyYAML reads such
+# a word back as text unless it is one of YAML 1.1's booleans or nulls (compared lowercased).
+_PLAIN_TEXT = re.compile(r"[A-Za-z_/][A-Za-z0-9_./@+-]*")
+_NOT_TEXT = {"yes", "no", "on", "off", "true", "false", "y", "n", "null", "~"}
+
+
+def _plain_block(value: Any, indent: int, out: list) -> bool:
+    """Append ``value`` (a mapping or list) in block style; False when it holds a value that is not
+    plain (the caller then lets PyYAML write the whole document)."""
+    pad = " " * indent
+    if isinstance(value, dict):
+        items = list(value.items())
+        if not items:
+            return _plain_inline({}, out)
+        for key, item in items:
+            if not isinstance(key, str):
+                return False
+            out.append(f"{pad}{_scalar(key)}:")
+            if not _plain_item(item, indent, out):
+                return False
+        return True
+    if isinstance(value, list):
+        if not value:
+            return _plain_inline([], out)
+        for item in value:
+            out.append(f"{pad}-")
+            if not _plain_item(item, indent + 2, out, in_list=True):
+                return False
+        return True
+    return False
+
+
+def _plain_item(item: Any, indent: int, out: list, in_list: bool = False) -> bool:
+    if isinstance(item, (dict, list)) and item:
+        out.append("\n")
+        return _plain_block(item, indent if in_list or isinstance(item, list) else indent + 2, out)
+    out.append(" ")
+    return _plain_inline(item, out)
+
+
+def _plain_inline(value: Any, out: list) -> bool:
+    if isinstance(value, (dict, list)):  # empty
+        out.append("{}\n" if isinstance(value, dict) else "[]\n")
+        return True
+    text = _scalar(value)
+    if text is None:
+        return False
+    out.append(text + "\n")
+    return True
+
+
+def _scalar(value: Any) -> str | None:
+    """A scalar as PyYAML reads it back into the same value; None for a type it cannot write."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if type(value) is int:
+        return str(value)
+    if type(value) is float:
+        if value != value:
+            return ".nan"
+        if value in (float("inf"), float("-inf")):
+            return ".inf" if value > 0 else "-.inf"
+        text = repr(value)  # as PyYAML's representer: YAML 1.1 floats need a dot before the exponent
+        return text.replace("e", ".0e", 1) if "." not in text and "e" in text else text
+    if type(value) is not str:
+        return None
+    if _PLAIN_TEXT.fullmatch(value) and value.lower() not in _NOT_TEXT:
+        return value
+    return '"' + "".join(_escape(c) for c in value) + '"'
+
+
+def _escape(c: str) -> str:
+    """A character inside double quotes: printable ASCII as it is, the rest as YAML escapes."""
+    if c == '"' or c == "\\":
+        return "\\" + c
+    n = ord(c)
+    if 0x20 <= n < 0x7F:
+        return c
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
 def display_path(path: str) -> str:

@@ -3,6 +3,9 @@
 Submission holds the job (`sbatch --hold`) until its run directory exists and the registry has
 it, then releases it: Slurm opens the job's --output file in that directory, and a job that
 starts before it exists fails with no log at all (hydra#2100).
+
+The cluster facts preflight reads come from the user cache when a submission made within the
+last minutes asked for them (slurm_facts.py); a request they would refuse is checked again live.
 """
 from __future__ import annotations
 
@@ -10,9 +13,9 @@ import os
 import sys
 from typing import Callable, List, Optional, Sequence
 
-from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.common.errors import HpclaunchError, InvalidInput
 from hpclaunch.common.identity import current_user
-from hpclaunch.launchers.backends import slurm_status, slurmcli
+from hpclaunch.launchers.backends import slurm_facts, slurm_status, slurmcli
 from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
 from hpclaunch.launchers.backends.slurm_preflight import check_request, parse_associations
 from hpclaunch.launchers.request import BatchRequest, array_spec
@@ -35,26 +38,55 @@ class SlurmBackend(Backend):
     def __init__(self) -> None:
         self._config: Optional[dict[str, str]] = None
         self._pending: dict[str, slurmcli.Pending] = {}
+        self._cached: Optional[dict[str, str]] = None  # {kind: scontrol's text} from slurm_facts
+        self._live: dict[str, str] = {}  # what this process asked the controller, for slurm_facts
 
     # --- cluster facts ----------------------------------------------------------------------------
 
     def prefetch(self, preflight: bool = True) -> None:
-        """Start the queries a submission needs, all at once, while the caller loads and renders
-        the job: three controller round trips then cost about one."""
+        """The cluster facts a submission needs: from the cache when it has them fresh, else the
+        queries started all at once, while the caller loads and renders the job (three controller
+        round trips then cost about one)."""
+        if self._cached is None and not self._pending and self._config is None:
+            self._cached = slurm_facts.load()
+        if self._cached is None:
+            self._ask(preflight)
+
+    def _ask(self, preflight: bool) -> None:
         self._pending.setdefault("config", slurmcli.Pending(["scontrol", "show", "config"]))
         if preflight:
             for kind in ("partition", "node"):
                 self._pending.setdefault(kind, slurmcli.Pending(slurmcli.show_cmd(kind)))
 
+    def _answer(self, kind: str, text: str) -> str:
+        """A live answer, kept for the cache once all three are in."""
+        self._live[kind] = text
+        if len(self._live) == len(slurm_facts.KINDS):
+            slurm_facts.store(self._live)
+        return text
+
     def _show(self, kind: str) -> list[dict[str, str]]:
-        return slurmcli.show(kind, pending=self._pending.pop(kind, None))
+        if self._cached is not None:
+            return slurmcli.parse_records(self._cached[kind])
+        proc = (self._pending.pop(kind, None) or slurmcli.Pending(slurmcli.show_cmd(kind))).result(check=False)
+        return slurmcli.parse_records(self._answer(kind, proc.stdout)) if proc.returncode == 0 else []
 
     def config(self) -> dict[str, str]:
         if self._config is None:
-            pending = self._pending.pop("config", None)
-            proc = pending.result() if pending else slurmcli.run(["scontrol", "show", "config"])
-            self._config = slurmcli.parse_config(proc.stdout)
+            if self._cached is not None:
+                text = self._cached["config"]
+            else:
+                pending = self._pending.pop("config", None)
+                proc = pending.result() if pending else slurmcli.run(["scontrol", "show", "config"])
+                text = self._answer("config", proc.stdout)
+            self._config = slurmcli.parse_config(text)
         return self._config
+
+    def _forget_cached(self) -> None:
+        """The cached facts may be stale: drop them (here and on disk) and ask the controller."""
+        if self._cached is not None:
+            slurm_facts.forget()
+            self._cached, self._config = None, None
 
     def cluster_name(self) -> str:
         return self.config().get("ClusterName", "slurm")
@@ -83,8 +115,14 @@ class SlurmBackend(Backend):
         if request.array_size and not any(a.startswith("--array=") for a in args):
             first = min(request.array_size, self.max_array_size())
             args.append(f"--array={array_spec(first, request.parallelism)}")
-        check_request(request, sources, self.cluster_name(), self._show("partition"), self._show("node"),
-                      self._associations if self.accounting() else None)
+        try:
+            self._check(request, sources)
+        except InvalidInput:
+            if self._cached is None:
+                raise
+            self._forget_cached()  # cached facts never refuse a job: the live cluster's answer does
+            self._ask(True)
+            self._check(request, sources)
         if not test_only:
             return None
         proc = slurmcli.run(["sbatch", "--test-only"] + args, input=script, env=submit_env(), check=False)
@@ -93,6 +131,10 @@ class SlurmBackend(Backend):
             raise HpclaunchError(f"{sources.default}: sbatch --test-only refused the job: {message} "
                                  "\u2014 nothing was queued; change the request or the partition")
         return slurmcli.first_line(proc.stderr or proc.stdout)
+
+    def _check(self, request: BatchRequest, sources) -> None:
+        check_request(request, sources, self.cluster_name(), self._show("partition"), self._show("node"),
+                      self._associations if self.accounting() else None)
 
     def _associations(self) -> Optional[tuple[set, set]]:
         proc = slurmcli.run(["sacctmgr", "-nP", "show", "assoc", f"user={current_user()}", "format=account,qos"],
@@ -104,7 +146,11 @@ class SlurmBackend(Backend):
     # --- queue / release / cancel -----------------------------------------------------------------
 
     def sbatch(self, script: str, args: list[str], cwd: str) -> str:
-        proc = slurmcli.run(["sbatch", "--parsable"] + args, input=script, env=submit_env(), cwd=cwd)
+        try:
+            proc = slurmcli.run(["sbatch", "--parsable"] + args, input=script, env=submit_env(), cwd=cwd)
+        except slurmcli.SlurmError:
+            self._forget_cached()  # what preflight read from the cache may be why: the next one asks live
+            raise
         job_id = proc.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise HpclaunchError(f"sbatch printed no job id: {proc.stdout.strip()!r} \u2014 check the cluster")

@@ -1,0 +1,83 @@
+"""What a submission asks the controller before queueing (`scontrol show config`, the partitions,
+the nodes), kept a short while in the user cache so that back-to-back submissions start no
+scontrol at all (three processes that competed for the CPU with the submission itself).
+
+An entry is used only by the same user, for the same slurm.conf (path, inode, size, mtime: the
+cluster's name, MaxArraySize and its partitions and nodes are defined there) and for at most
+``max_age()`` seconds. It is trusted only to let a request through: a request the cached facts
+would refuse is checked again against the live cluster (SlurmBackend.preflight), so a stale entry
+can never refuse a job, and sbatch still checks every job it queues. The entry is plain text in
+a marshal file of the private cache folder (hpclaunch/common/usercache.py): nothing in it is run.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+from hpclaunch.common import usercache
+from hpclaunch.common.identity import current_user
+
+KINDS = ("config", "partition", "node")
+DEFAULT_MAX_AGE_S = 300.0
+
+
+def max_age() -> float:
+    """Seconds an entry is used for (HPCLAUNCH_SLURM_FACTS_MAX_AGE; 0 turns the cache off)."""
+    try:
+        return max(0.0, float(os.environ.get("HPCLAUNCH_SLURM_FACTS_MAX_AGE", DEFAULT_MAX_AGE_S)))
+    except ValueError:
+        return DEFAULT_MAX_AGE_S
+
+
+def _material() -> Optional[tuple]:
+    """What an entry is valid for; None where there is no slurm.conf to key it on (configless
+    clusters fetch their configuration from the controller: no cache there)."""
+    conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    try:
+        st = os.stat(conf)
+    except OSError:
+        return None
+    return ("slurm-facts", current_user(), os.getuid(), os.path.abspath(conf), st.st_dev, st.st_ino,
+            st.st_size, st.st_mtime_ns)
+
+
+def _name(material: tuple) -> str:
+    return f"slurm-facts-{usercache.key(*material)}"
+
+
+def load() -> Optional[dict]:
+    """{kind: scontrol's output} of a fresh entry, else None."""
+    ttl = max_age()
+    material = _material()
+    if not ttl or material is None:
+        return None
+    data = usercache.load(_name(material), material)
+    if not isinstance(data, tuple) or len(data) != 1 + len(KINDS):
+        return None
+    made, texts = data[0], data[1:]
+    if not isinstance(made, float) or not 0 <= time.time() - made <= ttl or \
+            not all(isinstance(t, str) for t in texts):
+        return None
+    return dict(zip(KINDS, texts))
+
+
+def store(texts: dict) -> None:
+    """Keep the live answers (every kind, each from a successful query)."""
+    material = _material()
+    if not max_age() or material is None or set(texts) != set(KINDS):
+        return
+    usercache.store(_name(material), material, (time.time(), *(texts[k] for k in KINDS)))
+
+
+def forget() -> None:
+    """Drop the entry (the cluster answered otherwise than it said): the next submission asks live."""
+    material = _material()
+    if material is None:
+        return
+    folder = usercache.folder()
+    if folder:
+        try:
+            os.unlink(os.path.join(folder, _name(material)))
+        except OSError:
+            pass
