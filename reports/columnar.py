@@ -148,5 +148,5 @@ def store(src, kind: str, st: os.stat_result, arrays: Arrays, data: dict) -> boo
             os.unlink(tmp)
             raise
         return True
-    except (OSError, pa.ArrowException):
+    except (OSError, ValueError, TypeError, pa.ArrowException):  # a cache: never the report's failure
         return False

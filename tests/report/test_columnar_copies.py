@@ -178,3 +178,14 @@ def test_an_explicit_engine_reads_the_csv(tmp_path, monkeypatch):
     parses = Parses(monkeypatch)
     build_report(tmp_path, engine="pyarrow")
     assert parses.csv == 4
+
+
+def test_what_a_copy_cannot_hold_is_not_written_and_never_fails_the_report(tmp_path):
+    src = tmp_path / "x.csv"
+    src.write_text("a\n")
+    st = os.stat(src)
+    import numpy as np
+    assert not columnar.store(src, "k", st, {"a": np.zeros(2, np.int64)}, {})  # not a copy's type
+    assert not columnar.store(src, "k", st, {"a": np.zeros(2)}, {"x": object()})  # not JSON
+    assert not columnar.copy_path(src).exists()
+    assert columnar.store(src, "k", st, {"a": np.zeros(2)}, {})
