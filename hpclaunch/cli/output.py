@@ -10,6 +10,12 @@ from hpclaunch.common.atomic import file_in_the_way, write_atomic
 from hpclaunch.common.errors import HpclaunchError
 
 
+def no_job_file() -> HpclaunchError:
+    """`submit` without a job file, here or with --remote: the same line."""
+    return HpclaunchError("submit: which job file? \u2014 e.g. hpclaunch submit job.yaml "
+                          "(from your own machine: hpclaunch submit job.yaml --remote [NAME])")
+
+
 def counts(tasks: dict) -> str:
     return ", ".join(f"{n} {s.lower()}" for s, n in sorted(tasks.items()))
 

@@ -7,7 +7,7 @@ import sys
 import time as _time
 from typing import Dict, List
 
-from hpclaunch.cli.output import emit_report, print_json
+from hpclaunch.cli.output import emit_report, no_job_file, print_json
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import State, exit_code_for, state_of
 from hpclaunch.runs import remote
@@ -27,8 +27,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.remote and args.remote.endswith((".yaml", ".yml")):  # `submit --remote job.yaml`: NAME is optional
             args.job, args.remote = args.remote, ""
         else:
-            raise HpclaunchError("submit: which job file? \u2014 e.g. hpclaunch submit job.yaml "
-                                 "(from your own machine: hpclaunch submit job.yaml --remote [NAME])")
+            raise no_job_file()
     target = remote.target_for_submit(args.job, args.remote or None, args.override)
     sessions = remote.Sessions()
     rec, answer = remote.submit_remote(

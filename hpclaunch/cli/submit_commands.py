@@ -11,8 +11,8 @@ import os
 import sys
 import time as _time
 
-from hpclaunch.cli.output import counts, print_json
-from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.cli.output import counts, no_job_file, print_json
+from hpclaunch.common import envknobs
 from hpclaunch.launchers.backends.base import State, exit_code_for
 from hpclaunch.runs.jobs import hosts_of
 from hpclaunch.runs.submission import submit, test_only
@@ -21,8 +21,7 @@ from hpclaunch.runs.summary import batch_log, failure_summary, last_lines
 
 def cmd_submit(args: argparse.Namespace) -> int:
     if args.job is None:
-        raise HpclaunchError("submit: which job file? \u2014 e.g. hpclaunch submit job.yaml "
-                             "(from your own machine: hpclaunch submit job.yaml --remote [NAME])")
+        raise no_job_file()
     if args.test_only:
         verdict = test_only(args.job, args.override, after=args.after)
         if args.json:
@@ -30,6 +29,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         else:
             print(f"preflight passed; nothing queued. sbatch --test-only: {verdict}")
         return 0
+    heartbeat_s = _heartbeat_s() if args.wait else None  # a bad value refused before anything is queued
     job = submit(args.job, args.override, backend=args.backend, after=args.after,
                  preflight=not args.no_preflight)
     rec = job.record
@@ -43,11 +43,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"  logs:          tail -F {os.path.join(logs, 'slurm.out')}   or: hpclaunch logs {rec.job_id} -f")
     if not args.wait:
         return 0
-    return _follow(job, quiet=args.json)
+    return _follow(job, heartbeat_s, quiet=args.json)
 
 
 
-def _follow(job, quiet: bool = False) -> int:
+def _follow(job, heartbeat_s: float, quiet: bool = False) -> int:
     """Follow the job to its end; its exit code is the job's (README, "Exit codes"). A job that did
     not complete explains itself on stderr; Ctrl-C stops following, never the job."""
     start = _time.monotonic()
@@ -67,7 +67,7 @@ def _follow(job, quiet: bool = False) -> int:
     def heartbeat(st) -> None:
         # A long RUNNING stretch is not silent: every minute, the time and the newest log line.
         now = _time.monotonic()
-        if quiet or st.state != State.RUNNING or now - said[0] < HEARTBEAT_S:
+        if quiet or st.state != State.RUNNING or now - said[0] < heartbeat_s:
             return
         said[0] = now
         line = _newest_line(job)
@@ -90,13 +90,8 @@ def _follow(job, quiet: bool = False) -> int:
 
 
 def _heartbeat_s() -> float:
-    try:
-        return max(1.0, float(os.environ.get("HPCLAUNCH_HEARTBEAT_S", "60")))
-    except ValueError:
-        return 60.0
-
-
-HEARTBEAT_S = _heartbeat_s()
+    """Seconds between the "still running" lines of `submit --wait` (HPCLAUNCH_HEARTBEAT_S)."""
+    return envknobs.number("HPCLAUNCH_HEARTBEAT_S", 60.0, 1, 86400)
 
 
 def _newest_line(job) -> str:

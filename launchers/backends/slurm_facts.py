@@ -15,7 +15,7 @@ import os
 import time
 from typing import Optional
 
-from hpclaunch.common import usercache
+from hpclaunch.common import envknobs, usercache
 from hpclaunch.common.identity import current_user
 
 KINDS = ("config", "partition", "node")
@@ -24,10 +24,7 @@ DEFAULT_MAX_AGE_S = 300.0
 
 def max_age() -> float:
     """Seconds an entry is used for (HPCLAUNCH_SLURM_FACTS_MAX_AGE; 0 turns the cache off)."""
-    try:
-        return max(0.0, float(os.environ.get("HPCLAUNCH_SLURM_FACTS_MAX_AGE", DEFAULT_MAX_AGE_S)))
-    except ValueError:
-        return DEFAULT_MAX_AGE_S
+    return envknobs.number("HPCLAUNCH_SLURM_FACTS_MAX_AGE", DEFAULT_MAX_AGE_S, 0, 86400)
 
 
 def _material() -> Optional[tuple]:

@@ -9,6 +9,7 @@ import subprocess
 import time
 from typing import Iterable, Optional
 
+from hpclaunch.common import envknobs
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.spec.units import parse_time_seconds
 
@@ -47,8 +48,8 @@ def run(cmd: list[str], *, input: str | None = None, env: dict | None = None, re
         check: bool = True, timeout: float = 60, cwd: str | None = None) -> subprocess.CompletedProcess:
     """Run a Slurm command; retry transient controller errors with bounded exponential backoff."""
     if retries is None:
-        retries = int(os.environ.get("HPCLAUNCH_SLURM_RETRIES", "4"))
-    delay = float(os.environ.get("HPCLAUNCH_SLURM_RETRY_DELAY", "0.5"))
+        retries = int(envknobs.number("HPCLAUNCH_SLURM_RETRIES", 4, 0, 20, integer=True))
+    delay = envknobs.number("HPCLAUNCH_SLURM_RETRY_DELAY", 0.5, 0, 60)
     env = env if env is not None else clean_env()
     attempt = 0
     while True:
