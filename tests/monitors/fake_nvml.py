@@ -35,7 +35,8 @@ names C functions the driver lacks (their binding raises FUNCTION_NOT_FOUND, as 
 ``HPCLAUNCH_FAKE_NVML_SCENARIO`` may name a JSON file with a scenario (used by the
 daemon subprocess tests); :func:`configure` sets one in-process. ``CALLS`` counts calls
 by function name;
-``FIELDS_ASKED`` lists the field ids of each ``nvmlDeviceGetFieldValues`` call.
+``FIELDS_ASKED`` lists the field ids of each ``nvmlDeviceGetFieldValues`` call (the first
+FIELDS_ASKED_MAX: a daemon on the fake for hours must not grow without bound).
 """
 
 from __future__ import annotations
@@ -242,6 +243,7 @@ _scenario = None
 _counters: Counter = Counter()
 CALLS: Counter = Counter()
 FIELDS_ASKED: list = []  # (device index, field ids) of each nvmlDeviceGetFieldValues call
+FIELDS_ASKED_MAX = 10_000
 _initialised = False
 _event_t0 = None          # the event clock's start: the first nvmlInit since configure
 _event_errors_raised: set = set()
@@ -354,7 +356,8 @@ _ULL_KEYS = {"energy_mj", "viol_thermal_ns", "ce_sw_power_cap_ns", "ce_sync_boos
 
 def nvmlDeviceGetFieldValues(handle, fieldIds):
     _count("nvmlDeviceGetFieldValues")
-    FIELDS_ASKED.append((handle.index, tuple(fieldIds)))
+    if len(FIELDS_ASKED) < FIELDS_ASKED_MAX:
+        FIELDS_ASKED.append((handle.index, tuple(fieldIds)))
     d = _dev(handle)
     if "field_values" in d.get("unsupported", ()):
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
