@@ -32,6 +32,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -160,14 +161,16 @@ def run_hpclaunch(points: int, parallelism: int, timeout: float, wait: bool = Tr
     submit_s = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"hpclaunch submit failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    out = json.loads(proc.stdout[: proc.stdout.rindex("}") + 1])
+    json.loads(proc.stdout[: proc.stdout.rindex("}") + 1])  # the --json answer parses
     # A sweep larger than MaxArraySize is several arrays; the registry has them all.
     listing = subprocess.run(HPCLAUNCH + ["list", "--all", "--json"], cwd=work, env=env,
                              capture_output=True, text=True, check=True)
     ids = sorted({r["job_id"] for r in json.loads(listing.stdout)}, key=int)
     done_s = wait_done(ids, start, timeout) if wait else cancel_now(ids)
-    return {"tool": "hpclaunch", "submit_s": submit_s, "all_done_s": done_s, "job_ids": ids,
-            "states": completed(ids, points) if wait else {}, "work": work, "run_dir": out["run_dir"]}
+    res = {"tool": "hpclaunch", "submit_s": submit_s, "all_done_s": done_s, "job_ids": ids,
+           "states": completed(ids, points) if wait else {}}
+    shutil.rmtree(work, ignore_errors=True)  # ~140 MB a run (1,000 task directories): not left in /tmp
+    return res
 
 
 FLOOR_CHILD = textwrap.dedent("""
@@ -207,9 +210,11 @@ def run_submitit(points: int, parallelism: int, timeout: float, wait: bool = Tru
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     ids = [out["job_id"]]
     done_s = wait_done(ids, start, timeout) if wait else cancel_now(ids)
-    return {"tool": "submitit", "submit_s": submit_s, "all_done_s": done_s, "job_ids": ids,
-            "map_array_s": out["map_array_s"], "import_and_setup_s": out["import_and_setup_s"],
-            "states": completed(ids, points) if wait else {}, "work": work}
+    res = {"tool": "submitit", "submit_s": submit_s, "all_done_s": done_s, "job_ids": ids,
+           "map_array_s": out["map_array_s"], "import_and_setup_s": out["import_and_setup_s"],
+           "states": completed(ids, points) if wait else {}}
+    shutil.rmtree(work, ignore_errors=True)
+    return res
 
 
 def main() -> int:
