@@ -117,6 +117,15 @@ def main() -> int:
     section = benchlib.Section(f"Fleet view over {args.jobs:,} ledgered jobs (`bench/fleet/bench_fleet.py`)",
                                " ".join(["python", "bench/fleet/bench_fleet.py"] + sys.argv[1:]))
     work = tempfile.mkdtemp(prefix="hl-bench-fleet-")
+    try:  # GBs of run directories: removed however the run ends (Ctrl-C, an error), unless --keep
+        _bench(args, section, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _bench(args, section, work: str) -> None:
     t0 = time.perf_counter()
     sample = make_fleet(work, args.jobs, max(1, args.jobs // args.sample))
     home = os.path.join(work, "home")
@@ -195,9 +204,6 @@ def main() -> int:
         f"{from_logs['energy_j']:.3f} J and {from_ledger['energy_j']:.3f} J over {from_logs['jobs_count']} and "
         f"{from_ledger['jobs_count']} jobs (tests/report/test_fleet_ledger.py checks the two paths agree).")
     section.write(args.markdown)
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":
