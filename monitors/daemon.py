@@ -369,13 +369,13 @@ class Daemon:
             except Exception as e:
                 self.source_error("nvml", e)
             try:
-                trace = self.nvml.drain_power_text()  # CSV lines made as they are read
+                trace = self.nvml.drain_power_samples()
                 if trace:
                     if self.trace_log is None:
                         self.trace_log = self._csv(schema.power_trace_file(self.host),
                                                    schema.POWER_TRACE_SCHEMA,
                                                    schema.POWER_TRACE_COLUMNS, format_trace_rows)
-                    self.trace_log.write_lines(trace)
+                    self.trace_log.write_rows(trace)
             except Exception as e:
                 self.source_error("power_trace", e)
         if self.jetson is not None:

@@ -45,27 +45,35 @@ def cell(value) -> str:
     return str(value).translate(_BAD)
 
 
-def float_cell(v: float) -> str:
-    """cell() of a float: repr(round(v, 3)) with one float-to-text conversion instead of two (round
-    is one too) below 1e12: the same digits, as both round to 3 places exactly, and below 1e12
-    those are at most 15 significant digits, which name one double."""
-    if -1e12 < v < 1e12:
-        v = ("%.3f" % v).rstrip("0")
-        return v + "0" if v[-1] == "." else v
-    return repr(round(v, 3)) if v == v else ""  # NaN (not measured: empty), infinities, huge values
-
-
 def format_rows(rows: Iterable[Sequence]) -> str:
     """The rows as CSV lines, each cell as :func:`cell` formats it. The common exact types are
-    inlined in one comprehension, ints (most cells) tested first: this runs for every row of every
-    sample, at 1 Hz with cold caches, where each bytecode and call costs several times its hot
-    price (a loop with a call per cell was a third of the daemon's own work; the if-chain per
-    cell, with an append each, about a tenth)."""
-    fl, bad = float_cell, _BAD
-    return "".join([",".join([
-        str(v) if (t := type(v)) is int else "" if v is None else fl(v) if t is float
-        else v.translate(bad) if t is str else cell(v)  # bool, numpy scalars, subclasses: the general rule
-        for v in row]) + "\n" for row in rows])
+    inlined: this runs for every row of every sample (the power trace alone is tens of rows a
+    second per GPU), and a function call per cell was a third of the daemon's own work."""
+    lines = []
+    for row in rows:
+        cells = []
+        add = cells.append
+        for v in row:
+            t = type(v)
+            if v is None:
+                add("")
+            elif t is float:
+                if -1e12 < v < 1e12:
+                    # repr(round(v, 3)) with one float-to-text conversion instead of two (round
+                    # is one too): the same digits, as both round to 3 places exactly, and below
+                    # 1e12 those are at most 15 significant digits, which name one double.
+                    v = ("%.3f" % v).rstrip("0")
+                    add(v + "0" if v[-1] == "." else v)
+                else:  # NaN (not measured: empty), infinities, huge values
+                    add(repr(round(v, 3)) if v == v else "")
+            elif t is int:
+                add(str(v))
+            elif t is str:
+                add(v.translate(_BAD))
+            else:  # bool, numpy scalars, subclasses: the general rule
+                add(cell(v))
+        lines.append(",".join(cells))
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def format_trace_rows(rows: Iterable[Sequence]) -> str:
@@ -291,10 +299,7 @@ class CsvLog(_AppendFile):
             self._pending = ""
 
     def write_rows(self, rows: Iterable[Sequence]) -> bool:
-        return self.write_lines(self.formatter(rows))
-
-    def write_lines(self, text: str) -> bool:
-        """Rows already formatted as CSV lines (each ending in a newline): one write."""
+        text = self.formatter(rows)
         if self._pending:
             if not self.write_text(self._pending + text):
                 return False
