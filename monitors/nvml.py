@@ -33,11 +33,10 @@ gives that GPU a row with empty measurements and the reason in ``error``
 
 from __future__ import annotations
 
-import operator
 import time
 from typing import Dict, List, Optional
 
-from . import schema
+from . import power_trace, schema
 from .nvml_errors import err_text
 from .nvml_fields import (COUNTER_FIELDS, FI_MEMORY_TEMP, FI_PERF_POWER, FI_PERF_THERMAL, FI_POWER_AVERAGE,
                           FI_POWER_INSTANT, FI_TOTAL_ENERGY, REASON_FIELDS, THROTTLE_MASK, FIELD_NOT_THERE,
@@ -56,9 +55,6 @@ _FIELD_VAR = {FI_POWER_INSTANT: "power", FI_POWER_AVERAGE: "avg", FI_TOTAL_ENERG
 _FIELD_DEST = {fid: (_REASON_COL.get(fid), schema.GPU_COLUMNS[_REASON_COL[fid]] if fid in _REASON_COL else None,
                      _FIELD_COL.get(fid), _FIELD_VAR.get(fid)) for fid in {*_REASON_COL, *_FIELD_COL, *_FIELD_VAR}}
 _NO_VALUES = [None] * (_NCOL - 5)  # a row's cells after time, host, index, uuid, ranks
-# A power sample's value by its nvmlValueType_t (the union member VALUE_MEMBERS names), as one C call.
-_SAMPLE_VALUE = tuple(operator.attrgetter("sampleValue." + m) for m in VALUE_MEMBERS)
-_TIME_AND_GPU = operator.itemgetter(0, 2)  # the power trace's order
 (_POWER, _POWER_AVG, _ENERGY, _TEMP, _MEM_USED, _MEM_TOTAL, _UTIL, _MEM_UTIL, _SM_CLOCK, _MEM_CLOCK,
  _LIMIT, _REASONS, _SLOWDOWN, _SHUTDOWN, _ECC, _ERROR, _XID) = (_COL[c] for c in (
     "power_w", "power_avg_w", "energy_mj", "temp_c", "mem_used_mib", "mem_total_mib", "util_pct",
@@ -463,45 +459,9 @@ class NvmlSampler:
         g.throttle = cur
 
     def drain_power_samples(self) -> List[tuple]:
-        """Rows for the power trace: the driver's buffered power samples since the last call.
-
-        The first call of each GPU asks for the whole buffer and keeps the samples
-        from the monitor's start on (when the timestamps are epoch microseconds).
-        """
-        if not self.power_trace:
-            return []
-        nv = self.nv
-        rows = []
-        for g in self.gpus:
-            if "power_samples" in g.off or g.error is not None:
-                continue
-            first = g.trace_ts < 0
-            try:
-                got = self._call(g, "power_samples", nv.nvmlDeviceGetSamples, g.handle,
-                                 nv.NVML_TOTAL_POWER_SAMPLES, 0 if first else g.trace_ts)
-            except self._NVMLError:
-                continue  # NOT_FOUND = nothing new; other errors show in the GPU's row
-            if not got:
-                continue
-            vtype, samples = got
-            floor = 0 if first else g.trace_ts
-            if first and samples and max(s.timeStamp for s in samples) > 1e15:
-                floor = self.start_us
-            last = floor if first else g.trace_ts
-            keep_all = first and floor == 0
-            host, index, add = self.host, g.index, rows.append
-            value = _SAMPLE_VALUE[vtype] if 0 <= vtype < len(_SAMPLE_VALUE) else None
-            # tens a second per GPU on a real driver: kept lean (one C call for the value)
-            for s in samples if value is not None else ():  # a type NVML has not defined: none
-                ts = s.timeStamp
-                if ts <= floor and not keep_all:
-                    continue
-                add((ts / 1e6, host, index, value(s) / 1000.0))
-                if ts > last:
-                    last = ts
-            g.trace_ts = last
-        rows.sort(key=_TIME_AND_GPU)
-        return rows
+        """Rows ``(time s, host, gpu index, watts)`` of the driver's buffered power samples since
+        the last call, in time order (monitors/power_trace.py)."""
+        return power_trace.drain(self)
 
     def close(self) -> None:
         if self.xid is not None:
