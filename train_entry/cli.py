@@ -18,7 +18,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hpclaunch.train_entry",
                                 description="hpclaunch rank-side trainer (any launcher or none).",
                                 argument_default=None)
-    a = p.add_argument
     g = p.add_argument_group("data / model")
     g.add_argument("--data", help="CSV file with a header and a label column, or 'digits' (scikit-learn's digits, "
                                   "built in; python -m hpclaunch.train_entry.digits FILE.csv writes them as CSV)")

@@ -25,6 +25,7 @@ from .data import TrainLoader, load_data, make_tensors, split, val_shard
 from .dist_init import Dist, init_distributed, set_deterministic
 from .metrics import MetricsWriter
 from .model import build_model
+from .optim import grad_norm_, lr_lambda
 from .signals import StopRequest, requeue_exit_code, write_finished, write_requeue_marker
 
 log = logging.getLogger("hpclaunch.train_entry")
@@ -62,24 +63,6 @@ def resolve_run_dir(cfg: TrainConfig, env=None) -> str:
     name = cfg.name or env.get("HPCLAUNCH_JOB_NAME") or (
         os.path.splitext(os.path.basename(cfg.data))[0] if cfg.data else "train")
     return os.path.abspath(os.path.join("runs", f"{slug(name)}-local"))
-
-
-def _lr_lambda(warmup: int, total: int, schedule: str):
-    def f(step: int) -> float:
-        if warmup > 0 and step < warmup:
-            return (step + 1) / warmup
-        if schedule == "constant" or total <= warmup:
-            return 1.0
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-    return f
-
-
-def grad_norm_(params, max_norm: float) -> torch.Tensor:
-    """Global L2 norm of the gradients; clip to ``max_norm`` when > 0 (the norm is logged either way)."""
-    if max_norm > 0:
-        return torch.nn.utils.clip_grad_norm_(params, max_norm)
-    return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
 
 
 class ModelTrainer:
@@ -137,7 +120,6 @@ class _Run:
 
     def _run(self, dist: Dist) -> TrainResult:
         cfg, rank, world = self.cfg, dist.rank, dist.world_size
-        device = dist.device
         der = derive(cfg, world)
         run_dir = resolve_run_dir(cfg)
         if rank == 0:
@@ -189,7 +171,7 @@ class _Run:
         else:
             raise ConfigError(f"--optimizer must be adamw or sgd, got {cfg.optimizer!r}")
         opt = dist.wrap_optimizer(opt, model, der.accum_steps)  # horovod: before loading any state
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.warmup_steps, total_steps, cfg.schedule))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, total_steps, cfg.schedule))
         if cfg.precision == "fp16" and device.type != "cuda":
             raise ConfigError("--precision fp16 needs a CUDA device (GradScaler); use bf16 on CPU")
         amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.precision]
