@@ -418,3 +418,36 @@ def test_the_registry_keeps_when_a_job_ended_not_when_someone_asked(hpc_home, tm
     assert json.loads(hl("status", sub["job_id"], "--json", cwd="/").stdout)["state"] == "COMPLETED"
     [row] = json.loads(hl("list", "--all", "--json", cwd="/").stdout)
     assert row["end_time"] == pytest.approx(ended, abs=0.01), (row["end_time"], ended)
+
+
+def test_torchrun_keeps_its_folder_in_the_run_directory_with_a_ranks_error_file(hpc_home, tmp_path):
+    """torchrun's --log-dir is logs/attempt<N>/torchelastic (templates/torchrun.j2): nothing is left
+    in the node's /tmp, and a plain torch program that records its errors (torch's own @record, no
+    hpclaunch in it) leaves the failing rank's error.json with the job."""
+    (tmp_path / "boom.py").write_text(
+        "import os\n"
+        "from torch.distributed.elastic.multiprocessing.errors import record\n"
+        "@record\n"
+        "def main():\n"
+        "    if os.environ['RANK'] == '1':\n"
+        "        raise ValueError('rank one gives up')\n"
+        "main()\n")
+    job = write_job(tmp_path, f"""
+name: torchrun folder
+launcher: torchrun
+command: [{sys.executable}, boom.py]
+resources: {{nodes: 1, tasks_per_node: 2}}
+monitor: {{interval: 0}}
+""")
+    tmp = tmp_path / "node-tmp"
+    tmp.mkdir()
+    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False, timeout=240,
+              env=dict(os.environ, TMPDIR=str(tmp)))
+    assert proc.returncode != 0, proc.stderr
+    st = json.loads(hl("status", "torchrun folder", "--json", cwd="/").stdout)
+    assert st["state"] == "FAILED", st
+    folder = os.path.join(st["run_dir"], "logs", "attempt0", "torchelastic")
+    errors = [os.path.join(d, f) for d, _, files in os.walk(folder) for f in files if f == "error.json"]
+    assert len(errors) == 1 and os.path.basename(os.path.dirname(errors[0])) == "1", errors
+    assert "rank one gives up" in open(errors[0]).read()
+    assert not [n for n in os.listdir(tmp) if n.startswith("torchelastic_")], os.listdir(tmp)
