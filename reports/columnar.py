@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -62,6 +62,20 @@ class Policy:
         if self.run_ended is not None:
             return self.run_ended
         return st.st_mtime < (time.time() if now is None else now) - SETTLE_S
+
+
+def through(src, kind: str, policy: Policy, parse: Callable[[], Any],
+            to_copy: Callable[[Any], Tuple[Arrays, dict]], from_copy: Callable[[Arrays, dict], Any]) -> Any:
+    """What a reader returns for ``src``: from its valid copy of ``kind`` when there is one, else
+    ``parse()``, kept as a copy (``to_copy``) when the policy allows."""
+    st = os.stat(src)
+    hit = load(src, kind, st)
+    if hit is not None:
+        return from_copy(*hit)
+    value = parse()
+    if policy.may_write(st):
+        store(src, kind, st, *to_copy(value))
+    return value
 
 
 def load(src, kind: str, st: os.stat_result) -> Optional[Tuple[Arrays, dict]]:

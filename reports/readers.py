@@ -26,7 +26,6 @@ import csv
 import io
 import json
 import math
-import os
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,15 +165,10 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
     path = str(path)
     if copies is None or engine != "auto":
         return _read_csv_table(path, expected_schema, numeric, text, engine, optional)
-    st = os.stat(path)
     kind = json.dumps(["csv", expected_schema, list(numeric), list(text), list(optional), list(group_by)])
-    hit = columnar.load(path, kind, st)
-    if hit is not None:
-        return _table_of_copy(path, *hit)
-    t = _read_csv_table(path, expected_schema, numeric, text, engine, optional)
-    if copies.may_write(st):
-        columnar.store(path, kind, st, *_copy_of_table(t, group_by))
-    return t
+    return columnar.through(path, kind, copies,
+                            lambda: _read_csv_table(path, expected_schema, numeric, text, engine, optional),
+                            lambda t: _copy_of_table(t, group_by), lambda arrays, data: _table_of_copy(path, arrays, data))
 
 
 # A copy holds the warnings with the file's path cut out: the run directory may have moved since.
@@ -413,15 +407,9 @@ def read_metrics_arrays(path, engine: str = "auto", copies: Optional[columnar.Po
     as for read_table, with engine "auto". Returns (arrays, number of unparsable lines skipped)."""
     if copies is None or engine != "auto":
         return _read_metrics_text(path, engine)
-    st = os.stat(path)
-    kind = json.dumps(["metrics", list(METRIC_FLOATS)])
-    hit = columnar.load(path, kind, st)
-    if hit is not None:
-        return hit[0], int(hit[1]["bad"])
-    arrays, bad = _read_metrics_text(path, engine)
-    if copies.may_write(st):
-        columnar.store(path, kind, st, arrays, {"bad": bad})
-    return arrays, bad
+    return columnar.through(path, json.dumps(["metrics", list(METRIC_FLOATS)]), copies,
+                            lambda: _read_metrics_text(path, engine), lambda got: (got[0], {"bad": got[1]}),
+                            lambda arrays, data: (arrays, int(data["bad"])))
 
 
 def _read_metrics_text(path, engine: str) -> Tuple[Dict[str, np.ndarray], int]:
