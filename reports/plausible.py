@@ -60,6 +60,18 @@ def _attempts(run_dir) -> Optional[Tuple[list, list, float]]:
     return starts, ends, last_start
 
 
+def _inside(bounds, lo: float, hi: float, finite: bool = False) -> bool:
+    """Whether a column's known (min, max) says every value is within [lo, hi] (and finite, with
+    ``finite``); False when they are not known (then the column is checked value by value)."""
+    if bounds is None:
+        return False
+    if bounds[0] is None:  # all missing: nothing to drop
+        return True
+    if finite and not (np.isfinite(bounds[0]) and np.isfinite(bounds[1])):
+        return False
+    return lo <= bounds[0] and bounds[1] <= hi
+
+
 def drop_implausible(tb, window: Optional[Tuple[float, float]], counters: Iterable[str]):
     """(table, warning): `tb` (a readers.Table) without its rows stamped outside `window`, its
     infinite readings and negative counter readings made missing; the warning is None if all was
@@ -67,16 +79,17 @@ def drop_implausible(tb, window: Optional[Tuple[float, float]], counters: Iterab
     why = None
     if tb.n == 0:
         return tb, why
-    t = tb.col("time_unix")
     outside = np.zeros(tb.n, bool)
-    if window is not None:
+    if window is not None and not _inside(tb.bounds.get("time_unix"), *window):
+        t = tb.col("time_unix")
         with np.errstate(invalid="ignore"):
             outside = np.isfinite(t) & ((t < window[0]) | (t > window[1]))
     nonfinite = negative = 0
     counters = set(counters)
     num = dict(tb.num)
     for name, a in tb.num.items():
-        if a.dtype.kind != "f":
+        if a.dtype.kind != "f" or _inside(tb.bounds.get(name), 0.0 if name in counters else -np.inf, np.inf,
+                                          finite=True):
             continue
         inf = np.isinf(a)
         bad = inf
@@ -96,7 +109,7 @@ def drop_implausible(tb, window: Optional[Tuple[float, float]], counters: Iterab
         text = {k: (codes[keep], dic) for k, (codes, dic) in tb.text.items()}
     if not (dropped or nonfinite or negative):
         return tb, why
-    tb = dataclasses.replace(tb, num=num, text=text, n=tb.n - dropped)
+    tb = dataclasses.replace(tb, num=num, text=text, n=tb.n - dropped, bounds={})
     parts = []
     if dropped:
         parts.append(f"dropped {dropped} row(s) stamped outside the run's window "

@@ -69,6 +69,10 @@ class Table:
     skipped_rows: int = 0
     engine: str = ""
     warnings: List[str] = field(default_factory=list)
+    # (min, max) of float columns, NaN ignored (None: all missing), where known: a table read from a
+    # copy has them (computed once, when the copy was written), so the plausibility checks
+    # (reports/plausible.py) skip columns that cannot hold what they look for.
+    bounds: Dict[str, Tuple[Optional[float], Optional[float]]] = field(default_factory=dict)
 
     def col(self, name: str) -> np.ndarray:
         """Numeric column; all-NaN if the file lacks it."""
@@ -153,6 +157,10 @@ def _check_schema(t: Table, expected: str) -> None:
         t.warnings.append(f"{t.path}: schema version {ver} (reader knows {ever}); reading known columns")
 
 
+# What a table's copy holds; 2: with its float columns' bounds. A copy of another format is rewritten.
+TABLE_COPY_FORMAT = 2
+
+
 def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequence[str],
                engine: str = "auto", optional: Sequence[str] = (),
                copies: Optional[columnar.Policy] = None, group_by: Sequence[str] = ()) -> Table:
@@ -165,7 +173,8 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
     path = str(path)
     if copies is None or engine != "auto":
         return _read_csv_table(path, expected_schema, numeric, text, engine, optional)
-    kind = json.dumps(["csv", expected_schema, list(numeric), list(text), list(optional), list(group_by)])
+    kind = json.dumps(["csv", TABLE_COPY_FORMAT, expected_schema, list(numeric), list(text), list(optional),
+                       list(group_by)])
     return columnar.through(path, kind, copies,
                             lambda: _read_csv_table(path, expected_schema, numeric, text, engine, optional),
                             lambda t: _copy_of_table(t, group_by), lambda arrays, data: _table_of_copy(path, arrays, data))
@@ -184,14 +193,39 @@ def _copy_of_table(t: Table, group_by: Sequence[str]):
         arrays = {name: a[order] for name, a in arrays.items()}
     data = {"n": t.n, "values": {c: values for c, (_, values) in t.text.items()}, "schema_line": t.schema_line,
             "missing_columns": t.missing_columns, "skipped_rows": t.skipped_rows, "engine": t.engine,
-            "warnings": [w.replace(t.path, _PATH) for w in t.warnings]}
+            "warnings": [w.replace(t.path, _PATH) for w in t.warnings], "bounds": column_bounds(t)}
     return arrays, data
+
+
+def column_bounds(t: Table) -> Dict[str, list]:
+    """[min, max] of each float column, NaN ignored ([None, None]: all missing), infinities kept."""
+    out = {}
+    for c, a in t.num.items():
+        if a.dtype.kind == "f" and a.size:
+            lo, hi = float(np.fmin.reduce(a)), float(np.fmax.reduce(a))  # fmin/fmax skip NaN
+            out[c] = [None, None] if lo != lo else [lo, hi]
+    return out
+
+
+def _bounds_of_copy(data: dict) -> Dict[str, Tuple[Optional[float], Optional[float]]]:
+    """The copy's bounds when well formed, else none (every check then runs in full)."""
+    got = data.get("bounds")
+    if not isinstance(got, dict):
+        return {}
+    out = {}
+    for c, b in got.items():
+        if not (isinstance(b, list) and len(b) == 2 and all(x is None or type(x) is float for x in b)
+                and (b[0] is None) == (b[1] is None)):
+            return {}
+        out[str(c)] = (b[0], b[1])
+    return out
 
 
 def _table_of_copy(path: str, arrays, data) -> Table:
     t = Table(path=path, n=int(data["n"]), schema_line=data["schema_line"],
               missing_columns=list(data["missing_columns"]), skipped_rows=int(data["skipped_rows"]),
-              engine=str(data["engine"]), warnings=[str(w).replace(_PATH, path) for w in data["warnings"]])
+              engine=str(data["engine"]), warnings=[str(w).replace(_PATH, path) for w in data["warnings"]],
+              bounds=_bounds_of_copy(data))
     for key, a in arrays.items():
         kind, _, name = key.partition(":")
         if kind == "n":

@@ -116,7 +116,7 @@ def test_a_damaged_or_foreign_copy_is_never_trusted(tmp_path, monkeypatch, damag
 
 
 def _gpu_kind():
-    return json.dumps(["csv", schema.GPU_SCHEMA, list(readers.GPU_NUMERIC), list(readers.GPU_TEXT),
+    return json.dumps(["csv", readers.TABLE_COPY_FORMAT, schema.GPU_SCHEMA, list(readers.GPU_NUMERIC), list(readers.GPU_TEXT),
                        list(readers.GPU_OPTIONAL), ["host", "gpu_index"]])
 
 

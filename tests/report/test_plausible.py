@@ -87,3 +87,42 @@ def test_window_from_the_job_scripts_record(tmp_path):
     assert run_window(rd) == (T0 - 2 - WINDOW_SLACK_S, T0 + 302 + WINDOW_SLACK_S)
     rd2, _ = _run(tmp_path / "nostate", state=False)
     assert run_window(rd2) is None   # copied logs, synthetic runs: nothing dropped for its time
+
+
+def test_a_later_report_from_the_copies_drops_and_says_the_same(tmp_path):
+    """Copies carry each float column's (min, max) so a later report skips the checks that cannot find
+    anything; every implausible kind at once, the report from the copies is the first one exactly."""
+    pytest.importorskip("pyarrow")
+    from hpclaunch.reports import readers, to_json
+
+    rd, exp = _run(tmp_path)
+
+    def all_kinds(header, rows):
+        t, e, p = header.index("time_unix"), header.index("energy_mj"), header.index("power_w")
+        rows[len(rows) // 2][e] = "-5"
+        rows[3][p] = "inf"
+        row = list(rows[10])
+        row[t] = "0.000"
+        rows.append(row)
+    _edit_gpu_rows(rd, all_kinds)
+    first = build_report(rd)
+    copy = rd / "monitor" / ".columnar" / "n1.gpu.csv.arrow"
+    assert copy.exists()
+    later = build_report(rd)
+    assert to_json(later) == to_json(first)
+    warned = [w for w in later.data["warnings"] if "n1.gpu.csv:" in w]
+    assert any("dropped 1 row(s)" in w and "1 infinite" in w and "1 negative counter" in w for w in warned), warned
+    assert later.data["energy_j"]["gpu"] == pytest.approx(exp["gpu_total"], rel=1e-3)
+    # the copy's bounds are what the checks skip on: they show the bad values, so nothing was skipped
+    table = readers.read_gpu_log(rd / "monitor" / "n1.gpu.csv", copies=readers.columnar.Policy(run_ended=True))
+    assert table.bounds["energy_mj"][0] == -5 and table.bounds["power_w"][1] == float("inf")
+    assert table.bounds["time_unix"][0] == 0.0
+
+
+def test_malformed_bounds_in_a_copy_are_ignored():
+    from hpclaunch.reports.readers import _bounds_of_copy
+
+    assert _bounds_of_copy({"bounds": {"a": [1.0, 2.0], "b": [None, None]}}) == {"a": (1.0, 2.0), "b": (None, None)}
+    for bad in ({"a": [1.0]}, {"a": ["1", 2.0]}, {"a": [None, 2.0]}, {"a": (1.0, 2.0)}, ["a"], None):
+        assert _bounds_of_copy({"bounds": bad}) == {}
+    assert _bounds_of_copy({}) == {}
