@@ -27,7 +27,8 @@ import time
 from typing import List, Optional
 
 from . import prometheus, schema
-from .logfiles import CsvLog, EventLog, close_fds, format_rows, format_trace_rows, stderr
+from .logfiles import CsvLog, EventLog, format_rows, format_trace_rows, stderr
+from .parentwatch import ParentWatch
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -97,66 +98,6 @@ def host_name(arg: Optional[str] = None) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "host"
 
 
-class _ParentWatch:
-    """Cheap "is my parent still there" check, once per interval.
-
-    ``--parent-pid``: its ``/proc/<pid>/stat`` is opened once and re-read with one ``pread`` a
-    check. The open file stays bound to that process: once it is reaped the read fails (ESRCH),
-    even if the pid is reused by then, and a zombie reads state ``Z``. Without ``/proc``: psutil
-    (``is_running`` also catches a reused pid), else ``kill(pid, 0)``.
-    """
-
-    def __init__(self, pid: Optional[int], proc_root: str = "/proc"):
-        self.pid = pid
-        self.ppid = os.getppid()
-        self.fd = None
-        self.proc = None
-        if pid is not None:
-            try:
-                self.fd = os.open(os.path.join(proc_root, str(pid), "stat"), os.O_RDONLY)
-            except OSError:
-                self.fd = None
-            # With /proc there and no such pid, kill(pid, 0) below says it is gone.
-            if self.fd is None and not os.path.isdir(os.path.join(proc_root, "self")):
-                try:
-                    import psutil  # noqa: WPS433
-                    self.proc = psutil.Process(pid)
-                except Exception:
-                    self.proc = None
-
-    def gone(self) -> Optional[str]:
-        if self.pid is not None:
-            if self.fd is not None:
-                try:
-                    stat = os.pread(self.fd, 512, 0)
-                except OSError:  # ESRCH: exited and reaped
-                    return f"parent pid {self.pid} is gone"
-                state = stat[stat.rfind(b")") + 2:][:1]  # the name in (...) may hold anything
-                if state in (b"Z", b"X", b""):
-                    return f"parent pid {self.pid} is {'a zombie' if state == b'Z' else 'gone'}"
-            elif self.proc is not None:
-                try:
-                    if not self.proc.is_running():  # also catches a recycled pid
-                        return f"parent pid {self.pid} is gone"
-                    if self.proc.status() == "zombie":
-                        return f"parent pid {self.pid} is a zombie"
-                except Exception:
-                    return f"parent pid {self.pid} is gone"
-            else:
-                try:
-                    os.kill(self.pid, 0)
-                except ProcessLookupError:
-                    return f"parent pid {self.pid} is gone"
-                except PermissionError:
-                    pass
-        if os.getppid() != self.ppid:
-            return f"reparented (parent {self.ppid} exited)"
-        return None
-
-    def close(self) -> None:
-        self.fd = close_fds(self.fd)
-
-
 class Daemon:
     def __init__(self, args: argparse.Namespace, env=None, nvml_module=None):
         self.args = args
@@ -175,6 +116,7 @@ class Daemon:
         self._stderr_said = False
         self._rfd = self._wfd = None
         self._poll = None
+        self._watch: Optional[ParentWatch] = None
         self.gpu_log = self.host_log = self.trace_log = self.jetson_log = None
         self.nvml = self.hostsrc = self.jetson = None
         self.exporter = None  # prometheus.Exporter when --prometheus-port/--prometheus-textfile
@@ -340,6 +282,10 @@ class Daemon:
             return
         if self._poll is not None:
             r = self._poll.poll(seconds * 1000.0)
+            watch = self._watch
+            if watch is not None and watch.registered and any(fd == watch.pidfd for fd, _ in r):
+                watch.exited = True
+                r = [(fd, ev) for fd, ev in r if fd != watch.pidfd]
         else:
             r, _, _ = select.select([self._rfd], [], [], seconds)
         if r:
@@ -393,7 +339,8 @@ class Daemon:
     def run(self) -> int:
         a = self.args
         self._signals()
-        watch = _ParentWatch(a.parent_pid)
+        watch = self._watch = ParentWatch(a.parent_pid)
+        watch.register(self._poll)
         self.setup()
         cpu0 = time.process_time()
         wall0 = time.monotonic()

@@ -1,0 +1,118 @@
+"""ParentWatch: the daemon's --parent-pid check, through a pidfd and through /proc."""
+
+import os
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hpclaunch.monitors import schema
+from hpclaunch.monitors.parentwatch import ParentWatch
+from monitor_helpers import read_events
+from test_monitor_daemon import HOST, mon, start, wait_for_rows
+
+HAS_PIDFD = hasattr(os, "pidfd_open")
+
+
+def sleeper():
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def wait_zombie(pid, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        if stat[stat.rfind(b")") + 2:][:1] == b"Z":
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"pid {pid} did not become a zombie")
+
+
+@pytest.mark.parametrize("via", ["pidfd", "proc"])
+def test_alive_zombie_then_reaped(via, monkeypatch):
+    if via == "pidfd" and not HAS_PIDFD:
+        pytest.fail("this Python/kernel has no os.pidfd_open: the pidfd path is not tested")
+    if via == "proc":
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    child = sleeper()
+    watch = ParentWatch(child.pid)
+    try:
+        assert (watch.pidfd is not None) == (via == "pidfd")
+        assert (watch.fd is not None) == (via == "proc")
+        assert watch.gone() is None
+        child.kill()
+        wait_zombie(child.pid)  # exited, not yet reaped by us
+        assert watch.gone() == f"parent pid {child.pid} is a zombie"
+        child.wait()
+        assert watch.gone() == f"parent pid {child.pid} is gone"
+    finally:
+        watch.close()
+        child.kill()
+        child.wait()
+    assert watch.pidfd is None and watch.fd is None
+
+
+def test_registered_pidfd_is_told_by_the_poll_and_costs_no_syscall_a_check():
+    if not HAS_PIDFD:
+        pytest.fail("this Python/kernel has no os.pidfd_open: the pidfd path is not tested")
+    child = sleeper()
+    watch = ParentWatch(child.pid)
+    poll = select.poll()
+    try:
+        assert watch.register(poll)
+        assert poll.poll(0) == []
+        child.kill()
+        child.wait()
+        # Registered, gone() reads the flag the daemon's poll sets: nothing else tells it.
+        assert watch.gone() is None
+        ready = poll.poll(5000)
+        assert [fd for fd, _ in ready] == [watch.pidfd]
+        watch.exited = True
+        assert watch.gone() == f"parent pid {child.pid} is gone"
+    finally:
+        watch.close()
+
+
+def test_a_pid_that_is_not_there_is_gone_at_once():
+    child = sleeper()
+    child.kill()
+    child.wait()
+    watch = ParentWatch(child.pid)  # (a reused pid would be another process: not checked here)
+    try:
+        if ParentWatch(child.pid).pidfd is None:  # pid not reused meanwhile
+            assert watch.gone() == f"parent pid {child.pid} is gone"
+    finally:
+        watch.close()
+
+
+def test_no_parent_pid_watches_only_the_reparenting():
+    watch = ParentWatch(None)
+    assert watch.pidfd is None and watch.fd is None and not watch.register(select.poll())
+    assert watch.gone() is None
+    watch.ppid = -1  # as if our parent had changed
+    assert watch.gone().startswith("reparented")
+
+
+def test_daemon_stops_as_soon_as_the_parent_does_not_at_its_next_sample(tmp_path):
+    """With a 5 s interval the daemon is waiting when its parent dies: the pidfd wakes it."""
+    if not HAS_PIDFD:
+        pytest.fail("this Python/kernel has no os.pidfd_open: the pidfd path is not tested")
+    parent = sleeper()
+    try:
+        p = start(tmp_path, "--parent-pid", str(parent.pid), "--no-nvml", interval=5.0)
+        wait_for_rows(mon(tmp_path, schema.host_file(HOST)), 1)
+    finally:
+        parent.kill()
+        parent.wait()
+    t0 = time.monotonic()
+    _, err = p.communicate(timeout=20)
+    took = time.monotonic() - t0
+    assert p.returncode == 0, err
+    assert took < 2.5, f"stopped {took:.1f} s after its parent: it waited for its next sample"
+    ev = read_events(mon(tmp_path, schema.events_file(HOST)))
+    # Woken when the parent exited: before or after the test reaped it.
+    assert ev[-1]["kind"] == "stopped" and ev[-1]["detail"]["reason"] in (
+        f"parent pid {parent.pid} is gone", f"parent pid {parent.pid} is a zombie")
