@@ -21,6 +21,8 @@ import benchlib  # noqa: E402  (bench/benchlib.py)
 REPO = os.path.dirname(os.path.dirname(HERE))
 BENCH = os.path.join(HERE, "bench_monitor.py")  # its --child codecarbon runs the tracker alone
 FAKE = os.path.join(REPO, "tests", "monitors", "fake_nvml.py")
+FLOOR = os.path.join(HERE, "floor.py")
+FLOORS = ("wake", "host")  # floor.py's modes, run beside a host-only daemon
 
 
 def load_fake():
@@ -48,9 +50,11 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
     """Start one daemon per GPU count at once (and CodeCarbon's tracker beside them when
     ``codecarbon``; and, with ``baseline_site``, one more per count importing hpclaunch from that
     directory: an older commit's code); returns {count: monitor_stats detail}, {("baseline",
-    count): ...} and "codecarbon": {"cpu_s_per_sample"}."""
+    count): ...}, "codecarbon": {"cpu_s_per_sample"}, and with a host-only daemon the floors
+    {("floor", mode): {"cpu_s_per_sample"}} (floor.py)."""
     out, procs = {}, {}
     keys = list(gpu_counts) + ([("baseline", n) for n in gpu_counts] if baseline_site else [])
+    floors = 0 in gpu_counts
     with tempfile.TemporaryDirectory() as tmp:
         for key in keys:
             n = key[1] if isinstance(key, tuple) else key
@@ -73,12 +77,21 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
                 env["PYTHONPATH"] = baseline_site
             procs[key] = (subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True), run_dir)
+        for mode in FLOORS if floors else ():
+            procs[("floor", mode)] = (subprocess.Popen(
+                [sys.executable, FLOOR, mode, str(seconds), str(interval), tmp], cwd=tmp,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), None)
         cc = subprocess.Popen([sys.executable, BENCH, "--child", "codecarbon",
                                "--run-s", str(seconds), "--run-interval", str(interval)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) if codecarbon else None
         for key, (p, run_dir) in procs.items():
             n = key[1] if isinstance(key, tuple) else key
-            _, err = p.communicate(timeout=seconds + 120)
+            res, err = p.communicate(timeout=seconds + 120)
+            if isinstance(key, tuple) and key[0] == "floor":
+                if p.returncode != 0:
+                    raise RuntimeError(f"floor {n} exited {p.returncode}: {err[-2000:]}")
+                out[key] = json.loads(res.strip().splitlines()[-1])
+                continue
             if p.returncode != 0:
                 raise RuntimeError(f"daemon with {n} fake GPUs exited {p.returncode}: {err[-2000:]}")
             stats = None
@@ -100,6 +113,9 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
 
 
 def _label(n, base_name: str = "baseline") -> str:
+    if isinstance(n, tuple) and n[0] == "floor":
+        return {"wake": "floor: Python waking at 1 Hz, nothing else",
+                "host": "floor: + the host row's syscalls, no Python work"}[n[1]]
     if isinstance(n, tuple):
         return _label(n[1]).replace("hpclaunch", f"hpclaunch {base_name}", 1)
     return "CodeCarbon tracker, 1 s" if n == "codecarbon" else \
@@ -121,6 +137,7 @@ def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, sect
             per.setdefault(n, []).append(st["cpu_s_per_sample"] * 1e3)
         print(f"   round {r + 1}: load {load:.2f}; " + ", ".join(
             f"{_label(n)} {st['cpu_s_per_sample'] * 1e3:.3f} ms" for n, st in res.items()), flush=True)
+    floor = {n[1]: per.pop(n) for n in list(per) if isinstance(n, tuple) and n[0] == "floor"}
     old = {n[1]: per.pop(n) for n in list(per) if isinstance(n, tuple)}
     base = per.get(0)
     gpus = sorted(n for n in per if n not in (0, "codecarbon"))
@@ -157,8 +174,29 @@ def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, sect
                        "over host only"), rows)
         if verdicts:
             section.para("Goals (issue 20):\n" + "\n".join(f"- {v}" for v in verdicts))
+    if floor and base:
+        _against_floor(base, floor, section)
     if old:
         _against_baseline(per, old, baseline[0], section)
+
+
+def _against_floor(base: list, floor: dict, section=None) -> None:
+    """The host-only daemon over floor.py's processes, round by round (they ran side by side)."""
+    rows = []
+    for mode, xs in floor.items():
+        over = [a - b for a, b in zip(base, xs)]
+        rows.append((_label(("floor", mode)), benchlib.fmt(xs, "ms"), benchlib.fmt(over, "ms"),
+                     benchlib.fmt([a / b for a, b in zip(base, xs)], "x", 2)))
+        print(f"   {_label(('floor', mode)):50s} {benchlib.fmt(xs, 'ms')}; hpclaunch host only over it "
+              f"{benchlib.fmt(over, 'ms')}")
+    if section is not None:
+        section.para("**The floor**, in the same rounds (`bench/monitor/floor.py`): a Python process waking on "
+                     "the daemon's grid and doing nothing, and the same doing only the host row's syscalls "
+                     "(three `pread`s of kept-open /proc files, `getloadavg`, `process_time`, one 100-byte "
+                     "append), without parsing or formatting. What a host-only daemon costs above it is its "
+                     "Python work:")
+        section.table(("process", "CPU per sample, median [min–max]", "hpclaunch host only over it",
+                       "hpclaunch host only / it"), rows)
 
 
 def _against_baseline(per: dict, old: dict, name: str, section=None) -> None:
