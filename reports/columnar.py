@@ -67,14 +67,20 @@ class Policy:
 def through(src, kind: str, policy: Policy, parse: Callable[[], Any],
             to_copy: Callable[[Any], Tuple[Arrays, dict]], from_copy: Callable[[Arrays, dict], Any]) -> Any:
     """What a reader returns for ``src``: from its valid copy of ``kind`` when there is one, else
-    ``parse()``, kept as a copy (``to_copy``) when the policy allows."""
+    ``parse()``, kept as a copy (``to_copy``) when the policy allows. Once ``to_copy`` has run, the
+    value returned is the copy's (``from_copy`` of it, in memory), stored or not: the first report
+    then sees what every later one reads (the rows in the copy's order, its stored results), and
+    gets that order's work for free (a GPU log's copy groups its rows by GPU; the reader runs in a
+    thread beside the report's own work)."""
     st = os.stat(src)
     hit = load(src, kind, st)
     if hit is not None:
         return from_copy(*hit)
     value = parse()
     if policy.may_write(st):
-        store(src, kind, st, *to_copy(value))
+        arrays, data = to_copy(value)
+        store(src, kind, st, arrays, data)
+        return from_copy(arrays, data)
     return value
 
 

@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -189,3 +190,41 @@ def test_what_a_copy_cannot_hold_is_not_written_and_never_fails_the_report(tmp_p
     assert not columnar.store(src, "k", st, {"a": np.zeros(2)}, {"x": object()})  # not JSON
     assert not columnar.copy_path(src).exists()
     assert columnar.store(src, "k", st, {"a": np.zeros(2)}, {})
+
+
+def test_the_first_read_returns_what_it_stored(tmp_path, monkeypatch):
+    """The report that writes a copy goes on with the copy's table, not the CSV's: rows grouped by GPU
+    (the daemon writes them one sweep at a time) and the column ranges known, the same table every
+    later report reads, so the first report skips that work too."""
+    ended_run(tmp_path)
+    log = tmp_path / schema.MONITOR_DIR / schema.gpu_file("n1")
+    from_csv = readers.read_gpu_log(log, copies=None)
+    parses = Parses(monkeypatch)
+    first = readers.read_gpu_log(log, copies=columnar.Policy(run_ended=True))
+    assert parses.csv == 1 and columnar.copy_path(log).exists()
+    later = readers.read_gpu_log(log, copies=columnar.Policy(run_ended=True))
+    assert parses.csv == 1  # from the copy
+    gi = from_csv.col("gpu_index")
+    assert list(gi[:4]) == [0.0, 1.0, 0.0, 1.0]  # the file: one row per GPU per sweep
+    half = from_csv.n // 2
+    assert list(first.col("gpu_index")) == [0.0] * half + [1.0] * half  # grouped, file order kept within
+    assert first.bounds and first.bounds == later.bounds
+    assert first.bounds["power_w"] == (float(np.nanmin(from_csv.col("power_w"))),
+                                       float(np.nanmax(from_csv.col("power_w"))))
+    a, b = first, later
+    assert (a.n, a.schema_line, a.missing_columns, a.skipped_rows, a.engine, a.warnings) == \
+        (b.n, b.schema_line, b.missing_columns, b.skipped_rows, b.engine, b.warnings)
+    assert a.num.keys() == b.num.keys() and a.text.keys() == b.text.keys()
+    for c in a.num:
+        np.testing.assert_array_equal(a.num[c], b.num[c])
+    for c in a.text:
+        np.testing.assert_array_equal(a.text[c][0], b.text[c][0])
+        assert a.text[c][1] == b.text[c][1]
+    t0 = from_csv.col("time_unix")
+    np.testing.assert_array_equal(first.col("time_unix")[:half], t0[gi == 0])
+    # a job still running: no copy, the CSV's own table
+    running = tmp_path / "running"
+    ended_run(running, ended=False)
+    log2 = running / schema.MONITOR_DIR / schema.gpu_file("n1")
+    t = readers.read_gpu_log(log2, copies=columnar.Policy(run_ended=False))
+    assert not t.bounds and list(t.col("gpu_index")[:2]) == [0.0, 1.0]
