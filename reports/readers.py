@@ -177,7 +177,8 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
                        list(group_by)])
     return columnar.through(path, kind, copies,
                             lambda: _read_csv_table(path, expected_schema, numeric, text, engine, optional),
-                            lambda t: _copy_of_table(t, group_by), lambda arrays, data: _table_of_copy(path, arrays, data))
+                            lambda t: _copy_of_table(t, group_by),
+                            lambda arrays, data: _table_of_copy(path, arrays, data))
 
 
 # A copy holds the warnings with the file's path cut out: the run directory may have moved since.

@@ -117,8 +117,8 @@ def test_a_damaged_or_foreign_copy_is_never_trusted(tmp_path, monkeypatch, damag
 
 
 def _gpu_kind():
-    return json.dumps(["csv", readers.TABLE_COPY_FORMAT, schema.GPU_SCHEMA, list(readers.GPU_NUMERIC), list(readers.GPU_TEXT),
-                       list(readers.GPU_OPTIONAL), ["host", "gpu_index"]])
+    return json.dumps(["csv", readers.TABLE_COPY_FORMAT, schema.GPU_SCHEMA, list(readers.GPU_NUMERIC),
+                       list(readers.GPU_TEXT), list(readers.GPU_OPTIONAL), ["host", "gpu_index"]])
 
 
 def test_no_copy_of_a_running_job_nor_of_a_fresh_log_without_a_record(tmp_path):
