@@ -70,8 +70,11 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
                 cmd.append("--no-nvml")
             else:
                 sc = os.path.join(tmp, f"scenario{n}.json")
-                with open(sc, "w") as f:  # the baseline's daemon of this count reads it too
-                    json.dump(fake_scenario(n, int(seconds / interval) + 10), f)
+                if not os.path.exists(sc):  # written once: the baseline's daemon of this count reads it
+                    # too, and rewriting it could hand a daemon already started a half-written file
+                    with open(sc + ".tmp", "w") as f:
+                        json.dump(fake_scenario(n, int(seconds / interval) + 10), f)
+                    os.replace(sc + ".tmp", sc)
                 env.update({"HPCLAUNCH_MONITOR_FAKE_NVML": FAKE, "HPCLAUNCH_FAKE_NVML_SCENARIO": sc})
             if isinstance(key, tuple):
                 env["PYTHONPATH"] = baseline_site
