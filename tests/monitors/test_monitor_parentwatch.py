@@ -96,13 +96,15 @@ def test_no_parent_pid_watches_only_the_reparenting():
     assert watch.gone().startswith("reparented")
 
 
-def test_daemon_stops_as_soon_as_the_parent_does_not_at_its_next_sample(tmp_path):
-    """With a 5 s interval the daemon is waiting when its parent dies: the pidfd wakes it."""
-    if not HAS_PIDFD:
+@pytest.mark.parametrize("interval,within", [(0.1, 3.0), (5.0, 2.5)])
+def test_the_daemon_stops_when_its_parent_is_gone(tmp_path, interval, within):
+    """At 0.1 s a check a sample would do too; at 5 s the daemon is waiting when its parent dies, and
+    only the pidfd wakes it before its next sample. (Bounds with slack for a loaded CI box.)"""
+    if interval > within and not HAS_PIDFD:
         pytest.fail("this Python/kernel has no os.pidfd_open: the pidfd path is not tested")
     parent = sleeper()
     try:
-        p = start(tmp_path, "--parent-pid", str(parent.pid), "--no-nvml", interval=5.0)
+        p = start(tmp_path, "--parent-pid", str(parent.pid), "--no-nvml", interval=interval)
         wait_for_rows(mon(tmp_path, schema.host_file(HOST)), 1)
     finally:
         parent.kill()
@@ -111,7 +113,7 @@ def test_daemon_stops_as_soon_as_the_parent_does_not_at_its_next_sample(tmp_path
     _, err = p.communicate(timeout=20)
     took = time.monotonic() - t0
     assert p.returncode == 0, err
-    assert took < 2.5, f"stopped {took:.1f} s after its parent: it waited for its next sample"
+    assert took < within, f"stopped {took:.1f} s after its parent (interval {interval} s)"
     ev = read_events(mon(tmp_path, schema.events_file(HOST)))
     # Woken when the parent exited: before or after the test reaped it.
     assert ev[-1]["kind"] == "stopped" and ev[-1]["detail"]["reason"] in (
