@@ -9,6 +9,12 @@ from typing import Optional
 from .logfiles import close_fds
 
 
+def proc_state(stat: bytes) -> bytes:
+    """The state letter of a ``/proc/<pid>/stat`` line (b"" if cut short): it follows the name in
+    (...), which may hold anything, so it is found after the last ")"."""
+    return stat[stat.rfind(b")") + 2:][:1]
+
+
 class ParentWatch:
     """"Is my parent still there", at no cost a sample where the kernel can say it.
 
@@ -64,7 +70,7 @@ class ParentWatch:
         try:  # zombie or reaped? one read, only now that it is over
             with open(os.path.join(self.proc_root, str(self.pid), "stat"), "rb") as f:
                 stat = f.read(512)
-            if stat[stat.rfind(b")") + 2:][:1] == b"Z":
+            if proc_state(stat) == b"Z":
                 return f"parent pid {self.pid} is a zombie"
         except OSError:
             pass
@@ -82,7 +88,7 @@ class ParentWatch:
                     stat = os.pread(self.fd, 512, 0)
                 except OSError:  # ESRCH: exited and reaped
                     return f"parent pid {self.pid} is gone"
-                state = stat[stat.rfind(b")") + 2:][:1]  # the name in (...) may hold anything
+                state = proc_state(stat)
                 if state in (b"Z", b"X", b""):
                     return f"parent pid {self.pid} is {'a zombie' if state == b'Z' else 'gone'}"
             elif self.proc is not None:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from hpclaunch.monitors import schema
-from hpclaunch.monitors.parentwatch import ParentWatch
+from hpclaunch.monitors.parentwatch import ParentWatch, proc_state
 from monitor_helpers import read_events
 from test_monitor_daemon import HOST, mon, start, wait_for_rows
 
@@ -25,7 +25,7 @@ def wait_zombie(pid, timeout=10.0):
     while time.monotonic() < end:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
-        if stat[stat.rfind(b")") + 2:][:1] == b"Z":
+        if proc_state(stat) == b"Z":
             return
         time.sleep(0.01)
     raise AssertionError(f"pid {pid} did not become a zombie")
@@ -80,10 +80,10 @@ def test_a_pid_that_is_not_there_is_gone_at_once():
     child = sleeper()
     child.kill()
     child.wait()
-    watch = ParentWatch(child.pid)  # (a reused pid would be another process: not checked here)
+    watch = ParentWatch(child.pid)  # reaped: no pidfd, no stat file to open (kill(0) says so)
     try:
-        if ParentWatch(child.pid).pidfd is None:  # pid not reused meanwhile
-            assert watch.gone() == f"parent pid {child.pid} is gone"
+        assert watch.pidfd is None and watch.fd is None
+        assert watch.gone() == f"parent pid {child.pid} is gone"
     finally:
         watch.close()
 
