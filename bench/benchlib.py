@@ -10,15 +10,19 @@ with ``sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file
 from __future__ import annotations
 
 import datetime
+import glob
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
-from typing import Iterable, List, Optional, Sequence
+import tempfile
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENVS = os.environ.get("HPCLAUNCH_BENCH_VENVS") or os.path.expanduser("~/.cache/hpclaunch/bench-venvs")
 
 
 def commit() -> str:
@@ -38,6 +42,85 @@ def install_kind(python: str = sys.executable) -> str:
             " print('editable' if e else 'wheel')\n")
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd="/")
     return out.stdout.strip() or f"unknown ({out.stderr.strip()[-200:]})"
+
+
+def _last_line(p: subprocess.CompletedProcess) -> str:
+    lines = (p.stderr or p.stdout or "").strip().splitlines()
+    return lines[-1] if lines else f"exit {p.returncode}"
+
+
+def wheel_site(ref: Optional[str] = None, build: bool = True) -> Tuple[Optional[str], str]:
+    """(directory to put first on PYTHONPATH, note): hpclaunch built as a wheel and installed there
+    (``pip install --target``: byte-compiled, as pip installs for users), from commit ``ref`` or,
+    when None, from the working tree as it is now. A commit's directory is kept (made when missing
+    if ``build``); the working tree's is rebuilt at every call, so no bench times stale code. The
+    wheel is built by this interpreter's setuptools (no build isolation: nothing to download)."""
+    if ref is None:
+        site, src_note = os.path.join(VENVS, "tree-site"), "this working tree"
+    else:
+        p = subprocess.run(["git", "-C", REPO, "rev-parse", "--verify", "--quiet", ref + "^{commit}"],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            return None, f"{ref!r}: no such commit in {REPO}: skipped"
+        sha = p.stdout.strip()
+        site, src_note = os.path.join(VENVS, "baselines", sha[:12]), f"{ref} ({sha[:10]})"
+        if os.path.isfile(os.path.join(site, "hpclaunch", "monitors", "daemon.py")):
+            return site, f"{src_note}: its wheel installed in {site}"
+        if not build:
+            return None, f"{src_note}: {site} is missing: skipped"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = REPO
+        if ref is not None:
+            src = os.path.join(tmp, "src")
+            os.makedirs(src)
+            tar = subprocess.run(["git", "-C", REPO, "archive", sha], capture_output=True)
+            x = subprocess.run(["tar", "-x", "-C", src], input=tar.stdout, capture_output=True)
+            if tar.returncode != 0 or x.returncode != 0:
+                return None, f"{src_note}: git archive failed: {(tar.stderr or x.stderr).decode()[-300:]}"
+        p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                            "-w", tmp, src], capture_output=True, text=True)
+        wheels = glob.glob(os.path.join(tmp, "hpclaunch-*.whl"))
+        if p.returncode != 0 or not wheels:
+            return None, f"{src_note}: cannot build its wheel: {_last_line(p)}"
+        part = site + ".part"  # complete or absent: a kept commit's check looks for the finished tree
+        shutil.rmtree(part, ignore_errors=True)
+        p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", part, wheels[0]],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            return None, f"{src_note}: cannot install its wheel: {_last_line(p)}"
+        shutil.rmtree(site, ignore_errors=True)
+        os.replace(part, site)
+    return site, f"{src_note}: its wheel installed in {site}"
+
+
+def run_from_wheel() -> None:
+    """Re-run this bench script with hpclaunch from this working tree's wheel when it would import it
+    from an editable install (whose import hook a user's wheel install does not pay): the wheel's
+    directory goes first on PYTHONPATH, for the script and every process it starts (ranks, daemons,
+    CLIs). PYTHONSAFEPATH keeps ``python -m`` from putting the current directory (the repository's
+    own ``hpclaunch/`` folder, if run from there) ahead of it. ``$HPCLAUNCH_BENCH_EDITABLE=1``
+    keeps the editable install. Every section says which install ran (``context``)."""
+    site = os.environ.get("HPCLAUNCH_BENCH_SITE")
+    if site:  # the re-run: hpclaunch must come from the wheel's directory, not the work tree
+        import importlib.util
+        origin = getattr(importlib.util.find_spec("hpclaunch"), "origin", None) or ""
+        if not origin.startswith(site + os.sep):
+            raise SystemExit(f"bench: hpclaunch is imported from {origin or 'nowhere'}, not from {site}")
+        return
+    if os.environ.get("HPCLAUNCH_BENCH_EDITABLE") == "1":
+        return
+    if install_kind() != "editable":
+        return
+    print("building this tree's hpclaunch wheel for the bench (HPCLAUNCH_BENCH_EDITABLE=1 skips it) ...",
+          file=sys.stderr, flush=True)
+    site, note = wheel_site()
+    if site is None:
+        raise SystemExit(f"bench: {note}; rerun with HPCLAUNCH_BENCH_EDITABLE=1 to time the editable install")
+    path = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, HPCLAUNCH_BENCH_SITE=site, PYTHONSAFEPATH="1",
+               PYTHONPATH=site + (os.pathsep + path if path else ""))
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
 
 def context(python: str = sys.executable) -> dict:

@@ -5,7 +5,10 @@
 
 Run by `make bench` (which brings up the test cluster for the submit bench). The startup bench
 installs hpclaunch as a wheel (the work tree and the pre-move commit) and TorchX in venvs of their
-own; the submit bench then runs with that wheel install's Python. A bench that fails is reported
+own; the submit bench then runs with that wheel install's Python; the report, fleet and train_overhead
+benches rebuild this tree's wheel and re-run themselves with it first on PYTHONPATH
+(benchlib.run_from_wheel), and the monitor bench installs it in its CodeCarbon venv: every figure is
+of a wheel install, as users have, and each section says so. A bench that fails is reported
 and the others still run; the exit status is 1 when any failed. A bench script without
 ``--markdown`` has its printed output kept as its section (benchlib.Section), so its figures still
 reach the page. bench/gpu runs only where `nvidia-smi` answers; elsewhere docs/bench/gpu-h100.md

@@ -114,6 +114,7 @@ def main() -> int:
     ap.add_argument("--markdown", default=None, metavar="PATH", help="write the section here (docs/bench/fleet.md)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (to profile)")
     args = ap.parse_args()
+    benchlib.run_from_wheel()
     section = benchlib.Section(f"Fleet view over {args.jobs:,} ledgered jobs (`bench/fleet/bench_fleet.py`)",
                                " ".join(["python", "bench/fleet/bench_fleet.py"] + sys.argv[1:]))
     work = tempfile.mkdtemp(prefix="hl-bench-fleet-")

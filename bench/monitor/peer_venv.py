@@ -17,7 +17,9 @@ import sys
 import tempfile
 from typing import Optional, Tuple
 
-VENVS = os.environ.get("HPCLAUNCH_BENCH_VENVS") or os.path.expanduser("~/.cache/hpclaunch/bench-venvs")
+import benchlib  # bench/, on sys.path through bench_monitor.py
+
+VENVS = benchlib.VENVS
 PEERS = ("codecarbon",)
 
 
@@ -67,36 +69,8 @@ def ensure(repo: str, name: str = "monitor") -> Tuple[Optional[str], list]:
 
 
 def baseline(repo: str, ref: str, build: bool = True) -> Tuple[Optional[str], str]:
-    """(directory to put on PYTHONPATH, note): hpclaunch as built from commit ``ref`` of ``repo``,
-    installed there from its wheel (byte-compiled, as pip installs), for the bench to run the older
-    daemon beside this tree's. Kept per commit under the bench venvs; made when missing if
-    ``build`` (the wheel is built by this interpreter's setuptools, as for this tree's)."""
-    p = _run(["git", "-C", repo, "rev-parse", "--verify", "--quiet", ref + "^{commit}"])
-    if p.returncode != 0:
-        return None, f"baseline {ref!r}: no such commit in {repo}: skipped"
-    sha = p.stdout.strip()
-    site = os.path.join(VENVS, "baselines", sha[:12])
-    note = f"baseline {ref} ({sha[:10]}): its wheel installed in {site}"
-    if os.path.isfile(os.path.join(site, "hpclaunch", "monitors", "daemon.py")):
-        return site, note
-    if not build:
-        return None, f"baseline {ref}: {site} is missing: skipped"
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "src")
-        os.makedirs(src)
-        tar = subprocess.run(["git", "-C", repo, "archive", sha], capture_output=True)
-        x = subprocess.run(["tar", "-x", "-C", src], input=tar.stdout, capture_output=True)
-        if tar.returncode != 0 or x.returncode != 0:
-            return None, f"baseline {ref}: git archive failed: {(tar.stderr or x.stderr).decode()[-300:]}"
-        p = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                  "-w", tmp, src])
-        wheels = glob.glob(os.path.join(tmp, "hpclaunch-*.whl"))
-        if p.returncode != 0 or not wheels:
-            return None, f"baseline {ref}: cannot build its wheel: {_tail(p)}"
-        part = site + ".part"  # complete or absent: the check above looks for the finished tree
-        subprocess.run(["rm", "-rf", part])
-        p = _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", part, wheels[0]])
-        if p.returncode != 0:
-            return None, f"baseline {ref}: cannot install its wheel: {_tail(p)}"
-        os.replace(part, site)
-    return site, note
+    """(directory to put on PYTHONPATH, note): hpclaunch as built from commit ``ref``, its wheel
+    installed there (benchlib.wheel_site), for the bench to run the older daemon beside this tree's."""
+    assert os.path.samefile(repo, benchlib.REPO), (repo, benchlib.REPO)
+    site, note = benchlib.wheel_site(ref, build)
+    return site, "baseline " + note

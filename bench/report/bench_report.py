@@ -258,6 +258,7 @@ def main(argv=None):
     if a.child:
         child(*a.child)
         return 0
+    benchlib.run_from_wheel()
     cmd = "python bench/report/bench_report.py " + " ".join(argv if argv is not None else sys.argv[1:])
     sec = benchlib.Section("Report: `build_report` vs polars and pandas (`bench/report/bench_report.py`)", cmd.strip())
     ok = True

@@ -147,6 +147,7 @@ def main():
     p.add_argument("--markdown", help="write the docs/benchmarks.md section here (docs/bench/train_overhead.md)")
     p.add_argument("train_entry_args", nargs="*", help="extra flags for train_entry (after --)")
     args = p.parse_args()
+    benchlib.run_from_wheel()
     section = benchlib.Section("train_entry overhead (`bench/train_overhead/bench_train_overhead.py`)",
                                "python bench/train_overhead/bench_train_overhead.py " + " ".join(sys.argv[1:]))
     work = tempfile.mkdtemp(prefix="bench_train_overhead_")
