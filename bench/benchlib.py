@@ -49,12 +49,37 @@ def _last_line(p: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else f"exit {p.returncode}"
 
 
+def build_wheel(ref: Optional[str], out: str) -> Tuple[Optional[str], str]:
+    """(path of the wheel, or None; why not): hpclaunch's wheel built into ``out`` from commit ``ref``
+    or, when None, from the working tree as it is now (tracked and untracked files git does not
+    ignore, as a clean clone plus the changes not yet committed). Always from a fresh copy: setuptools
+    never empties an in-tree build/, so a module deleted since would still be in the wheel. Built by
+    this interpreter's setuptools (no build isolation: nothing to download)."""
+    src = os.path.join(out, "src")
+    os.makedirs(src)
+    if ref is None:
+        files = subprocess.run(["git", "-C", REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                               capture_output=True, check=True).stdout
+        tar = subprocess.run(["tar", "-c", "-C", REPO, "--null", "--ignore-failed-read", "-T", "-"], input=files,
+                             capture_output=True)  # --ignore-failed-read: a file deleted but not yet committed
+    else:
+        tar = subprocess.run(["git", "-C", REPO, "archive", ref], capture_output=True)
+    x = subprocess.run(["tar", "-x", "-C", src], input=tar.stdout, capture_output=True)
+    if tar.returncode != 0 or x.returncode != 0:
+        return None, f"cannot copy the sources: {(tar.stderr or x.stderr).decode()[-300:]}"
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "-w", out, src], capture_output=True, text=True)
+    wheels = glob.glob(os.path.join(out, "hpclaunch-*.whl"))
+    if p.returncode != 0 or not wheels:
+        return None, f"cannot build its wheel: {_last_line(p)}"
+    return wheels[0], ""
+
+
 def wheel_site(ref: Optional[str] = None, build: bool = True) -> Tuple[Optional[str], str]:
-    """(directory to put first on PYTHONPATH, note): hpclaunch built as a wheel and installed there
-    (``pip install --target``: byte-compiled, as pip installs for users), from commit ``ref`` or,
-    when None, from the working tree as it is now. A commit's directory is kept (made when missing
-    if ``build``); the working tree's is rebuilt at every call, so no bench times stale code. The
-    wheel is built by this interpreter's setuptools (no build isolation: nothing to download)."""
+    """(directory to put first on PYTHONPATH, note): hpclaunch's wheel (build_wheel) installed there
+    with ``pip install --target`` (byte-compiled, as pip installs for users), from commit ``ref`` or,
+    when None, from the working tree. A commit's directory is kept (made when missing if ``build``);
+    the working tree's is rebuilt at every call, so no bench times stale code."""
     if ref is None:
         site, src_note = os.path.join(VENVS, "tree-site"), "this working tree"
     else:
@@ -62,29 +87,19 @@ def wheel_site(ref: Optional[str] = None, build: bool = True) -> Tuple[Optional[
                            capture_output=True, text=True)
         if p.returncode != 0:
             return None, f"{ref!r}: no such commit in {REPO}: skipped"
-        sha = p.stdout.strip()
-        site, src_note = os.path.join(VENVS, "baselines", sha[:12]), f"{ref} ({sha[:10]})"
+        ref = p.stdout.strip()
+        site, src_note = os.path.join(VENVS, "baselines", ref[:12]), f"{ref[:10]}"
         if os.path.isfile(os.path.join(site, "hpclaunch", "monitors", "daemon.py")):
             return site, f"{src_note}: its wheel installed in {site}"
         if not build:
             return None, f"{src_note}: {site} is missing: skipped"
     with tempfile.TemporaryDirectory() as tmp:
-        src = REPO
-        if ref is not None:
-            src = os.path.join(tmp, "src")
-            os.makedirs(src)
-            tar = subprocess.run(["git", "-C", REPO, "archive", sha], capture_output=True)
-            x = subprocess.run(["tar", "-x", "-C", src], input=tar.stdout, capture_output=True)
-            if tar.returncode != 0 or x.returncode != 0:
-                return None, f"{src_note}: git archive failed: {(tar.stderr or x.stderr).decode()[-300:]}"
-        p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                            "-w", tmp, src], capture_output=True, text=True)
-        wheels = glob.glob(os.path.join(tmp, "hpclaunch-*.whl"))
-        if p.returncode != 0 or not wheels:
-            return None, f"{src_note}: cannot build its wheel: {_last_line(p)}"
+        wheel, why = build_wheel(ref, tmp)
+        if wheel is None:
+            return None, f"{src_note}: {why}"
         part = site + ".part"  # complete or absent: a kept commit's check looks for the finished tree
         shutil.rmtree(part, ignore_errors=True)
-        p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", part, wheels[0]],
+        p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", part, wheel],
                            capture_output=True, text=True)
         if p.returncode != 0:
             return None, f"{src_note}: cannot install its wheel: {_last_line(p)}"

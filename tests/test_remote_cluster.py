@@ -427,3 +427,28 @@ def test_remote_errors_are_relayed_with_the_remote_exit_code(cluster_ssh, hpc_ho
     assert proc.returncode == 2, proc.stderr
     assert lines[-1].startswith(f"remote {PROFILE} (root@c1): job.yaml: resources.nodes: must be at least 1"), lines
     assert hl("list", "--all", "--json", cwd="/").stdout.strip() == "[]"
+
+
+def test_a_remote_exit_255_or_signal_is_the_commands_not_an_ssh_failure(cluster_ssh, runtime_dir, tmp_path):
+    # ssh exits 255 for its own failures and for a remote exit 255; a command exec'd remotely and
+    # killed by a signal makes it exit 255 too. Both must come back as the command's end.
+    from hpclaunch.runs.remote_ssh import RemoteError, SshSession
+    from hpclaunch.spec.remote import Remote
+
+    options = {"IdentityFile": cluster_ssh["key"], "UserKnownHostsFile": cluster_ssh["known_hosts"],
+               "IdentitiesOnly": "yes", "GlobalKnownHostsFile": "/dev/null"}
+    session = SshSession(Remote(host="root@c1", code_root=str(tmp_path), ssh_options=options, connect_timeout=5),
+                         PROFILE, "test")
+    streamed = []
+    code, out, err = session.call("echo out; echo err >&2; exit 255", err=streamed.append)
+    assert (code, out, "".join(streamed)) == (255, "out\n", "err\n")   # the mark taken out of what streams
+    assert session.call("exit 255") == (255, "", "")
+    code, _, err = session.call("sh -c 'kill -9 $$'")
+    assert code == 137, err
+    assert session.call("set -e; false; echo not here")[0] == 1
+    # a real ssh failure still reads as one
+    lost = SshSession(Remote(host="root@c1", port=1, code_root=str(tmp_path), ssh_options=options,
+                             connect_timeout=3), PROFILE, "test")
+    with pytest.raises(RemoteError) as failure:
+        lost.call("exit 255")
+    assert failure.value.exit_code == 69 and "cannot reach c1 port 1" in str(failure.value)

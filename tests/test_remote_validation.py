@@ -182,3 +182,15 @@ def test_the_example_profile_in_the_docs_is_valid(write, doc):
                  if b.startswith("name: mycluster")]
     remote = load_profile(write("hpc_profiles/mycluster.yaml", example)).profile.remote
     assert remote.host == "me@login.cluster.org" and remote.code_root == "/shared/me/hpclaunch-code"
+
+
+@pytest.mark.parametrize("cut", [0, 1, 5, 27, 28])
+def test_the_exit_255_mark_is_taken_out_wherever_a_chunk_ends(cut):
+    from hpclaunch.runs.remote_ssh import EXIT_255_MARK, _Exit255Mark
+    mark = _Exit255Mark()
+    text = "warning: x\n" + EXIT_255_MARK
+    head, tail = text[:len("warning: x\n") + cut], text[len("warning: x\n") + cut:]
+    passed = mark(head) + mark(tail) + mark("", final=True)
+    assert passed == "warning: x\n" and mark.seen
+    plain = _Exit255Mark()   # a stray record separator is passed on, at the end at the latest
+    assert plain("a\x1e") + plain("", final=True) == "a\x1e" and not plain.seen

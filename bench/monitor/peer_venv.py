@@ -10,7 +10,6 @@ rebuilt and reinstalled at every run, so the bench never times stale code.
 
 from __future__ import annotations
 
-import glob
 import os
 import subprocess
 import sys
@@ -54,14 +53,11 @@ def ensure(repo: str, name: str = "monitor") -> Tuple[Optional[str], list]:
             peers = "no peer"
             notes.append(f"pip could not install {' '.join(missing)} ({_tail(p)}): its sections are skipped")
     with tempfile.TemporaryDirectory() as out:
-        # The wheel is built by this interpreter's setuptools (no build isolation: nothing to download).
-        p = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                  "-w", out, repo])
-        wheels = glob.glob(os.path.join(out, "hpclaunch-*.whl"))
-        if p.returncode != 0 or not wheels:
-            return None, notes + [f"cannot build the hpclaunch wheel: {_tail(p)}"]
+        wheel, why = benchlib.build_wheel(None, out)
+        if wheel is None:
+            return None, notes + [f"this tree's hpclaunch: {why}"]
         # --no-deps: the monitor needs only psutil (CodeCarbon brings it; the /proc path runs without).
-        p = _run([py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheels[0]])
+        p = _run([py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel])
         if p.returncode != 0:
             return None, notes + [f"cannot install the hpclaunch wheel into {venv}: {_tail(p)}"]
     notes.insert(0, f"venv {venv}: this tree's hpclaunch as a wheel, {peers}")

@@ -60,34 +60,20 @@ def _run(cmd, **kw) -> None:
         raise SystemExit(f"{' '.join(cmd)} failed: {(proc.stdout + proc.stderr)[-1500:]}")
 
 
-def source_tree(rev: str | None) -> str:
-    """A copy of commit ``rev`` (``git archive``), or of the work tree as it is when rev is None."""
-    src = tempfile.mkdtemp(prefix="hpclaunch-src-")
-    if rev:
-        archive = subprocess.run(["git", "-C", ROOT, "archive", rev], capture_output=True, check=True).stdout
-    else:
-        files = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                               capture_output=True, check=True).stdout
-        archive = subprocess.run(["tar", "-c", "--null", "-T", "-", "--ignore-failed-read"], cwd=ROOT, input=files,
-                                 capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
-    return src
-
-
 def install(rev: str | None, label: str) -> str:
     """A fresh venv with the wheel of ``rev`` (the work tree when None) and its dependencies."""
     venv = os.path.join(BASE, label)
     if rev and os.path.exists(os.path.join(venv, "bin", "hpclaunch")):
         return venv  # a commit does not change: its venv from an earlier run is the same
     shutil.rmtree(venv, ignore_errors=True)
-    src = source_tree(rev)
     print(f"installing {rev or 'the work tree'} as a wheel into {venv}", file=sys.stderr)
     _run([sys.executable, "-m", "venv", venv])
     _run([f"{venv}/bin/pip", "install", "-q", "--upgrade", "pip", "setuptools", "wheel"])
-    _run([f"{venv}/bin/pip", "wheel", "-q", "--no-deps", "-w", os.path.join(src, "dist"), src])
-    wheel = [f for f in os.listdir(os.path.join(src, "dist")) if f.endswith(".whl")][0]
-    _run([f"{venv}/bin/pip", "install", "-q", os.path.join(src, "dist", wheel)])
-    shutil.rmtree(src, ignore_errors=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel, why = benchlib.build_wheel(rev, tmp)
+        if wheel is None:
+            raise SystemExit(f"{rev or 'the work tree'}: {why}")
+        _run([f"{venv}/bin/pip", "install", "-q", wheel])
     return venv
 
 

@@ -37,6 +37,11 @@ EXIT_HOST_KEY = 78        # EX_CONFIG: the host key is unknown or changed: known
 EXIT_NO_HPCLAUNCH = 79    # the remote hpclaunch command is missing or does not run
 EXIT_VERSION = 80         # the remote hpclaunch is another version
 
+# ssh exits 255 for its own failures and when the remote command exits 255. The remote shell writes
+# this mark on stderr when its command did, so the two are told apart (it is taken out of the output).
+EXIT_255_MARK = "\x1ehpclaunch-remote-exit-255\x1e\n"
+_TRAILER = 'rc=$?; if [ "$rc" -eq 255 ]; then printf \'\\036hpclaunch-remote-exit-255\\036\\n\' >&2; fi; exit "$rc"'
+
 CONTROL_PERSIST_S = 30    # long enough for the next command typed, short enough to leave nothing behind
 _SOCKET_MAX = 90          # sun_path holds 108 bytes; ssh binds `<path>.<16 random chars>` first
 
@@ -99,9 +104,11 @@ class SshSession:
 
     def script(self, body: str) -> str:
         """`body` (one line of POSIX shell) with the remote env exported, run by sh whatever the login
-        shell is. Every value in it is quoted by the caller (shlex.quote)."""
+        shell is. Every value in it is quoted by the caller (shlex.quote). sh stays to report how the
+        body ended: its exit code, 128+N for a command killed by signal N (an exec'd command killed
+        by a signal makes ssh exit 255, like a failed connection), and the mark for an exit 255."""
         exports = "".join(f"export {k}={shlex.quote(str(v))}; " for k, v in (self.remote.env or {}).items())
-        return "exec sh -c " + shlex.quote(exports + body)
+        return "exec sh -c " + shlex.quote(f"{exports}({body}); {_TRAILER}")  # ( ): a `set -e` stays in
 
     def hpclaunch_words(self, *args: str) -> str:
         return " ".join(shlex.quote(w) for w in [*self.remote.command, *args])
@@ -121,8 +128,9 @@ class SshSession:
                               "OpenSSH client (apt-get install openssh-client)", EXIT_SSH) from None
         kept_out: List[str] = []
         kept_err: List[str] = []
+        mark = _Exit255Mark()
         pumps = [threading.Thread(target=_pump, args=(proc.stdout, out, kept_out), daemon=True),
-                 threading.Thread(target=_pump, args=(proc.stderr, err, kept_err, 64), daemon=True)]
+                 threading.Thread(target=_pump, args=(proc.stderr, err, kept_err, 64, mark), daemon=True)]
         for t in pumps:
             t.start()
         fed_error: Optional[BaseException] = None
@@ -149,7 +157,7 @@ class SshSession:
         if fed_error is not None:
             raise fed_error
         stderr = "".join(kept_err)
-        if code == 255:
+        if code == 255 and not mark.seen:
             raise self.failure(stderr)
         return code, "".join(kept_out), stderr
 
@@ -237,7 +245,7 @@ class SshSession:
     def hpclaunch(self, *args: str, cwd: Optional[str] = None, out=None, err=None) -> Tuple[int, str, str]:
         """Run the remote `hpclaunch ARGS` (in `cwd`), after the version check."""
         self.check_hpclaunch()
-        body = ("cd " + shlex.quote(cwd) + " && " if cwd else "") + "exec " + self.hpclaunch_words(*args)
+        body = ("cd " + shlex.quote(cwd) + " && " if cwd else "") + self.hpclaunch_words(*args)
         return self.call(body, out=out, err=err)
 
 
@@ -246,12 +254,36 @@ def _last_line(text: str) -> str:
     return lines[-1][:200] if lines else ""
 
 
-def _pump(pipe, sink: Optional[Callable[[str], None]], kept: List[str], keep_last: int = 0) -> None:
+class _Exit255Mark:
+    """Takes EXIT_255_MARK out of the remote's stderr as it streams, noting that it came; a chunk
+    may end part-way into it, so a tail that could begin it is held until the next chunk."""
+
+    def __init__(self) -> None:
+        self.seen, self._held = False, ""
+
+    def __call__(self, text: str, final: bool = False) -> str:
+        text, self._held = self._held + text, ""
+        if EXIT_255_MARK in text:
+            self.seen, text = True, text.replace(EXIT_255_MARK, "")
+        if not final:  # the earliest tail that begins the mark (it holds the separator twice)
+            start = text.find(EXIT_255_MARK[0], max(0, len(text) - len(EXIT_255_MARK) + 1))
+            while start >= 0 and not EXIT_255_MARK.startswith(text[start:]):
+                start = text.find(EXIT_255_MARK[0], start + 1)
+            if start >= 0:
+                text, self._held = text[:start], text[start:]
+        return text
+
+
+def _pump(pipe, sink: Optional[Callable[[str], None]], kept: List[str], keep_last: int = 0,
+          mark: Optional[_Exit255Mark] = None) -> None:
     """Copy a pipe to `sink` as it comes (decoded), or keep it; `keep_last` keeps only the last
-    lines' worth of chunks (stderr: enough to classify a failure, never unbounded)."""
+    lines' worth of chunks (stderr: enough to classify a failure, never unbounded); `mark` filters
+    the text first."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     for block in iter(lambda: pipe.read1(65536), b""):
         text = decoder.decode(block)
+        if mark is not None:
+            text = mark(text)
         if sink is not None:
             sink(text)
             if keep_last:
@@ -261,6 +293,8 @@ def _pump(pipe, sink: Optional[Callable[[str], None]], kept: List[str], keep_las
         if keep_last and len(kept) > keep_last:
             del kept[: len(kept) - keep_last]
     tail = decoder.decode(b"", final=True)
+    if mark is not None:
+        tail = mark(tail, final=True)
     if tail:
         (sink or kept.append)(tail)
 
