@@ -38,14 +38,16 @@ GPU_COUNTERS = ("energy_mj", "viol_power_ns", "viol_thermal_ns", "ecc_dbe_total"
 HOST_COUNTERS = ("rapl_energy_uj", "monitor_cpu_s")
 
 
-def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS) -> Report:
+def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS, logs_final: bool = False) -> Report:
+    """``logs_final``: the caller knows every monitor of the run has stopped (the job script's epilogue),
+    so the logs' columnar copies may be written now, before the run's record says it ended."""
     run_dir = Path(run_dir)
     warnings: List[str] = []
     files = readers.monitor_files(run_dir)
     job = job_info(run_dir, warnings)
     if not files["gpu"]:
         warnings.append(f"no GPU logs in {run_dir / schema.MONITOR_DIR}: GPU energy unknown")
-    copies = columnar.Policy(run_ended(run_dir)) if engine == "auto" else None
+    copies = columnar.Policy(True if logs_final else run_ended(run_dir)) if engine == "auto" else None
     logs = Logs(run_window(run_dir), engine, warnings, copies)
     # indexed as they are read: one file's raw columns in memory at a time, the reader's tables untouched
     keys, segs, fcols, txt, mstats = index_gpu_tables(logs.read(files["gpu"], readers.read_gpu_log, GPU_COUNTERS))

@@ -5,6 +5,10 @@
 The job script's epilogue writes it with `scontrol update job=ID AdminComment=...` (as Princeton's
 jobstats does), so `sacct -o AdminComment` shows what the job cost beside what Slurm knows.
 Exit 1 (nothing printed) when the run directory holds no energy figure.
+
+It runs after every node's monitor stopped, so it also leaves the logs' columnar copies
+(reports/columnar.py): the report a user runs once the job ended reads those instead of parsing
+every CSV again. (A log written to later, as by a requeued attempt, makes its copy stale: ignored.)
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from hpclaunch.reports.document import build
 
 
 def comment(run_dir: str) -> str | None:
-    rep = build(run_dir, bins=2).data
+    rep = build(run_dir, bins=2, logs_final=True).data
     e = rep["energy_j"]
     if e["total"] is None:
         return None

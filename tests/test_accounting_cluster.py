@@ -5,9 +5,12 @@ import json
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from hlcli import hl
+
+from hpclaunch.reports import columnar
 
 pytestmark = pytest.mark.cluster
 
@@ -22,6 +25,13 @@ def test_sacct_admin_comment_carries_the_measured_energy(slurm, hpc_home, tmp_pa
     proc = hl("submit", "job.yaml", "--backend", "slurm", "--wait", "--json", cwd=str(tmp_path), env=env,
               timeout=300)
     sub = json.loads(proc.stdout)
+    # the same step left each node's logs a valid columnar copy: the user's report parses no CSV
+    mon = Path(sub["run_dir"]) / "monitor"
+    logs = sorted(mon.glob("*.gpu.csv")) + sorted(mon.glob("*.host.csv"))
+    assert len(logs) == 4, logs
+    for log in logs:
+        meta = _copy_meta(columnar.copy_path(log))
+        assert meta["format"] == columnar.FORMAT and meta["source"] == columnar.identity(os.stat(log)), (log, meta)
     report = json.loads(hl("report", sub["run_dir"], "--format", "json").stdout)
     assert report["energy_j"]["total"], report["energy_j"]
     deadline = time.time() + 60
@@ -35,3 +45,12 @@ def test_sacct_admin_comment_carries_the_measured_energy(slurm, hpc_home, tmp_pa
     assert line["hpclaunch"] == 1 and line["gpus"] == len(report["gpus"]) > 0, line
     # the epilogue writes it after the monitor stopped: the report's figure, to the line's rounding
     assert line["energy_j"] == pytest.approx(report["energy_j"]["total"], abs=0.1), (line, report["energy_j"])
+
+
+def _copy_meta(path):
+    """The description a columnar copy carries (reports/columnar.py)."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    with pa.memory_map(str(path)) as mm:
+        return json.loads(ipc.open_file(mm).schema.metadata[columnar.META_KEY])

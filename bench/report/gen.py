@@ -9,7 +9,6 @@ cumulative trapezoid of the power column, so a report must reproduce ``expected_
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 

@@ -137,6 +137,24 @@ def test_no_copy_of_a_running_job_nor_of_a_fresh_log_without_a_record(tmp_path):
     assert len(copies(d)) == 7
 
 
+def test_the_job_scripts_accounting_step_leaves_the_copies_the_users_report_reads(tmp_path, monkeypatch):
+    """The epilogue runs `python -m hpclaunch.reports.slurm_comment` once every monitor stopped, before
+    the run's record says it ended: it writes the copies then, so the user's first report parses nothing."""
+    from hpclaunch.reports import slurm_comment
+
+    ended_run(tmp_path, ended=False)
+    build_report(tmp_path)
+    assert copies(tmp_path) == []  # a report of a running job writes none
+    assert slurm_comment.main([str(tmp_path)]) == 0
+    assert len(copies(tmp_path)) == 7
+    with open(tmp_path / ".hpclaunch" / "state", "a") as f:
+        f.write(f"{int(T0) + 1000} attempt=0 end\n")
+    parses = Parses(monkeypatch)
+    after = build_report(tmp_path)
+    assert (parses.csv, parses.metrics) == (0, 0)
+    assert to_json(after) == to_json(build_report(tmp_path, engine="pyarrow"))
+
+
 def test_a_directory_it_cannot_write_gets_no_copy_and_the_same_report(tmp_path):
     ended_run(tmp_path)
     for sub in ("monitor", "metrics"):
