@@ -11,7 +11,7 @@ SLURM_STATE ?= /tmp/hpclaunch-slurm
 # chromium-driver for the dashboard's browser test (selenium drives Debian's chromium through it, never a
 # downloaded driver); prometheus for promtool and the server the monitor's exporter tests scrape with.
 # The Slurm packages are installed by tests/cluster/slurm-up.sh itself.
-APT_PACKAGES := openmpi-bin libopenmpi-dev libpmix-dev cmake g++ chromium chromium-driver podman runc prometheus
+APT_PACKAGES := openmpi-bin libopenmpi-dev libpmix-dev cmake gcc g++ chromium chromium-driver podman runc prometheus
 
 .PHONY: all venv deps check-deps test test-fast demo golden cluster-up cluster-down bench bench-quick bench-deps clean horovod tf-venv
 

@@ -44,7 +44,8 @@ def install_kind(python: str = sys.executable) -> str:
     return out.stdout.strip() or f"unknown ({out.stderr.strip()[-200:]})"
 
 
-def _last_line(p: subprocess.CompletedProcess) -> str:
+def last_line(p: subprocess.CompletedProcess) -> str:
+    """The last line a failed command printed: the one that says why."""
     lines = (p.stderr or p.stdout or "").strip().splitlines()
     return lines[-1] if lines else f"exit {p.returncode}"
 
@@ -71,7 +72,7 @@ def build_wheel(ref: Optional[str], out: str) -> Tuple[Optional[str], str]:
                         "-w", out, src], capture_output=True, text=True)
     wheels = glob.glob(os.path.join(out, "hpclaunch-*.whl"))
     if p.returncode != 0 or not wheels:
-        return None, f"cannot build its wheel: {_last_line(p)}"
+        return None, f"cannot build its wheel: {last_line(p)}"
     return wheels[0], ""
 
 
@@ -87,8 +88,9 @@ def wheel_site(ref: Optional[str] = None, build: bool = True) -> Tuple[Optional[
                            capture_output=True, text=True)
         if p.returncode != 0:
             return None, f"{ref!r}: no such commit in {REPO}: skipped"
-        ref = p.stdout.strip()
-        site, src_note = os.path.join(VENVS, "baselines", ref[:12]), f"{ref[:10]}"
+        name, ref = ref, p.stdout.strip()
+        site = os.path.join(VENVS, "baselines", ref[:12])
+        src_note = ref[:10] if ref.startswith(name) else f"{name} ({ref[:10]})"
         if os.path.isfile(os.path.join(site, "hpclaunch", "monitors", "daemon.py")):
             return site, f"{src_note}: its wheel installed in {site}"
         if not build:
@@ -102,7 +104,7 @@ def wheel_site(ref: Optional[str] = None, build: bool = True) -> Tuple[Optional[
         p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", part, wheel],
                            capture_output=True, text=True)
         if p.returncode != 0:
-            return None, f"{src_note}: cannot install its wheel: {_last_line(p)}"
+            return None, f"{src_note}: cannot install its wheel: {last_line(p)}"
         shutil.rmtree(site, ignore_errors=True)
         os.replace(part, site)
     return site, f"{src_note}: its wheel installed in {site}"

@@ -40,7 +40,8 @@ from . import power_trace, schema
 from .nvml_errors import err_text
 from .nvml_fields import (COUNTER_FIELDS, FI_MEMORY_TEMP, FI_PERF_POWER, FI_PERF_THERMAL, FI_POWER_AVERAGE,
                           FI_POWER_INSTANT, FI_TOTAL_ENERGY, REASON_FIELDS, THROTTLE_MASK, FIELD_NOT_THERE,
-                          NOT_THERE, VALUE_MEMBERS)
+                          NOT_THERE)
+from .nvml_batch import FieldBatch
 from .xid import XidWatcher
 
 _COL = {c: i for i, c in enumerate(schema.GPU_COLUMNS)}
@@ -67,8 +68,8 @@ _VIOLATIONS = tuple((col, _COL[col], fid, var, cap, policy) for col, fid, var, c
 
 
 class _Gpu:
-    __slots__ = ("index", "handle", "uuid", "ranks", "off", "fields", "field_set", "cheap_fields", "last_energy",
-                 "throttle", "margin_low", "error", "trace_ts", "slowdown", "shutdown",
+    __slots__ = ("index", "handle", "uuid", "ranks", "off", "fields", "field_set", "cheap_fields", "batch",
+                 "cheap_batch", "last_energy", "throttle", "margin_low", "error", "trace_ts", "slowdown", "shutdown",
                  "next_slow", "ecc", "last_ns", "next_counter")
 
     def __init__(self, index, handle, uuid, ranks):
@@ -80,6 +81,8 @@ class _Gpu:
         self.fields: List[int] = []        # the batch's field ids, counters included
         self.field_set: frozenset = frozenset()  # the same, for the membership tests of each sample
         self.cheap_fields: List[int] = []  # the same less COUNTER_FIELDS: the batch between counter reads
+        self.batch: Optional[FieldBatch] = None  # the two as requests
+        self.cheap_batch: Optional[FieldBatch] = None
         self.last_energy: Optional[int] = None
         self.throttle = 0
         self.margin_low = False
@@ -92,10 +95,11 @@ class _Gpu:
         self.last_ns: Dict[str, int] = {}  # column -> last value of a cumulative ns counter
         self.next_counter = 0.0            # time of the next read of COUNTER_FIELDS
 
-    def set_fields(self, fields: List[int]) -> None:
+    def set_fields(self, fields: List[int], nv) -> None:
         self.fields = fields
         self.field_set = frozenset(fields)
         self.cheap_fields = [f for f in fields if f not in COUNTER_FIELDS]
+        self.batch, self.cheap_batch = FieldBatch(nv, self.handle, fields), FieldBatch(nv, self.handle, self.cheap_fields)
 
 
 class NvmlSampler:
@@ -247,7 +251,7 @@ class NvmlSampler:
                 if v.nvmlReturn in FIELD_NOT_THERE:
                     absent[fid] = v.nvmlReturn
             # success, or a transient error: keep asking
-            g.set_fields([fid for fid, v in zip(want, vals) if v.nvmlReturn not in FIELD_NOT_THERE])
+            g.set_fields([fid for fid, v in zip(want, vals) if v.nvmlReturn not in FIELD_NOT_THERE], nv)
         names = {FI_POWER_INSTANT: ("power_instant", "instant power field not offered: "
                                     "power_w is nvmlDeviceGetPowerUsage"),
                  FI_POWER_AVERAGE: ("power_average", "1 s average power field not offered"),
@@ -312,28 +316,25 @@ class NvmlSampler:
             rows.append(tuple(row))
         return rows
 
-    def _read_fields(self, g: _Gpu, row: list, now: float, fields: List[int]) -> dict:
+    def _read_fields(self, g: _Gpu, row: list, now: float, batch: FieldBatch) -> dict:
         """One nvmlDeviceGetFieldValues batch: columns filled in ``row``; returns the values the
         sample goes on with (``_FIELD_VAR`` names). A field the driver says is not there leaves
         the batch for good."""
         got: dict = {}
-        vals = self._call(g, "field_values", self.nv.nvmlDeviceGetFieldValues, g.handle, fields)
+        vals = self._call(g, "field_values", batch.read)
         if vals is None:
             self._missing_counters(g, [f for f in g.fields if f in REASON_FIELDS],
                                    "nvmlDeviceGetFieldValues stopped answering")
-            g.set_fields([])
+            g.set_fields([], self.nv)
             return got
         bad = None
-        for fid, v in zip(fields, vals):
-            ret = v.nvmlReturn
+        for fid, (ret, x) in zip(batch.fields, vals):
             if ret:
                 if ret in FIELD_NOT_THERE:
                     if bad is None:
                         bad = {}
                     bad[fid] = ret
                 continue
-            vt = v.valueType  # the union member of its type; inline: this runs for every field of every sample
-            x = getattr(v.value, VALUE_MEMBERS[vt]) if 0 <= vt < len(VALUE_MEMBERS) else None
             dest = _FIELD_DEST.get(fid)
             if dest is not None:
                 reason_col, name, col, var = dest
@@ -344,7 +345,7 @@ class NvmlSampler:
                 if var is not None:
                     got[var] = x
         if bad:
-            g.set_fields([f for f in g.fields if f not in bad])
+            g.set_fields([f for f in g.fields if f not in bad], self.nv)
             gone = [f for f in bad if f in REASON_FIELDS]
             if gone:
                 self._missing_counters(g, gone, "field values answered " + "; ".join(
@@ -355,8 +356,8 @@ class NvmlSampler:
         nv = self.nv
         h = g.handle
         call = self._call
-        fields = g.fields if counters else g.cheap_fields
-        got = self._read_fields(g, row, now, fields) if fields else {}
+        batch = g.batch if counters else g.cheap_batch
+        got = self._read_fields(g, row, now, batch) if batch is not None and batch.fields else {}
         power = got.get("power")
         avg = got.get("avg")
         if power is not None:

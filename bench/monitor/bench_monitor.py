@@ -65,7 +65,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]  # daemons.py, startup.py, peer_venv.py; bench/benchlib.py
 import benchlib  # noqa: E402  (bench/benchlib.py)
-from daemons import FAKE, fake_scenario, goal, load_fake, whole_daemon  # noqa: E402  (bench/monitor/daemons.py)
+from daemons import FAKE, build_libnvml, fake_scenario, goal, load_fake, whole_daemon  # noqa: E402  (bench/monitor/daemons.py)
 SPACED_N = 150
 SPACED_GAP = 0.02
 
@@ -381,7 +381,7 @@ def main(argv=None) -> int:
         return 0
     if not (a.here or a.in_venv):
         import peer_venv
-        py, notes = peer_venv.ensure(REPO)
+        py, notes = peer_venv.ensure()
         if a.baseline:  # built here (the bench venv has no wheel package to build it with); said below
             peer_venv.baseline(REPO, a.baseline)
         for x in notes:
@@ -416,14 +416,18 @@ def main(argv=None) -> int:
         site, note = peer_venv.baseline(REPO, a.baseline, build=not a.in_venv)
         print(f"# {note}")
         baseline = (a.baseline, site) if site else None
+    libnvml, why = build_libnvml() if any(gpu_counts) else (None, None)
+    if why:
+        print(f"# the fake libnvidia-ml could not be built ({why}): no daemon on the real binding")
+        section.para(f"The fake libnvidia-ml could not be built ({why}): no daemon on the real nvidia-ml-py.")
     if a.daemon_only:
-        whole_daemon(a.daemon_seconds or 30.0, gpu_counts, a.rounds, cc_why is None, section, baseline)
+        whole_daemon(a.daemon_seconds or 30.0, gpu_counts, a.rounds, cc_why is None, section, baseline, libnvml)
         section.write(a.markdown)
         return 0
     print(f"# samples per path: {n}; CPU = time.process_time() per call\n")
     paths(a, n, cc_why, section)
     if a.daemon_seconds > 0:
-        whole_daemon(a.daemon_seconds, gpu_counts, a.rounds, cc_why is None, section, baseline)
+        whole_daemon(a.daemon_seconds, gpu_counts, a.rounds, cc_why is None, section, baseline, libnvml)
     if a.startup_runs > 0:
         startup_section(a.startup_runs, cc_why is None, section)
     section.para(f"Load average at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}. The machine "

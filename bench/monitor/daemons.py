@@ -23,6 +23,18 @@ BENCH = os.path.join(HERE, "bench_monitor.py")  # its --child codecarbon runs th
 FAKE = os.path.join(REPO, "tests", "monitors", "fake_nvml.py")
 FLOOR = os.path.join(HERE, "floor.py")
 FLOORS = ("wake", "host")  # floor.py's modes, run beside a host-only daemon
+LIBNVML_SRC = os.path.join(REPO, "tests", "monitors", "fake_libnvml.c")
+LIB = "libnvml"  # key prefix of the daemons on the real binding over the fake C library
+
+
+def build_libnvml() -> tuple:
+    """(directory holding a fresh libnvidia-ml.so.1 built from tests/monitors/fake_libnvml.c, None),
+    or (None, why not)."""
+    d = os.path.join(os.path.expanduser("~"), ".cache", "hpclaunch", "bench-libnvml")
+    os.makedirs(d, exist_ok=True)
+    p = subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", os.path.join(d, "libnvidia-ml.so.1"), LIBNVML_SRC],
+                       capture_output=True, text=True)
+    return (d, None) if p.returncode == 0 else (None, f"cc failed: {p.stderr.strip()[-300:]}")
 
 
 def load_fake():
@@ -46,19 +58,24 @@ def fake_scenario(gpus: int, samples: int) -> dict:
 
 
 def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: bool = False,
-                baseline_site: Optional[str] = None) -> dict:
+                baseline_site: Optional[str] = None, libnvml: Optional[str] = None) -> dict:
     """Start one daemon per GPU count at once (and CodeCarbon's tracker beside them when
     ``codecarbon``; and, with ``baseline_site``, one more per count importing hpclaunch from that
     directory: an older commit's code); returns {count: monitor_stats detail}, {("baseline",
     count): ...}, "codecarbon": {"cpu_s_per_sample"}, and with a host-only daemon the floors
-    {("floor", mode): {"cpu_s_per_sample"}} (floor.py)."""
+    {("floor", mode): {"cpu_s_per_sample"}} (floor.py). ``libnvml``: a directory holding the fake
+    libnvidia-ml.so.1; each GPU count also runs on the real nvidia-ml-py over it: {(LIB, count): ...}
+    (and {("baseline-" + LIB, count): ...})."""
     out, procs = {}, {}
     keys = list(gpu_counts) + ([("baseline", n) for n in gpu_counts] if baseline_site else [])
+    if libnvml:
+        keys += [(LIB, n) for n in gpu_counts if n] + \
+            ([("baseline-" + LIB, n) for n in gpu_counts if n] if baseline_site else [])
     floors = 0 in gpu_counts
     with tempfile.TemporaryDirectory() as tmp:
         for key in keys:
             n = key[1] if isinstance(key, tuple) else key
-            run_dir = os.path.join(tmp, f"gpus{n}" + ("-baseline" if isinstance(key, tuple) else ""))
+            run_dir = os.path.join(tmp, f"gpus{n}" + (f"-{key[0]}" if isinstance(key, tuple) else ""))
             os.makedirs(run_dir)
             env = dict(os.environ)
             for k in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_NODEID",
@@ -68,6 +85,8 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
                    "--duration", str(seconds), "--run-dir", run_dir, "--host", "bench"]
             if n == 0:
                 cmd.append("--no-nvml")
+            elif isinstance(key, tuple) and key[0].endswith(LIB):
+                env.update({"LD_LIBRARY_PATH": libnvml, "FAKE_LIBNVML_GPUS": str(n)})
             else:
                 sc = os.path.join(tmp, f"scenario{n}.json")
                 if not os.path.exists(sc):  # written once: the baseline's daemon of this count reads it
@@ -76,7 +95,7 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
                         json.dump(fake_scenario(n, int(seconds / interval) + 10), f)
                     os.replace(sc + ".tmp", sc)
                 env.update({"HPCLAUNCH_MONITOR_FAKE_NVML": FAKE, "HPCLAUNCH_FAKE_NVML_SCENARIO": sc})
-            if isinstance(key, tuple):
+            if isinstance(key, tuple) and key[0].startswith("baseline"):
                 env["PYTHONPATH"] = baseline_site
             procs[key] = (subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True), run_dir)
@@ -119,15 +138,18 @@ def _label(n, base_name: str = "baseline") -> str:
     if isinstance(n, tuple) and n[0] == "floor":
         return {"wake": "floor: Python waking at 1 Hz, nothing else",
                 "host": "floor: + the host row's syscalls, no Python work"}[n[1]]
+    if isinstance(n, tuple) and n[0] == LIB:
+        return f"hpclaunch, {n[1]} GPU{'s' if n[1] > 1 else ''}, pynvml + fake libnvidia-ml"
     if isinstance(n, tuple):
-        return _label(n[1]).replace("hpclaunch", f"hpclaunch {base_name}", 1)
+        return _label(n[1] if n[0] == "baseline" else (LIB, n[1])).replace("hpclaunch", f"hpclaunch {base_name}", 1)
     return "CodeCarbon tracker, 1 s" if n == "codecarbon" else \
         "hpclaunch, host only" if n == 0 else f"hpclaunch, {n} fake GPU{'s' if n > 1 else ''}"
 
 
 def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, section=None,
-                 baseline: Optional[tuple] = None) -> None:
-    """``baseline``: (name, site directory) of an older commit's hpclaunch, run beside this one."""
+                 baseline: Optional[tuple] = None, libnvml: Optional[str] = None) -> None:
+    """``baseline``: (name, site directory) of an older commit's hpclaunch, run beside this one;
+    ``libnvml``: the fake C library's directory (build_libnvml), for the daemons on the real binding."""
     print(f"\n6. whole daemon at 1 Hz, {rounds} round(s) of {seconds:g} s, all started together each round "
           "(python -m hpclaunch.monitors; fake NVML = Python side only; figures from its monitor_stats event)")
     per: dict = {}
@@ -135,43 +157,52 @@ def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, sect
     for r in range(rounds):
         load = os.getloadavg()[0]
         loads.append(load)
-        res = daemon_runs(seconds, gpu_counts, codecarbon=codecarbon, baseline_site=baseline and baseline[1])
+        res = daemon_runs(seconds, gpu_counts, codecarbon=codecarbon, baseline_site=baseline and baseline[1],
+                          libnvml=libnvml)
         for n, st in res.items():
             per.setdefault(n, []).append(st["cpu_s_per_sample"] * 1e3)
         print(f"   round {r + 1}: load {load:.2f}; " + ", ".join(
             f"{_label(n)} {st['cpu_s_per_sample'] * 1e3:.3f} ms" for n, st in res.items()), flush=True)
     floor = {n[1]: per.pop(n) for n in list(per) if isinstance(n, tuple) and n[0] == "floor"}
-    old = {n[1]: per.pop(n) for n in list(per) if isinstance(n, tuple)}
+    old = {(n[1] if n[0] == "baseline" else (LIB, n[1])): per.pop(n) for n in list(per)
+           if isinstance(n, tuple) and n[0].startswith("baseline")}
     base = per.get(0)
-    gpus = sorted(n for n in per if n not in (0, "codecarbon"))
-    # Per GPU over host only, round by round (the daemons of a round ran side by side), then the
-    # median over the rounds; and the slope between the fewest and the most GPUs, which leaves out
-    # what the GPU path costs once per sample whatever the count (XID poll, two more CSV writes).
-    per_gpu = {n: [(x - h) / n for x, h in zip(per[n], base)] for n in gpus} if base else {}
-    slope = [(b_ - a_) / (gpus[-1] - gpus[0]) for a_, b_ in zip(per[gpus[0]], per[gpus[-1]])] \
-        if base and len(gpus) > 1 else None
-    rows = []
+    rows, verdicts = [], []
+    if base:
+        verdicts.append(goal("host only", statistics.median(base), 0.25))
+    per_gpu: dict = {}
+    for driver in ("fake pynvml", LIB):
+        gpus = sorted(n for n in per if n not in (0, "codecarbon") and isinstance(n, tuple) == (driver == LIB))
+        what = "" if driver != LIB else ", pynvml + fake libnvidia-ml"
+        # Per GPU over host only, round by round (the daemons of a round ran side by side), then the
+        # median over the rounds; and the slope between the fewest and the most GPUs, which leaves out
+        # what the GPU path costs once per sample whatever the count (XID poll, two more CSV writes).
+        if base:
+            per_gpu.update({n: [(x - h) / (n[1] if isinstance(n, tuple) else n) for x, h in zip(per[n], base)]
+                            for n in gpus})
+        for n in gpus:
+            count = n[1] if isinstance(n, tuple) else n
+            verdicts.append(goal(f"per GPU over host only, {count} GPUs{what}", statistics.median(per_gpu[n]), 0.15))
+        if base and len(gpus) > 1:
+            lo, hi = (g[1] if isinstance(g, tuple) else g for g in (gpus[0], gpus[-1]))
+            slope = [(b_ - a_) / (hi - lo) for a_, b_ in zip(per[gpus[0]], per[gpus[-1]])]
+            verdicts.append(goal(f"per GPU added, {lo} to {hi} GPUs{what} (slope)", statistics.median(slope), 0.15))
+            print(f"   per GPU added, {lo} to {hi} GPUs{what}: {benchlib.fmt(slope, 'ms')}")
     for n, xs in per.items():
         gpu = benchlib.fmt(per_gpu[n], "ms") if n in per_gpu else ""
         rows.append((_label(n), benchlib.fmt(xs, "ms"), gpu,
                      f"{benchlib.ratio(xs, base):.2f}x" if base else ""))
         print(f"   {_label(n):28s} {benchlib.fmt(xs, 'ms')}   per GPU over host only {gpu or '-'}")
-    verdicts = []
-    if base:
-        verdicts.append(goal("host only", statistics.median(base), 0.25))
-    for n in gpus:
-        verdicts.append(goal(f"per GPU over host only, {n} GPUs", statistics.median(per_gpu[n]), 0.15))
-    if slope:
-        verdicts.append(goal(f"per GPU added, {gpus[0]} to {gpus[-1]} GPUs (slope)", statistics.median(slope),
-                              0.15))
-        print(f"   per GPU added, {gpus[0]} to {gpus[-1]} GPUs: {benchlib.fmt(slope, 'ms')}")
     for v in verdicts:
         print(f"   goal: {v}")
     if section is not None:
         section.para(f"**Whole daemon at 1 Hz** (section 6): {rounds} rounds of {seconds:g} s, each round all "
                      "started together; CPU per sample from the daemon's own `monitor_stats` (CodeCarbon: "
                      "its process's CPU over the run, per 1 s measurement). Fake NVML = the Python side only, "
-                     "power trace included. Per GPU: round by round, then the median over the rounds. "
+                     "power trace included: `N fake GPUs` replace pynvml by tests/monitors/fake_nvml.py (its own "
+                     "Python replay is in the figure); `pynvml + fake libnvidia-ml` keep the real nvidia-ml-py "
+                     "binding over tests/monitors/fake_libnvml.c (what a GPU node's daemon runs, less the "
+                     "driver's own time). Per GPU: round by round, then the median over the rounds. "
                      f"Load average (1 min) at the start of each round: {', '.join(f'{x:.2f}' for x in loads)}.")
         section.table(("process", "CPU per sample, median [min–max]", "per GPU over host only",
                        "over host only"), rows)

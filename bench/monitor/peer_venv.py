@@ -19,20 +19,15 @@ from typing import Optional, Tuple
 import benchlib  # bench/, on sys.path through bench_monitor.py
 
 VENVS = benchlib.VENVS
-PEERS = ("codecarbon",)
+# import name -> pip name: the peer, and the NVML binding the daemons on the fake C library use
+PEERS = {"codecarbon": "codecarbon", "pynvml": "nvidia-ml-py"}
 
 
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
 
-def _tail(p: subprocess.CompletedProcess) -> str:
-    """The last line pip or venv printed: the one that says why."""
-    lines = (p.stderr or p.stdout or "").strip().splitlines()
-    return lines[-1] if lines else f"exit {p.returncode}"
-
-
-def ensure(repo: str, name: str = "monitor") -> Tuple[Optional[str], list]:
+def ensure(name: str = "monitor") -> Tuple[Optional[str], list]:
     """(python of the venv, notes). None when no venv with hpclaunch could be made: the bench then
     runs in the current interpreter and says so. A peer that pip cannot install is a note."""
     venv = os.path.join(VENVS, name)
@@ -43,15 +38,16 @@ def ensure(repo: str, name: str = "monitor") -> Tuple[Optional[str], list]:
         base = getattr(sys, "_base_executable", sys.executable)
         p = _run([base, "-m", "venv", venv])
         if p.returncode != 0:
-            return None, [f"cannot create {venv}: {_tail(p)}"]
+            return None, [f"cannot create {venv}: {benchlib.last_line(p)}"]
     missing = [m for m in PEERS if _run([py, "-c", f"import {m}"], cwd="/").returncode != 0]
     peers = "CodeCarbon"
     if missing:
         print(f"bench venv {venv}: pip install {' '.join(missing)} (once; a minute or two)", flush=True)
-        p = _run([py, "-m", "pip", "install", "-q", *missing])
+        p = _run([py, "-m", "pip", "install", "-q", *(PEERS[m] for m in missing)])
         if p.returncode != 0:
             peers = "no peer"
-            notes.append(f"pip could not install {' '.join(missing)} ({_tail(p)}): its sections are skipped")
+            notes.append(f"pip could not install {' '.join(PEERS[m] for m in missing)} ({benchlib.last_line(p)}): "
+                         "its sections are skipped")
     with tempfile.TemporaryDirectory() as out:
         wheel, why = benchlib.build_wheel(None, out)
         if wheel is None:
@@ -59,7 +55,7 @@ def ensure(repo: str, name: str = "monitor") -> Tuple[Optional[str], list]:
         # --no-deps: the monitor needs only psutil (CodeCarbon brings it; the /proc path runs without).
         p = _run([py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel])
         if p.returncode != 0:
-            return None, notes + [f"cannot install the hpclaunch wheel into {venv}: {_tail(p)}"]
+            return None, notes + [f"cannot install the hpclaunch wheel into {venv}: {benchlib.last_line(p)}"]
     notes.insert(0, f"venv {venv}: this tree's hpclaunch as a wheel, {peers}")
     return py, notes
 

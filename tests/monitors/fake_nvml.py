@@ -357,7 +357,7 @@ _ULL_KEYS = {"energy_mj", "viol_thermal_ns", "ce_sw_power_cap_ns", "ce_sync_boos
 def nvmlDeviceGetFieldValues(handle, fieldIds):
     _count("nvmlDeviceGetFieldValues")
     if len(FIELDS_ASKED) < FIELDS_ASKED_MAX:
-        FIELDS_ASKED.append((handle.index, tuple(fieldIds)))
+        FIELDS_ASKED.append((handle.index, tuple(f[0] if isinstance(f, tuple) else f for f in fieldIds)))
     d = _dev(handle)
     if "field_values" in d.get("unsupported", ()):
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)

@@ -1,0 +1,101 @@
+"""The real nvidia-ml-py binding over a fake C library (tests/monitors/fake_libnvml.c, built here):
+pynvml's ctypes structures, unions and error mapping in the path, as on a GPU node, with values the
+library answers from a formula. The daemon's rows, and the field batch read straight from the C
+array (monitors/nvml_batch.py) against pynvml's own wrapper."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from monitor_helpers import HERE, read_csv, read_events
+
+SOURCE = os.path.join(HERE, "fake_libnvml.c")
+
+
+@pytest.fixture(scope="module")
+def libdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("libnvml")
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-o", str(d / "libnvidia-ml.so.1"), SOURCE],
+                   check=True, capture_output=True, text=True)
+    return d
+
+
+def _env(libdir, gpus):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPCLAUNCH_", "CUDA_"))}
+    env.update(LD_LIBRARY_PATH=str(libdir), FAKE_LIBNVML_GPUS=str(gpus))
+    return env
+
+
+def test_the_daemon_through_the_real_binding_logs_what_the_library_answers(libdir, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hpclaunch.monitors", "--interval", "0.25", "--duration", "2",
+                           "--counter-interval", "0.25", "--run-dir", str(tmp_path), "--host", "lib"],
+                          env=_env(libdir, 2), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    _, header, rows = read_csv(str(tmp_path / "monitor" / "lib.gpu.csv"))
+    assert len(rows) >= 8 and {r["gpu_index"] for r in rows} == {"0", "1"}
+    for r in rows:
+        i = int(r["gpu_index"])
+        assert r["gpu_uuid"] == f"GPU-fa4e11b0-0000-4000-8000-{i:012d}" and not r["error"], r
+        assert float(r["power_w"]) == float(r["power_avg_w"]) == 300 + 10 * i
+        assert (int(r["temp_c"]), float(r["mem_used_mib"]), float(r["mem_total_mib"])) == (45 + i, 40000, 81559)
+        assert (int(r["util_pct"]), int(r["sm_clock_mhz"]), float(r["power_limit_w"])) == (90, 1980, 700)
+        assert (int(r["slowdown_temp_c"]), int(r["shutdown_temp_c"]), int(r["throttle_reasons"])) == (89, 92, 0)
+    # the energy counter (a field of the batch, ull in the value union) is the power's integral
+    g0 = [r for r in rows if r["gpu_index"] == "0" and r["energy_mj"]]
+    t = [float(r["time_unix"]) for r in g0]
+    e = [int(r["energy_mj"]) for r in g0]
+    assert len(g0) >= 4 and e == sorted(e)
+    assert (e[-1] - e[0]) / (t[-1] - t[0]) == pytest.approx(300_000, rel=0.05)  # mJ/s = 300 W
+    trace = read_csv(str(tmp_path / "monitor" / "lib.power_trace.csv"))[2]
+    assert trace and {round(float(r["power_w"])) for r in trace if r["gpu_index"] == "1"} <= set(range(310, 312))
+    ev = {e["kind"]: e["detail"] for e in read_events(str(tmp_path / "monitor" / "lib.events.jsonl"))}
+    assert ev["source_available"]["driver"] == "550.0-fake"
+    assert ev["source_available"]["fields"]["0"] == [186, 185, 83, 82, 75, 74, 76, 269, 270, 271]
+    assert ev["source_available"]["xid_events"] == [0, 1]
+
+
+BATCH = textwrap.dedent("""
+    import json, types
+    import pynvml
+    from hpclaunch.monitors.nvml_batch import FieldBatch, results
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(1)
+    ids = [186, 83, 82, 9999, 74]
+    batch = FieldBatch(pynvml, h, ids)
+    direct = [batch.read() for _ in range(2)]
+    wrapper = results(pynvml.nvmlDeviceGetFieldValues(h, ids))
+    # a wrapper module (as record_nvml.py is) keeps its calls: no direct path
+    wrap = types.ModuleType("wrap")
+    calls = []
+    def nvmlDeviceGetFieldValues(handle, fids):
+        calls.append(list(fids))
+        return pynvml.nvmlDeviceGetFieldValues(handle, fids)
+    wrap.nvmlDeviceGetFieldValues = nvmlDeviceGetFieldValues
+    wrap._nvmlGetFunctionPointer = pynvml._nvmlGetFunctionPointer
+    wrapped = FieldBatch(wrap, h, ids)
+    via_wrapper = wrapped.read()
+    try:
+        FieldBatch(pynvml, pynvml.c_nvmlDevice_t(), ids).read()
+        bad = None
+    except pynvml.NVMLError as e:
+        bad = e.value
+    print(json.dumps({"direct": direct, "wrapper": wrapper, "via_wrapper": via_wrapper, "calls": calls,
+                      "fast": batch._array is not None, "wrapped_fast": wrapped._array is not None, "bad": bad}))
+""")
+
+
+def test_the_field_batch_read_from_c_memory_equals_pynvmls_own_reading(libdir):
+    proc = subprocess.run([sys.executable, "-c", BATCH], env=_env(libdir, 2), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["fast"] and not out["wrapped_fast"]
+    for answer in out["direct"] + [out["wrapper"], out["via_wrapper"]]:
+        (p_ret, p), (e_ret, energy), (t_ret, temp), (u_ret, unknown), (v_ret, viol) = answer
+        assert (p_ret, p, t_ret, temp, v_ret, viol) == (0, 310_000, 0, 51, 0, 0)
+        assert (u_ret, unknown) == (2, None)  # a field id the driver does not know: INVALID_ARGUMENT
+        assert e_ret == 0 and energy >= 1_000_000
+    assert out["calls"] == [[[186, 0], [83, 0], [82, 0], [9999, 0], [74, 0]]]
+    assert out["bad"] == 2  # the call's own failure raises the binding's NVMLError, as pynvml's does
