@@ -33,7 +33,7 @@ class FieldBatch:
         lookup, ctype = scope.get("_nvmlGetFunctionPointer"), scope.get("c_nvmlFieldValue_t")
         if self.fields and callable(lookup) and isinstance(ctype, type) and issubclass(ctype, ctypes.Structure) \
                 and ctypes.sizeof(ctype) == _ENTRY.size:
-            self._lookup = lookup
+            self._lookup, self._error = lookup, scope.get("NVMLError") or nv.NVMLError
             blank = b"".join(_ENTRY.pack(f, 0, 0, 0, 0, 0, b"") for f in self.fields)
             self._array = (ctype * len(self.fields)).from_buffer_copy(blank)
             self._blank = blank
@@ -49,7 +49,7 @@ class FieldBatch:
         ctypes.memmove(self._array, self._blank, len(self._blank))  # no answer of the last call survives
         ret = self._lookup("nvmlDeviceGetFieldValues")(self.handle, self._count, self._ref)
         if ret:
-            raise nv.NVMLError(ret)
+            raise self._error(ret)
         return results(self._array)
 
 
