@@ -41,7 +41,8 @@ from .nvml_errors import err_text
 from .nvml_fields import (COUNTER_FIELDS, FI_MEMORY_TEMP, FI_PERF_POWER, FI_PERF_THERMAL, FI_POWER_AVERAGE,
                           FI_POWER_INSTANT, FI_TOTAL_ENERGY, REASON_FIELDS, THROTTLE_MASK, FIELD_NOT_THERE,
                           NOT_THERE)
-from .nvml_batch import FieldBatch
+from .nvml_batch import FieldBatch, PowerSamples
+from .nvml_getters import Getters
 from .xid import XidWatcher
 
 _COL = {c: i for i, c in enumerate(schema.GPU_COLUMNS)}
@@ -69,8 +70,8 @@ _VIOLATIONS = tuple((col, _COL[col], fid, var, cap, policy) for col, fid, var, c
 
 class _Gpu:
     __slots__ = ("index", "handle", "uuid", "ranks", "off", "fields", "field_set", "cheap_fields", "batch",
-                 "cheap_batch", "last_energy", "throttle", "margin_low", "error", "trace_ts", "slowdown", "shutdown",
-                 "next_slow", "ecc", "last_ns", "next_counter")
+                 "cheap_batch", "last_energy", "throttle", "margin_low", "error", "trace_ts", "samples", "get", "slowdown",
+                 "shutdown", "next_slow", "ecc", "last_ns", "next_counter")
 
     def __init__(self, index, handle, uuid, ranks):
         self.index = index
@@ -88,6 +89,8 @@ class _Gpu:
         self.margin_low = False
         self.error: Optional[str] = None
         self.trace_ts = -1
+        self.samples: Optional[PowerSamples] = None  # set by NvmlSampler.start
+        self.get: Optional[Getters] = None
         self.slowdown = None
         self.shutdown = None
         self.next_slow = 0.0
@@ -164,6 +167,7 @@ class NvmlSampler:
         for idx, ranks in info["selected"].items():
             h, uuid = handles[idx]
             g = _Gpu(idx, h, uuid, ranks)
+            g.samples, g.get = PowerSamples(nv, h), Getters(nv, h)
             self._probe(g)
             self.gpus.append(g)
         if not self.gpus:
@@ -268,7 +272,7 @@ class NvmlSampler:
                                    "throttle_reasons bitmask")
         if FI_TOTAL_ENERGY not in g.fields:
             try:
-                e = self._call(g, "energy_counter", nv.nvmlDeviceGetTotalEnergyConsumption, g.handle)
+                e = self._call(g, "energy_counter", g.get.energy_counter)
                 if e is not None:
                     g.last_energy = int(e)
             except self._NVMLError:
@@ -356,6 +360,7 @@ class NvmlSampler:
         nv = self.nv
         h = g.handle
         call = self._call
+        get = g.get
         batch = g.batch if counters else g.cheap_batch
         got = self._read_fields(g, row, now, batch) if batch is not None and batch.fields else {}
         power = got.get("power")
@@ -365,7 +370,7 @@ class NvmlSampler:
         if avg is not None:
             avg /= 1000.0
         if power is None or (avg is None and FI_POWER_INSTANT in g.field_set):
-            mw = call(g, "power_usage", nv.nvmlDeviceGetPowerUsage, h)
+            mw = call(g, "power_usage", get.power_usage)
             if mw is not None:
                 if power is None:
                     power = mw / 1000.0
@@ -377,7 +382,7 @@ class NvmlSampler:
         if energy is not None:
             energy = int(energy)
         elif counters and FI_TOTAL_ENERGY not in g.field_set:
-            e = call(g, "energy_counter", nv.nvmlDeviceGetTotalEnergyConsumption, h)
+            e = call(g, "energy_counter", get.energy_counter)
             energy = int(e) if e is not None else None
         if energy is not None:
             if g.last_energy is not None and energy < g.last_energy:
@@ -386,26 +391,24 @@ class NvmlSampler:
                     "now_mj": energy})
             g.last_energy = energy
         row[_ENERGY] = energy
-        temp = row[_TEMP] = call(g, "temperature", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
-        mem = call(g, "memory", nv.nvmlDeviceGetMemoryInfo, h)
+        temp = row[_TEMP] = call(g, "temperature", get.temperature)
+        mem = call(g, "memory", get.memory)
         if mem is not None:
             row[_MEM_USED] = mem.used / 1048576.0
             row[_MEM_TOTAL] = mem.total / 1048576.0
-        util = call(g, "utilization", nv.nvmlDeviceGetUtilizationRates, h)
+        util = call(g, "utilization", get.utilization)
         if util is not None:
             row[_UTIL] = util.gpu
             row[_MEM_UTIL] = util.memory
-        row[_SM_CLOCK] = call(g, "sm_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
-        row[_MEM_CLOCK] = call(g, "mem_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
-        lim = call(g, "power_limit", nv.nvmlDeviceGetEnforcedPowerLimit, h)
+        row[_SM_CLOCK] = call(g, "sm_clock", get.sm_clock)
+        row[_MEM_CLOCK] = call(g, "mem_clock", get.mem_clock)
+        lim = call(g, "power_limit", get.power_limit)
         row[_LIMIT] = lim / 1000.0 if lim is not None else None
         reasons = None
         if "clocks_event_reasons" not in g.off:
-            reasons = call(g, "clocks_event_reasons",
-                           getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", _absent), h)
+            reasons = call(g, "clocks_event_reasons", get.clocks_event_reasons)
         if reasons is None:
-            reasons = call(g, "throttle_reasons",
-                           getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", _absent), h)
+            reasons = call(g, "throttle_reasons", get.throttle_reasons)
         row[_REASONS] = reasons
         if reasons is not None and int(reasons) & THROTTLE_MASK != g.throttle:
             self._throttle_events(g, int(reasons), now)
@@ -474,7 +477,3 @@ class NvmlSampler:
             except Exception:
                 pass
             self._initialised = False
-
-
-def _absent(*_args):
-    raise AttributeError("function not offered by this NVML binding")

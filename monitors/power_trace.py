@@ -7,10 +7,6 @@ from __future__ import annotations
 import operator
 from typing import List
 
-from .nvml_fields import VALUE_MEMBERS
-
-# A power sample's value by its nvmlValueType_t (the union member VALUE_MEMBERS names), as one C call.
-_SAMPLE_VALUE = tuple(operator.attrgetter("sampleValue." + m) for m in VALUE_MEMBERS)
 _TIME_AND_GPU = operator.itemgetter(0, 2)  # the power trace's order
 
 
@@ -22,33 +18,28 @@ def drain(sampler) -> List[tuple]:
     """
     if not sampler.power_trace:
         return []
-    nv = sampler.nv
     rows = []
     for g in sampler.gpus:
         if "power_samples" in g.off or g.error is not None:
             continue
         first = g.trace_ts < 0
         try:
-            got = sampler._call(g, "power_samples", nv.nvmlDeviceGetSamples, g.handle,
-                                nv.NVML_TOTAL_POWER_SAMPLES, 0 if first else g.trace_ts)
+            got = sampler._call(g, "power_samples", g.samples.read, 0 if first else g.trace_ts)
         except sampler._NVMLError:
             continue  # NOT_FOUND = nothing new; other errors show in the GPU's row
         if not got:
             continue
-        vtype, samples = got
+        samples = got[1]  # [(time stamp us, mW)]; none for a value type NVML has not defined
         floor = 0 if first else g.trace_ts
-        if first and samples and max(s.timeStamp for s in samples) > 1e15:
+        if first and samples and max(ts for ts, _ in samples) > 1e15:
             floor = sampler.start_us
         last = floor if first else g.trace_ts
         keep_all = first and floor == 0
         host, index, add = sampler.host, g.index, rows.append
-        value = _SAMPLE_VALUE[vtype] if 0 <= vtype < len(_SAMPLE_VALUE) else None
-        # tens a second per GPU on a real driver: kept lean (one C call for the value)
-        for s in samples if value is not None else ():  # a type NVML has not defined: none
-            ts = s.timeStamp
+        for ts, mw in samples:  # tens a second per GPU on a real driver: kept lean
             if ts <= floor and not keep_all:
                 continue
-            add((ts / 1e6, host, index, value(s) / 1000.0))
+            add((ts / 1e6, host, index, mw / 1000.0))
             if ts > last:
                 last = ts
         g.trace_ts = last

@@ -59,7 +59,7 @@ def test_the_daemon_through_the_real_binding_logs_what_the_library_answers(libdi
 BATCH = textwrap.dedent("""
     import json, types
     import pynvml
-    from hpclaunch.monitors.nvml_batch import FieldBatch, results
+    from hpclaunch.monitors.nvml_batch import FieldBatch, PowerSamples, results
     pynvml.nvmlInit()
     h = pynvml.nvmlDeviceGetHandleByIndex(1)
     ids = [186, 83, 82, 9999, 74]
@@ -75,14 +75,42 @@ BATCH = textwrap.dedent("""
     wrap.nvmlDeviceGetFieldValues = nvmlDeviceGetFieldValues
     wrap._nvmlGetFunctionPointer = pynvml._nvmlGetFunctionPointer
     wrapped = FieldBatch(wrap, h, ids)
+    wrap_samples = types.ModuleType("wrap_samples")
+    wrap_samples.nvmlDeviceGetSamples = lambda *a: pynvml.nvmlDeviceGetSamples(*a)
+    wrap_samples.NVML_TOTAL_POWER_SAMPLES = pynvml.NVML_TOTAL_POWER_SAMPLES
     via_wrapper = wrapped.read()
     try:
         FieldBatch(pynvml, pynvml.c_nvmlDevice_t(), ids).read()
         bad = None
     except pynvml.NVMLError as e:
         bad = e.value
-    print(json.dumps({"direct": direct, "wrapper": wrapper, "via_wrapper": via_wrapper, "calls": calls,
-                      "fast": batch._array is not None, "wrapped_fast": wrapped._array is not None, "bad": bad}))
+    # the power samples: read from C memory, and through pynvml's wrapper, since the same time stamp
+    import time
+    since = int(time.time() * 1e6) - 1_500_000
+    samples = PowerSamples(pynvml, h)
+    vtype, direct_samples = samples.read(since)
+    wtype, wrapped_samples = PowerSamples(wrap_samples, h).read(since)
+    try:
+        samples.read(int(time.time() * 1e6) + 10_000_000)
+        none_newer = None
+    except pynvml.NVMLError as e:
+        none_newer = e.value
+    # each per-sample getter called directly, and pynvml's wrapper of it
+    import functools
+    from hpclaunch.monitors.nvml_getters import GETTERS, Getters
+    get = Getters(pynvml, h)
+    getters = {}
+    for name, (public, consts, _) in GETTERS.items():
+        mine = getattr(get, name)
+        d = mine()
+        p = getattr(pynvml, public)(h, *[getattr(pynvml, c) for c in consts])
+        if hasattr(d, "_fields_"):
+            d, p = ({f: getattr(x, f) for f, _ in x._fields_} for x in (d, p))
+        getters[name] = [d, p, isinstance(mine, functools.partial)]
+    print(json.dumps({"getters": getters, "direct": direct, "wrapper": wrapper, "via_wrapper": via_wrapper, "calls": calls,
+                      "fast": batch._array is not None, "wrapped_fast": wrapped._array is not None, "bad": bad,
+                      "samples": [vtype, direct_samples, wtype, wrapped_samples], "none_newer": none_newer,
+                      "samples_fast": samples._lookup is not None}))
 """)
 
 
@@ -99,3 +127,22 @@ def test_the_field_batch_read_from_c_memory_equals_pynvmls_own_reading(libdir):
         assert e_ret == 0 and energy >= 1_000_000
     assert out["calls"] == [[[186, 0], [83, 0], [82, 0], [9999, 0], [74, 0]]]
     assert out["bad"] == 2  # the call's own failure raises the binding's NVMLError, as pynvml's does
+    vtype, direct, wtype, wrapped = out["samples"]
+    assert out["samples_fast"] and vtype == wtype == 1  # NVML_VALUE_TYPE_UNSIGNED_INT
+    assert 14 <= len(direct) <= 16 and direct == sorted(direct)  # 100 ms apart over the last 1.5 s
+    assert all(ts % 100_000 == 0 and mw == 310_000 + ts // 100_000 % 7 * 100 for ts, mw in direct)
+    common = min(direct[-1][0], wrapped[-1][0])  # a sample may have come between the two reads
+    assert [s for s in direct if s[0] <= common] == [s for s in wrapped if s[0] <= common]
+    assert out["none_newer"] == 6  # NVML_ERROR_NOT_FOUND: nothing newer, as pynvml raises it
+    g = out["getters"]
+    assert set(g) == {"temperature", "memory", "utilization", "sm_clock", "mem_clock", "power_limit",
+                      "clocks_event_reasons", "throttle_reasons", "power_usage", "energy_counter"}
+    assert not any(partial for _, _, partial in g.values())  # all called directly
+    for name, (mine, theirs, _) in g.items():
+        if name == "energy_counter":  # a counter: the second read is a moment later
+            assert 0 <= theirs - mine < 300_000, (mine, theirs)
+        else:
+            assert mine == theirs, name
+    assert g["temperature"][0] == 46 and g["sm_clock"][0] == 1980 and g["mem_clock"][0] == 2619
+    assert g["memory"][0] == {"total": 81559 << 20, "free": 41559 << 20, "used": 40000 << 20}
+    assert g["utilization"][0] == {"gpu": 90, "memory": 40} and g["power_limit"][0] == 700_000

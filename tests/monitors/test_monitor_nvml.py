@@ -197,6 +197,18 @@ def test_clocks_event_reasons_falls_back_to_throttle_reasons(fake, events):
     assert fake.CALLS["nvmlDeviceGetCurrentClocksThrottleReasons"] == 2
 
 
+def test_a_binding_without_the_clocks_event_function_uses_the_throttle_one(fake, events, monkeypatch):
+    """nvidia-ml-py before 12.535 has no nvmlDeviceGetCurrentClocksEventReasons: said missing once per
+    GPU, the older function's bitmask logged instead."""
+    monkeypatch.delattr(fake, "nvmlDeviceGetCurrentClocksEventReasons")
+    s = _sampler(fake, events)
+    rows = _run(s, 3)
+    assert all(r[C["throttle_reasons"]] is not None for sample in rows for r in sample)
+    assert fake.CALLS["nvmlDeviceGetCurrentClocksThrottleReasons"] == 6  # 2 GPUs x 3 samples
+    missing = [d for d in events.of("source_unavailable") if d.get("capability") == "clocks_event_reasons"]
+    assert [d["gpu_index"] for d in missing] == [0, 1] and "not offered" in missing[0]["reason"]
+
+
 def test_power_trace_drains_new_samples_only(fake, events, monkeypatch):
     s = _sampler(fake, events)
     t = [s.start_us / 1e6 + 1.0]
