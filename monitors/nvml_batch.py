@@ -43,6 +43,8 @@ def _struct(scope: dict, name: str, size: int):
 
 
 class FieldBatch:
+    """One GPU's ``nvmlDeviceGetFieldValues`` request for a fixed list of field ids."""
+
     def __init__(self, nv, handle, fields: List[int]):
         self.nv, self.handle, self.fields = nv, handle, list(fields)
         self.args = [(f, 0) for f in self.fields]  # pairs: no TypeError per id in pynvml's wrapper
