@@ -37,6 +37,17 @@ def pynvml_scope(nv, public: str) -> dict:
     return getattr(getattr(nv, public, None), "__globals__", None) or {}
 
 
+def direct(nv, public: str):
+    """``(C lookup, NVMLError, scope)`` when the binding's ``public`` function is pynvml's own, whose
+    module looks C functions up by name (``_nvmlGetFunctionPointer``); None for any other binding,
+    which is called through its public functions."""
+    scope = pynvml_scope(nv, public)
+    lookup = scope.get("_nvmlGetFunctionPointer")
+    if not callable(lookup):
+        return None
+    return lookup, scope.get("NVMLError") or nv.NVMLError, scope
+
+
 def _struct(scope: dict, name: str, size: int):
     t = scope.get(name)
     return t if isinstance(t, type) and issubclass(t, ctypes.Structure) and ctypes.sizeof(t) == size else None
@@ -48,11 +59,11 @@ class FieldBatch:
     def __init__(self, nv, handle, fields: List[int]):
         self.nv, self.handle, self.fields = nv, handle, list(fields)
         self.args = [(f, 0) for f in self.fields]  # pairs: no TypeError per id in pynvml's wrapper
-        self._array = self._lookup = None
-        scope = pynvml_scope(nv, "nvmlDeviceGetFieldValues")
-        lookup, ctype = scope.get("_nvmlGetFunctionPointer"), _struct(scope, "c_nvmlFieldValue_t", _ENTRY.size)
-        if self.fields and callable(lookup) and ctype is not None:
-            self._lookup, self._error = lookup, scope.get("NVMLError") or nv.NVMLError
+        self._array = None
+        found = direct(nv, "nvmlDeviceGetFieldValues")
+        ctype = found and _struct(found[2], "c_nvmlFieldValue_t", _ENTRY.size)
+        if self.fields and ctype is not None:
+            self._lookup, self._error, _ = found
             blank = b"".join(_ENTRY.pack(f, 0, 0, 0, 0, 0, b"") for f in self.fields)
             self._array = (ctype * len(self.fields)).from_buffer_copy(blank)
             self._blank = blank
@@ -90,26 +101,25 @@ class PowerSamples:
     NVML_TOTAL_POWER_SAMPLES): tens a second per GPU on a real driver."""
 
     def __init__(self, nv, handle):
-        self.nv, self.handle = nv, handle
-        scope = pynvml_scope(nv, "nvmlDeviceGetSamples")
-        self._lookup, self._type = scope.get("_nvmlGetFunctionPointer"), _struct(scope, "c_nvmlSample_t", 16)
-        if not callable(self._lookup) or self._type is None:
-            self._lookup = None
+        self.nv, self.handle, self._lookup = nv, handle, None
+        found = direct(nv, "nvmlDeviceGetSamples")
+        self._type = found and _struct(found[2], "c_nvmlSample_t", 16)
+        if self._type is None:
             return
-        self._error = scope.get("NVMLError") or nv.NVMLError
+        self._lookup, self._error, _ = found
         self._kind = ctypes.c_uint(0)  # NVML_TOTAL_POWER_SAMPLES
         self._vtype, self._count = ctypes.c_uint(), ctypes.c_uint()
         self._refs = (ctypes.byref(self._vtype), ctypes.byref(self._count))
         self._array, self._cap = None, 0
 
-    def read(self, since: int) -> Tuple[int, List[Tuple[int, object]]]:
-        """(value type, [(time stamp in us, value)] in the driver's order); the binding's NVMLError
-        as its public function raises it (NOT_FOUND: nothing newer)."""
+    def read(self, since: int) -> List[Tuple[int, object]]:
+        """``[(time stamp in us, value)]`` in the driver's order, none for a value type NVML has not
+        defined; the binding's NVMLError as its public function raises it (NOT_FOUND: nothing newer)."""
         if self._lookup is None:
             nv = self.nv
             vtype, samples = nv.nvmlDeviceGetSamples(self.handle, nv.NVML_TOTAL_POWER_SAMPLES, since)
             value = _SAMPLE_VALUE[vtype] if 0 <= vtype < len(_SAMPLE_VALUE) else None
-            return vtype, ([(s.timeStamp, value(s)) for s in samples] if value is not None else [])
+            return [(s.timeStamp, value(s)) for s in samples] if value is not None else []
         fn = self._lookup("nvmlDeviceGetSamples")
         ts = ctypes.c_ulonglong(since)
         self._count.value = 0
@@ -125,5 +135,5 @@ class PowerSamples:
             raise self._error(ret)
         vtype, n = self._vtype.value, min(self._count.value, self._cap)
         if vtype >= len(_SAMPLE) or n == 0:
-            return vtype, []
-        return vtype, list(_SAMPLE[vtype].iter_unpack(ctypes.string_at(self._array, n * 16)))
+            return []
+        return list(_SAMPLE[vtype].iter_unpack(ctypes.string_at(self._array, n * 16)))

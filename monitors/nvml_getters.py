@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from .nvml_batch import pynvml_scope
+from .nvml_batch import direct
 
 
 class Memory(ctypes.Structure):
@@ -57,11 +57,10 @@ def _getter(nv, handle, public: str, consts, result):
     if fn is None:  # an old binding: the sampler says the capability is missing, once
         return functools.partial(_absent, public)
     args = [getattr(nv, c) for c in consts]
-    scope = pynvml_scope(nv, public)
-    lookup = scope.get("_nvmlGetFunctionPointer")
-    if not callable(lookup):
+    found = direct(nv, public)
+    if found is None:
         return functools.partial(fn, handle, *args)
-    error = scope.get("NVMLError") or nv.NVMLError
+    lookup, error, _ = found
     out = result()
     cargs = (handle, *(ctypes.c_uint(a) for a in args), ctypes.byref(out))  # enums are C unsigned ints
     if issubclass(result, ctypes.Structure):

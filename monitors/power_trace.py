@@ -24,12 +24,11 @@ def drain(sampler) -> List[tuple]:
             continue
         first = g.trace_ts < 0
         try:
-            got = sampler._call(g, "power_samples", g.samples.read, 0 if first else g.trace_ts)
+            samples = sampler._call(g, "power_samples", g.samples.read, 0 if first else g.trace_ts)
         except sampler._NVMLError:
             continue  # NOT_FOUND = nothing new; other errors show in the GPU's row
-        if not got:
+        if not samples:  # [(time stamp us, mW)]; none for a value type NVML has not defined
             continue
-        samples = got[1]  # [(time stamp us, mW)]; none for a value type NVML has not defined
         floor = 0 if first else g.trace_ts
         if first and samples and max(ts for ts, _ in samples) > 1e15:
             floor = sampler.start_us

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from copies import copy_meta
 from hlcli import hl
 
 from hpclaunch.reports import columnar
@@ -30,7 +31,7 @@ def test_sacct_admin_comment_carries_the_measured_energy(slurm, hpc_home, tmp_pa
     logs = sorted(mon.glob("*.gpu.csv")) + sorted(mon.glob("*.host.csv"))
     assert len(logs) == 4, logs
     for log in logs:
-        meta = _copy_meta(columnar.copy_path(log))
+        meta = copy_meta(log)
         assert meta["format"] == columnar.FORMAT and meta["source"] == columnar.identity(os.stat(log)), (log, meta)
     report = json.loads(hl("report", sub["run_dir"], "--format", "json").stdout)
     assert report["energy_j"]["total"], report["energy_j"]
@@ -46,11 +47,3 @@ def test_sacct_admin_comment_carries_the_measured_energy(slurm, hpc_home, tmp_pa
     # the epilogue writes it after the monitor stopped: the report's figure, to the line's rounding
     assert line["energy_j"] == pytest.approx(report["energy_j"]["total"], abs=0.1), (line, report["energy_j"])
 
-
-def _copy_meta(path):
-    """The description a columnar copy carries (reports/columnar.py)."""
-    import pyarrow as pa
-    import pyarrow.ipc as ipc
-
-    with pa.memory_map(str(path)) as mm:
-        return json.loads(ipc.open_file(mm).schema.metadata[columnar.META_KEY])

@@ -8,7 +8,10 @@ import sys
 import time
 
 import pytest
+from copies import copy_meta
 from hlcli import hl
+
+from hpclaunch.reports import columnar
 
 
 def write_job(tmp_path, body, name="job.yaml"):
@@ -139,8 +142,16 @@ command: [bash, -c, 'sleep 2']
 resources: {nodes: 1, tasks_per_node: 1}
 monitor: {interval: 0.25}
 """)
-    hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path))
+    sub = json.loads(hl("submit", job, "--backend", "local", "--wait", "--json", cwd=str(tmp_path)).stdout)
+    # the job script's accounting step ran at its end, as on Slurm: the log has a valid columnar copy
+    # before any report, and the first report reads it (not rewritten)
+    log = next(os.path.join(sub["run_dir"], "monitor", f) for f in os.listdir(os.path.join(sub["run_dir"], "monitor"))
+               if f.endswith(".host.csv"))
+    meta = copy_meta(log)
+    assert meta["format"] == columnar.FORMAT and meta["source"] == columnar.identity(os.stat(log)), meta
+    copied = os.stat(columnar.copy_path(log)).st_mtime_ns
     rep = json.loads(hl("report", "reported", "--format", "json", cwd="/").stdout)
+    assert os.stat(columnar.copy_path(log)).st_mtime_ns == copied
     assert rep["schema"] == "hpclaunch.report/1"
     assert rep["energy_j"]["cpu"] is None and rep["energy_j"]["gpu"] is None   # nothing measurable here: null
     assert any("RAPL" in w for w in rep["warnings"])

@@ -9,10 +9,10 @@ peers, each a fresh process (so each has its own page cache state, imports exclu
 peak RSS):
 
 * ``hpclaunch``: ``build_report(run_dir)`` -- the whole report (every statistic, the series) -- as a
-  user gets it once a Slurm job ended (its script's accounting step left a columnar copy of each log,
+  user gets it once a job ended (its script's accounting step left a columnar copy of each log,
   reports/columnar.py), or after any earlier report; ``hpclaunch, first report``: the same with no
-  copies (removed before the clock), so it parses every CSV and writes the copies: a local run's first
-  report, or the work the Slurm job's accounting step does inside its allocation.
+  copies (removed before the clock), so it parses every CSV and writes the copies: the work the job's
+  accounting step does at its end, or a report of a job run without hpclaunch's script.
 * ``polars``: the GPU energy per GPU (non-negative counter differences over time-sorted,
   de-duplicated rows), max temperature, mean utilisation, max power and memory per GPU, and the
   CPU (RAPL) energy, with polars' lazy CSV scan.
@@ -228,9 +228,9 @@ def bench_size(hosts: int, gpus: int, hours: float, reps: int, sec: benchlib.Sec
     sec.table(["peer", "wall, median [min–max, n]", "CPU s, median [min–max, n]", "hpclaunch / peer (wall)",
                "peak RSS MiB", "GPU J", "exact"], rows_t)
     ok = True
-    for who, what in (("hpclaunch", "A report after a Slurm job ended, or any later report (columnar copies)"),
-                      (FIRST, "A report with no copies yet (CSV parsed, copies written: a local run's first "
-                              "report; on Slurm the job's accounting step does it at the job's end)")):
+    for who, what in (("hpclaunch", "A report after a job ended, or any later report (columnar copies)"),
+                      (FIRST, "A report with no copies yet (CSV parsed, copies written: the job's "
+                              "accounting step does it at the job's end)")):
         vs_polars = benchlib.ratio(wall[who], wall["polars"])
         vs_pandas = benchlib.ratio(wall["pandas"], wall[who])
         cpu_polars = benchlib.ratio(cpu[who], cpu["polars"])

@@ -14,6 +14,8 @@
  * 40000 of 81559 MiB, utilisation 90 % / 40 %, clocks 1980 / 2619 MHz, limit 700 W, no throttle,
  * thresholds 89 C (slowdown) and 92 C (shutdown). Field ids it does not know answer
  * NVML_ERROR_INVALID_ARGUMENT in their nvmlFieldValue_t, as a driver older than the field does.
+ * Field 9998 (no NVML field) is answered (7) in a GPU's first batch only and its entry left unwritten
+ * after: a driver that skips an entry, so a test sees whether an earlier call's answer survives.
  * Events: XIDs can be registered and none ever comes (the wait times out at once).
  */
 #include <stdio.h>
@@ -31,7 +33,7 @@ typedef struct { unsigned long long timeStamp; nvmlValue_t sampleValue; } nvmlSa
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
 typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
 typedef struct { unsigned long long referenceTime, violationTime; } nvmlViolationTime_t;
-typedef struct { int index; } device_t;
+typedef struct { int index; unsigned int batches; } device_t;
 typedef device_t *nvmlDevice_t;
 typedef struct { nvmlDevice_t device; unsigned long long eventType, eventData; unsigned int gpuInstanceId, computeInstanceId; } nvmlEventData_t;
 typedef struct { int unused; } *nvmlEventSet_t;
@@ -98,8 +100,10 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length) 
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_t *values) {
     if (bad(d) || count < 0) return INVALID_ARGUMENT;
     long long t = now_us();
+    d->batches++;
     for (int i = 0; i < count; i++) {
         nvmlFieldValue_t *v = &values[i];
+        if (v->fieldId == 9998 && d->batches > 1) continue;  /* answered once, then left unwritten */
         v->timestamp = t;
         v->latencyUsec = 0;
         v->nvmlReturn = OK;
@@ -107,6 +111,7 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_
         case 185: case 186: v->valueType = VT_UINT; v->value.ui = power_mw(d); break;  /* power, mW */
         case 83: v->valueType = VT_ULLONG; v->value.ull = energy_mj(d); break;        /* energy, mJ */
         case 82: v->valueType = VT_UINT; v->value.ui = 50 + (unsigned int)d->index; break;  /* memory temp */
+        case 9998: v->valueType = VT_UINT; v->value.ui = 7; break;
         case 74: case 75: case 76: case 269: case 270: case 271:                      /* throttle ns */
             v->valueType = VT_ULLONG; v->value.ull = 0; break;
         default: v->nvmlReturn = INVALID_ARGUMENT;

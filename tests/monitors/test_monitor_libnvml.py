@@ -65,6 +65,10 @@ BATCH = textwrap.dedent("""
     ids = [186, 83, 82, 9999, 74]
     batch = FieldBatch(pynvml, h, ids)
     direct = [batch.read() for _ in range(2)]
+    # an entry the driver leaves unwritten (the fake's 9998 after GPU 0's first batch) reads as in
+    # pynvml's fresh array, never as the last call's answer
+    once = FieldBatch(pynvml, pynvml.nvmlDeviceGetHandleByIndex(0), [9998, 186])
+    unwritten = [once.read(), once.read(), results(pynvml.nvmlDeviceGetFieldValues(pynvml.nvmlDeviceGetHandleByIndex(0), [9998, 186]))]
     wrapper = results(pynvml.nvmlDeviceGetFieldValues(h, ids))
     # a wrapper module (as record_nvml.py is) keeps its calls: no direct path
     wrap = types.ModuleType("wrap")
@@ -88,8 +92,8 @@ BATCH = textwrap.dedent("""
     import time
     since = int(time.time() * 1e6) - 1_500_000
     samples = PowerSamples(pynvml, h)
-    vtype, direct_samples = samples.read(since)
-    wtype, wrapped_samples = PowerSamples(wrap_samples, h).read(since)
+    direct_samples = samples.read(since)
+    wrapped_samples = PowerSamples(wrap_samples, h).read(since)
     try:
         samples.read(int(time.time() * 1e6) + 10_000_000)
         none_newer = None
@@ -109,7 +113,7 @@ BATCH = textwrap.dedent("""
         getters[name] = [d, p, isinstance(mine, functools.partial)]
     print(json.dumps({"getters": getters, "direct": direct, "wrapper": wrapper, "via_wrapper": via_wrapper, "calls": calls,
                       "fast": batch._array is not None, "wrapped_fast": wrapped._array is not None, "bad": bad,
-                      "samples": [vtype, direct_samples, wtype, wrapped_samples], "none_newer": none_newer,
+                      "samples": [direct_samples, wrapped_samples], "unwritten": unwritten, "none_newer": none_newer,
                       "samples_fast": samples._lookup is not None}))
 """)
 
@@ -127,8 +131,10 @@ def test_the_field_batch_read_from_c_memory_equals_pynvmls_own_reading(libdir):
         assert e_ret == 0 and energy >= 1_000_000
     assert out["calls"] == [[[186, 0], [83, 0], [82, 0], [9999, 0], [74, 0]]]
     assert out["bad"] == 2  # the call's own failure raises the binding's NVMLError, as pynvml's does
-    vtype, direct, wtype, wrapped = out["samples"]
-    assert out["samples_fast"] and vtype == wtype == 1  # NVML_VALUE_TYPE_UNSIGNED_INT
+    first, again, theirs = out["unwritten"]
+    assert first == [[0, 7], [0, 300_000]] and again == theirs == [[0, 0.0], [0, 300_000]]
+    direct, wrapped = out["samples"]
+    assert out["samples_fast"]
     assert 14 <= len(direct) <= 16 and direct == sorted(direct)  # 100 ms apart over the last 1.5 s
     assert all(ts % 100_000 == 0 and mw == 310_000 + ts // 100_000 % 7 * 100 for ts, mw in direct)
     common = min(direct[-1][0], wrapped[-1][0])  # a sample may have come between the two reads
