@@ -4,6 +4,7 @@ every rank's parameters and checks they are identical (gradients really were ave
 Prints one line per rank (`rank R/W host H local L`) and, on rank 0, `params identical: True`.
 Runs under torchrun, srun or mpirun (it reads RANK/WORLD_SIZE or the Slurm/Open MPI variables).
 """
+import gc
 import os
 import socket
 import sys
@@ -48,6 +49,11 @@ def main() -> int:
         same = all(torch.equal(g, gathered[0]) for g in gathered)
         print(f"params identical: {same}", flush=True)
         print("rank hosts: " + " ".join(f"{r}={h}" for r, h in enumerate(hosts)), flush=True)
+    # DDP's objects sit in reference cycles; left to the interpreter's exit, torch 2.13 sometimes
+    # destroys them after its threads and aborts ("terminate called without an active exception",
+    # exit 134; ~1 run in 10 on 2 cores under plain torchrun). Freed here, it never did in 40 runs.
+    del model, opt, loss
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
     return 0
