@@ -64,7 +64,10 @@ def test_a_real_gpu_replayed_through_daemon_and_report(path, tmp_path):
     faster than recorded (1 s samples, counters every 5 s -> 0.05 s and 0.25 s)."""
     sc = json.load(open(path))
     series = sc["devices"][0]["series"]
-    n = len(series["temp_c"]) - 8                      # samples, inside what was recorded
+    # samples, inside what was recorded: the temperatures (one a sample) and the energy counter (one
+    # each 5 samples, plus the probe's and the final sample's reads, with 2 to spare: a run that ends
+    # on a counter sample reads it twice over)
+    n = min(len(series["temp_c"]) - 8, (len(series["energy_mj"]) - 5) * 5)
     rows = [r for r in daemon(tmp_path, {"HPCLAUNCH_MONITOR_FAKE_NVML": FAKE_PATH,
                                          "HPCLAUNCH_FAKE_NVML_SCENARIO": path},
                               seconds=0.05 * n, interval=0.05, counter_interval=0.25) if r["gpu_index"] == "0"]
