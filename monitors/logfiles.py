@@ -163,7 +163,7 @@ class _AppendFile:
         """Write ``text`` in one go; False (and the rows dropped) on OSError."""
         if not text:
             return True
-        if not self._open():
+        if self.fd is None and not self._open():
             return False
         if self._torn:
             text = self._close_off() + text
@@ -299,7 +299,10 @@ class CsvLog(_AppendFile):
             self._pending = ""
 
     def write_rows(self, rows: Iterable[Sequence]) -> bool:
-        text = self.formatter(rows)
+        return self.write_lines(self.formatter(rows))
+
+    def write_lines(self, text: str) -> bool:
+        """Rows already formatted as CSV lines (each ending in a newline)."""
         if self._pending:
             if not self.write_text(self._pending + text):
                 return False

@@ -26,16 +26,25 @@ class ParentWatch:
     ``/proc/<pid>/stat`` opened once and re-read with one ``pread`` a check (the open file stays
     bound to that process: once it is reaped the read fails, ESRCH; a zombie reads state ``Z``);
     without ``/proc``, psutil (``is_running`` also catches a reused pid), else ``kill(pid, 0)``.
+
+    Reparenting (what started the daemon is gone) is watched the same way: a pidfd of its own
+    parent, registered beside the other (the kernel reparents the children before it wakes the
+    pidfd), else a ``getppid()`` a check; a cold syscall a second was a twentieth of a host-only
+    daemon's CPU.
     """
 
     def __init__(self, pid: Optional[int], proc_root: str = "/proc"):
         self.pid = pid
         self.ppid = os.getppid()
         self.proc_root = proc_root
-        self.fd = self.pidfd = None
+        self.fd = self.pidfd = self.ppidfd = None
         self.proc = None
         self.exited = False  # the pidfd was readable
-        self.registered = False  # the daemon's poll watches the pidfd and sets ``exited``
+        self.reparented = False  # the parent's pidfd was readable
+        self.registered = False  # the daemon's poll watches the pidfds and calls ``ready``
+        self.event_driven = False  # registered, and nothing is left to check by a syscall
+        if pid != self.ppid:  # the same process needs one pidfd, and its message is --parent-pid's
+            self._watch_own_parent()
         if pid is None:
             return
         pidfd_open = getattr(os, "pidfd_open", None)
@@ -59,12 +68,39 @@ class ParentWatch:
             except Exception:
                 self.proc = None
 
+    def _watch_own_parent(self) -> None:
+        pidfd_open = getattr(os, "pidfd_open", None)
+        if pidfd_open is None or self.ppid <= 0:  # 0: started from outside this pid namespace
+            return
+        try:
+            self.ppidfd = pidfd_open(self.ppid)
+        except OSError:  # ESRCH (it just exited), ENOSYS, EPERM: getppid() a check
+            return
+        # Between getppid() and pidfd_open the parent may have exited and its pid been reused.
+        if os.getppid() != self.ppid or select.select([self.ppidfd], [], [], 0)[0]:
+            self.reparented = True
+
     def register(self, poll) -> bool:
-        """Watch the pidfd in ``poll`` (the caller sets ``exited`` when it fires)."""
-        if self.pidfd is not None and poll is not None:
-            poll.register(self.pidfd, select.POLLIN)
-            self.registered = True
+        """Watch the pidfds in ``poll``; the caller hands each readable fd to :meth:`ready`."""
+        if poll is not None:
+            for fd in (self.pidfd, self.ppidfd):
+                if fd is not None:
+                    poll.register(fd, select.POLLIN)
+                    self.registered = True
+        # Both questions answered by the poll: --parent-pid's (or none asked) and the reparenting's.
+        self.event_driven = self.registered and (self.pid is None or self.pidfd is not None) and (
+            self.ppidfd is not None or (self.pid == self.ppid and self.pidfd is not None))
         return self.registered
+
+    def ready(self, fd: int) -> bool:
+        """The daemon's poll found ``fd`` readable: True (and noted) if it is one of these pidfds."""
+        if fd == self.pidfd:
+            self.exited = True
+        elif fd == self.ppidfd:
+            self.reparented = True
+        else:
+            return False
+        return True
 
     def _exit_reason(self) -> str:
         try:  # zombie or reaped? one read, only now that it is over
@@ -77,6 +113,8 @@ class ParentWatch:
         return f"parent pid {self.pid} is gone"
 
     def gone(self) -> Optional[str]:
+        if self.event_driven and not (self.exited or self.reparented):
+            return None  # the daemon's poll watches both: nothing to ask the kernel
         if self.pidfd is not None:
             if not self.exited and not self.registered:
                 self.exited = bool(select.select([self.pidfd], [], [], 0)[0])
@@ -106,9 +144,14 @@ class ParentWatch:
                     return f"parent pid {self.pid} is gone"
                 except PermissionError:
                     pass
-        if os.getppid() != self.ppid:
+        if self.ppidfd is not None:
+            if not self.reparented and not self.registered:
+                self.reparented = bool(select.select([self.ppidfd], [], [], 0)[0])
+            if self.reparented:
+                return f"reparented (parent {self.ppid} exited)"
+        elif self.reparented or os.getppid() != self.ppid:
             return f"reparented (parent {self.ppid} exited)"
         return None
 
     def close(self) -> None:
-        self.fd = self.pidfd = close_fds(self.fd, self.pidfd)
+        self.fd = self.pidfd = self.ppidfd = close_fds(self.fd, self.pidfd, self.ppidfd)

@@ -28,7 +28,8 @@ Sections (CPU time = time.process_time(), user+system of the process, threads in
 5. NVML path against the real driver: skipped when there is no GPU.
 6. Whole daemon at 1 Hz: the real ``python -m hpclaunch.monitors`` process, once per
    ``--fake-gpus`` count, and CodeCarbon's tracker at measure_power_secs=1 beside them,
-   all started together (so they share the machine's conditions), ``--rounds`` times.
+   started in the same round, staggered over the interval (so they share the machine's conditions
+   without waking at the same instant), ``--rounds`` times.
    0 GPUs is ``--no-nvml`` (host only); N > 0 injects the tests' fake NVML the way the
    daemon tests do (HPCLAUNCH_MONITOR_FAKE_NVML + a scenario file of N H100s), so the
    NVML figures are the Python side only, power trace included. hpclaunch's figures are

@@ -1,7 +1,10 @@
 """The whole daemon at 1 Hz, side by side with CodeCarbon's tracker: bench_monitor.py's section 6.
 
 One ``python -m hpclaunch.monitors`` process per fake GPU count (0 = ``--no-nvml``), and CodeCarbon's
-tracker beside them, all started together each round, so they share the machine's conditions.
+tracker beside them, all started in the same round, so they share the machine's conditions. Their
+starts are staggered by the interval over the number of processes: a node runs one daemon, and
+processes that all woke at the same instant on two cores measured each other's contention (each
+one's CPU per sample then moved by +-20 % from round to round).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,6 +76,15 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
         keys += [(LIB, n) for n in gpu_counts if n] + \
             ([("baseline-" + LIB, n) for n in gpu_counts if n] if baseline_site else [])
     floors = 0 in gpu_counts
+    n_procs = len(keys) + (len(FLOORS) if floors else 0) + (1 if codecarbon else 0)
+    step = interval / max(1, n_procs)  # each process's sample grid a step after the one before
+    t_start = time.monotonic()
+    started = [0]
+
+    def stagger():
+        time.sleep(max(0.0, t_start + started[0] * step - time.monotonic()))
+        started[0] += 1
+
     with tempfile.TemporaryDirectory() as tmp:
         for key in keys:
             n = key[1] if isinstance(key, tuple) else key
@@ -97,12 +110,16 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
                 env.update({"HPCLAUNCH_MONITOR_FAKE_NVML": FAKE, "HPCLAUNCH_FAKE_NVML_SCENARIO": sc})
             if isinstance(key, tuple) and key[0].startswith("baseline"):
                 env["PYTHONPATH"] = baseline_site
+            stagger()
             procs[key] = (subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True), run_dir)
         for mode in FLOORS if floors else ():
+            stagger()
             procs[("floor", mode)] = (subprocess.Popen(
                 [sys.executable, FLOOR, mode, str(seconds), str(interval), tmp], cwd=tmp,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), None)
+        if codecarbon:
+            stagger()
         cc = subprocess.Popen([sys.executable, BENCH, "--child", "codecarbon",
                                "--run-s", str(seconds), "--run-interval", str(interval)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) if codecarbon else None
@@ -150,7 +167,7 @@ def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, sect
                  baseline: Optional[tuple] = None, libnvml: Optional[str] = None) -> None:
     """``baseline``: (name, site directory) of an older commit's hpclaunch, run beside this one;
     ``libnvml``: the fake C library's directory (build_libnvml), for the daemons on the real binding."""
-    print(f"\n6. whole daemon at 1 Hz, {rounds} round(s) of {seconds:g} s, all started together each round "
+    print(f"\n6. whole daemon at 1 Hz, {rounds} round(s) of {seconds:g} s, started in the same round, staggered "
           "(python -m hpclaunch.monitors; fake NVML = Python side only; figures from its monitor_stats event)")
     per: dict = {}
     loads = []
@@ -197,7 +214,8 @@ def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, sect
         print(f"   goal: {v}")
     if section is not None:
         section.para(f"**Whole daemon at 1 Hz** (section 6): {rounds} rounds of {seconds:g} s, each round all "
-                     "started together; CPU per sample from the daemon's own `monitor_stats` (CodeCarbon: "
+                     "started together, their sample grids staggered over the interval (a node runs one "
+                     "daemon: none waits for a core another woke on at the same instant); CPU per sample from the daemon's own `monitor_stats` (CodeCarbon: "
                      "its process's CPU over the run, per 1 s measurement). Fake NVML = the Python side only, "
                      "power trace included: `N fake GPUs` replace pynvml by tests/monitors/fake_nvml.py (its own "
                      "Python replay is in the figure); `pynvml + fake libnvidia-ml` keep the real nvidia-ml-py "

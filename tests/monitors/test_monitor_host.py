@@ -77,3 +77,93 @@ def test_host_row_takes_rapl_and_temperature_from_their_sources(events):
     h.start()
     assert [h.sample(t)[C["rapl_energy_uj"]] for t in (1, 2)] == [10, 20]
     assert h.sample(3)[C["cpu_temp_c"]] == 55.0
+
+
+# -- the line made in one piece (HostSampler.line) is the row format_rows writes -----------------
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpclaunch.monitors.logfiles import format_rows
+
+_STAT = "cpu  {}\ncpu0 1 2 3 4 5 6 7 8 0 0\nintr 1 2 3\nctxt 99\n"
+_MEMINFO = "MemTotal:       {} kB\nMemFree:         1000 kB\nMemAvailable:   {} kB\nBuffers: 1 kB\n"
+
+
+def _proc_tree(root, cpu_fields, total_kb, avail_kb, rss_pages, meminfo=None):
+    (root / "self").mkdir(parents=True, exist_ok=True)
+    (root / "stat").write_text(_STAT.format(" ".join(map(str, cpu_fields))))
+    (root / "meminfo").write_text(meminfo or _MEMINFO.format(total_kb, avail_kb))
+    (root / "self" / "statm").write_text(f"12345 {rss_pages} 300 4 0 500 0\n")
+
+
+class _Const:
+    def __init__(self, v):
+        self.v = v
+
+    def read(self):
+        return self.v
+
+
+def _pair(root, rapl=None, temp=None):
+    a = HostSampler("n1,x", None, rapl=rapl, cpu_temp=temp, proc_root=str(root))
+    b = HostSampler("n1,x", None, rapl=rapl, cpu_temp=temp, proc_root=str(root))
+    assert a.start() and b.start() and a._proc_fds is not None
+    return a, b
+
+
+_cpu = st.lists(st.integers(0, 10 ** 12), min_size=8, max_size=10)
+
+
+@settings(max_examples=150, deadline=None)
+@given(first=_cpu, second=_cpu, total=st.integers(1, 10 ** 10), avail=st.integers(0, 10 ** 10),
+       rss=st.integers(0, 10 ** 8), now=st.floats(0, 4e9), rapl=st.none() | st.integers(0, 2 ** 62),
+       temp=st.none() | st.floats(-50, 150))
+def test_line_is_exactly_the_formatted_row(tmp_path_factory, first, second, total, avail, rss, now, rapl,
+                                           temp):
+    root = tmp_path_factory.mktemp("proc")
+    _proc_tree(root, first, total, avail, rss)
+    a, b = _pair(root, None if rapl is None else _Const(rapl), None if temp is None else _Const(temp))
+    try:
+        for fields in (first, second):  # the first row has no cpu_pct, the second one compares
+            (root / "stat").write_text(_STAT.format(" ".join(map(str, fields))))
+            line = a.line(now)
+            row = list(b.sample(now))
+            row[C["monitor_cpu_s"]] = 0.0  # the process's own CPU time differs between the calls
+            got = line.split(",")
+            got[C["monitor_cpu_s"]] = "0.0"
+            assert ",".join(got) == format_rows((row,))
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("case", ["old kernel", "meminfo reordered", "no MemAvailable", "busy 60 %"])
+def test_line_matches_the_row_on_the_odd_layouts(tmp_path, case):
+    cpu = [10, 0, 10, 70, 10, 0, 0, 0]
+    meminfo = None
+    if case == "old kernel":  # no steal, irq, softirq columns
+        cpu = cpu[:5]
+    elif case == "meminfo reordered":
+        meminfo = "MemFree: 1 kB\nMemTotal: 2048 kB\nBuffers: 1 kB\nMemAvailable: 1024 kB\n"
+    elif case == "no MemAvailable":  # before Linux 3.14
+        meminfo = "MemTotal: 2048 kB\nMemFree: 1000 kB\nBuffers: 1 kB\nCached: 5 kB\n"
+    _proc_tree(tmp_path, cpu, 4096, 1000, 777, meminfo)
+    a, b = _pair(tmp_path)
+    lines = []
+    for step in range(3):
+        cpu = [x + (step + 1) * (3 if i == 3 else 1) for i, x in enumerate(cpu)]  # idle grows most
+        (tmp_path / "stat").write_text(_STAT.format(" ".join(map(str, cpu))))
+        line = a.line(7.25).split(",")
+        row = list(b.sample(7.25))
+        row[C["monitor_cpu_s"]] = 0.0
+        line[C["monitor_cpu_s"]] = "0.0"
+        assert ",".join(line) == format_rows((row,))
+        lines.append(line)
+    assert lines[0][C["cpu_pct"]] == "" and lines[2][C["cpu_pct"]] != ""  # first row: nothing to compare
+    if case == "no MemAvailable":
+        assert lines[2][C["mem_used_mib"]] == "" and lines[2][C["mem_total_mib"]] == "2.0"
+    if case == "busy 60 %":
+        # the last step: 6 busy fields +3 each, idle +9, iowait +3 (idle, not busy): 18 of 30
+        assert lines[2][C["cpu_pct"]] == "60.0"
+    a.close()
+    b.close()
