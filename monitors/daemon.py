@@ -351,28 +351,31 @@ class Daemon:
         # At 1 Hz each sample runs with cold caches, where every call costs several times its hot
         # price: the loop makes no call it can do without (the poll tells when a parent goes).
         polled = watch.event_driven
+        interval = a.interval
+        end = None if a.duration is None else a.duration - 1e-9
+        monotonic = time.monotonic
         while self.stop_reason is None:
             if not polled or watch.exited or watch.reparented:
                 gone = watch.gone()
                 if gone:
                     self.stop_reason = gone
                     break
-            start = time.monotonic()
-            if start - (t0 + k * a.interval) > self.max_late_s:
-                self.max_late_s = start - (t0 + k * a.interval)
+            start = monotonic()
+            if start - (t0 + k * interval) > self.max_late_s:
+                self.max_late_s = start - (t0 + k * interval)
             self.tick()
-            done = time.monotonic()
+            done = monotonic()
             if done - start > self.max_work_s:
                 self.max_work_s = done - start
             k += 1
-            nxt = t0 + k * a.interval
+            nxt = t0 + k * interval
             if done > nxt:  # overran one or more slots: skip them, keep the grid
-                missed = int((done - nxt) // a.interval) + 1
+                missed = int((done - nxt) // interval) + 1
                 self.skipped += missed
                 k += missed
-                nxt = t0 + k * a.interval
-            if a.duration is not None and nxt - t0 >= a.duration - 1e-9:
-                self._wait(t0 + a.duration - time.monotonic())
+                nxt = t0 + k * interval
+            if end is not None and nxt - t0 >= end:
+                self._wait(t0 + a.duration - monotonic())
                 if self.stop_reason is None:
                     self.stop_reason = "duration"
                 break

@@ -61,9 +61,43 @@ def fake_scenario(gpus: int, samples: int) -> dict:
     return {"driver": "550.54.15", "devices": devs}
 
 
+def _daemon_start(key, tmp: str, seconds: float, interval: float, libnvml: Optional[str],
+                  baseline_site: Optional[str]):
+    """A function that starts the daemon of ``key`` (GPU count, or (kind, count)): (Popen, run dir)."""
+    n = key[1] if isinstance(key, tuple) else key
+    run_dir = os.path.join(tmp, f"gpus{n}" + (f"-{key[0]}" if isinstance(key, tuple) else ""))
+    os.makedirs(run_dir)
+    env = dict(os.environ)
+    for k in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_NODEID", "HPCLAUNCH_RUN_DIR"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "hpclaunch.monitors", "--interval", str(interval),
+           "--duration", str(seconds), "--run-dir", run_dir, "--host", "bench"]
+    if n == 0:
+        cmd.append("--no-nvml")
+    elif isinstance(key, tuple) and key[0].endswith(LIB):
+        env.update({"LD_LIBRARY_PATH": libnvml, "FAKE_LIBNVML_GPUS": str(n)})
+    else:
+        sc = os.path.join(tmp, f"scenario{n}.json")
+        if not os.path.exists(sc):  # written once, before any daemon starts: the baseline's daemon of
+            # this count reads it too, and rewriting it could hand a started daemon a half-written file
+            with open(sc + ".tmp", "w") as f:
+                json.dump(fake_scenario(n, int(seconds / interval) + 10), f)
+            os.replace(sc + ".tmp", sc)
+        env.update({"HPCLAUNCH_MONITOR_FAKE_NVML": FAKE, "HPCLAUNCH_FAKE_NVML_SCENARIO": sc})
+    if isinstance(key, tuple) and key[0].startswith("baseline"):
+        env["PYTHONPATH"] = baseline_site
+    return lambda: (subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True), run_dir)
+
+
+def _floor_start(mode: str, tmp: str, seconds: float, interval: float):
+    return lambda: (subprocess.Popen([sys.executable, FLOOR, mode, str(seconds), str(interval), tmp], cwd=tmp,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), None)
+
+
 def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: bool = False,
-                baseline_site: Optional[str] = None, libnvml: Optional[str] = None) -> dict:
-    """Start one daemon per GPU count at once (and CodeCarbon's tracker beside them when
+                baseline_site: Optional[str] = None, libnvml: Optional[str] = None, rotate: int = 0) -> dict:
+    """Start one daemon per GPU count in one round (and CodeCarbon's tracker beside them when
     ``codecarbon``; and, with ``baseline_site``, one more per count importing hpclaunch from that
     directory: an older commit's code); returns {count: monitor_stats detail}, {("baseline",
     count): ...}, "codecarbon": {"cpu_s_per_sample"}, and with a host-only daemon the floors
@@ -76,53 +110,23 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
         keys += [(LIB, n) for n in gpu_counts if n] + \
             ([("baseline-" + LIB, n) for n in gpu_counts if n] if baseline_site else [])
     floors = 0 in gpu_counts
-    n_procs = len(keys) + (len(FLOORS) if floors else 0) + (1 if codecarbon else 0)
-    step = interval / max(1, n_procs)  # each process's sample grid a step after the one before
-    t_start = time.monotonic()
-    started = [0]
-
-    def stagger():
-        time.sleep(max(0.0, t_start + started[0] * step - time.monotonic()))
-        started[0] += 1
-
     with tempfile.TemporaryDirectory() as tmp:
-        for key in keys:
-            n = key[1] if isinstance(key, tuple) else key
-            run_dir = os.path.join(tmp, f"gpus{n}" + (f"-{key[0]}" if isinstance(key, tuple) else ""))
-            os.makedirs(run_dir)
-            env = dict(os.environ)
-            for k in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_NODEID",
-                      "HPCLAUNCH_RUN_DIR"):
-                env.pop(k, None)
-            cmd = [sys.executable, "-m", "hpclaunch.monitors", "--interval", str(interval),
-                   "--duration", str(seconds), "--run-dir", run_dir, "--host", "bench"]
-            if n == 0:
-                cmd.append("--no-nvml")
-            elif isinstance(key, tuple) and key[0].endswith(LIB):
-                env.update({"LD_LIBRARY_PATH": libnvml, "FAKE_LIBNVML_GPUS": str(n)})
-            else:
-                sc = os.path.join(tmp, f"scenario{n}.json")
-                if not os.path.exists(sc):  # written once: the baseline's daemon of this count reads it
-                    # too, and rewriting it could hand a daemon already started a half-written file
-                    with open(sc + ".tmp", "w") as f:
-                        json.dump(fake_scenario(n, int(seconds / interval) + 10), f)
-                    os.replace(sc + ".tmp", sc)
-                env.update({"HPCLAUNCH_MONITOR_FAKE_NVML": FAKE, "HPCLAUNCH_FAKE_NVML_SCENARIO": sc})
-            if isinstance(key, tuple) and key[0].startswith("baseline"):
-                env["PYTHONPATH"] = baseline_site
-            stagger()
-            procs[key] = (subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True), run_dir)
-        for mode in FLOORS if floors else ():
-            stagger()
-            procs[("floor", mode)] = (subprocess.Popen(
-                [sys.executable, FLOOR, mode, str(seconds), str(interval), tmp], cwd=tmp,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), None)
+        starts = [(key, _daemon_start(key, tmp, seconds, interval, libnvml, baseline_site)) for key in keys]
+        starts += [(("floor", mode), _floor_start(mode, tmp, seconds, interval)) for mode in (FLOORS if floors else ())]
         if codecarbon:
-            stagger()
-        cc = subprocess.Popen([sys.executable, BENCH, "--child", "codecarbon",
-                               "--run-s", str(seconds), "--run-interval", str(interval)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) if codecarbon else None
+            starts.append(("codecarbon", lambda: (subprocess.Popen(
+                [sys.executable, BENCH, "--child", "codecarbon", "--run-s", str(seconds),
+                 "--run-interval", str(interval)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), None)))
+        # Each process's sample grid a step after the one before; the order turns by one each round,
+        # so that no process always wakes right after the same other one (whose wake-up leaves the
+        # shared interpreter's code warm in the caches).
+        step = interval / max(1, len(starts))
+        rotate %= max(1, len(starts))
+        t_start = time.monotonic()
+        for i, (key, start) in enumerate(starts[rotate:] + starts[:rotate]):
+            time.sleep(max(0.0, t_start + i * step - time.monotonic()))
+            procs[key] = start()
+        cc = procs.pop("codecarbon", (None, None))[0]
         for key, (p, run_dir) in procs.items():
             n = key[1] if isinstance(key, tuple) else key
             res, err = p.communicate(timeout=seconds + 120)
@@ -175,7 +179,7 @@ def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, sect
         load = os.getloadavg()[0]
         loads.append(load)
         res = daemon_runs(seconds, gpu_counts, codecarbon=codecarbon, baseline_site=baseline and baseline[1],
-                          libnvml=libnvml)
+                          libnvml=libnvml, rotate=r)
         for n, st in res.items():
             per.setdefault(n, []).append(st["cpu_s_per_sample"] * 1e3)
         print(f"   round {r + 1}: load {load:.2f}; " + ", ".join(
