@@ -29,8 +29,8 @@ class ParentWatch:
 
     Reparenting (what started the daemon is gone) is watched the same way: a pidfd of its own
     parent, registered beside the other (the kernel reparents the children before it wakes the
-    pidfd), else a ``getppid()`` a check; a cold syscall a second was a twentieth of a host-only
-    daemon's CPU.
+    pidfd), else a ``getppid()`` a check: a syscall each sample, cold at 1 Hz, for an answer the
+    kernel can push.
     """
 
     def __init__(self, pid: Optional[int], proc_root: str = "/proc"):
