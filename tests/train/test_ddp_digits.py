@@ -51,3 +51,14 @@ def test_two_rank_ddp_digits(tmp_path, digits_csv):
     last = run_dir / "checkpoints" / f"step-{fin['step']}"
     assert {"model.safetensors", "trainer.pt", "rng-rank0.pt", "rng-rank1.pt", "manifest.json"} <= set(os.listdir(last))
     print(f"\n2-rank DDP digits: val_accuracy={finals[0]:.4f} wall={wall:.1f}s")
+
+
+def test_no_ddp_object_outlives_the_process_group(tmp_path):
+    """torch 2.13 aborts at interpreter exit (exit 134 after a finished run) when a DDP object is
+    finalized after destroy_process_group (docs/launch-modes.md): the trainer must have let go of it."""
+    probe = os.path.join(os.path.dirname(__file__), "_ddp_alive_probe.py")
+    cmd = [c for c in torchrun_cmd(2) if c not in ("-m", "hpclaunch.train_entry")]
+    res = run(cmd + [probe, "--data", "digits", "--epochs", 1, "--run-dir", tmp_path / "run"], timeout=150)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert [ln.split()[-1] for ln in res.stdout.splitlines() if ln.startswith("LIVE_DDP")] == ["0", "0"], \
+        res.stdout[-3000:]
