@@ -219,7 +219,8 @@ def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, sect
     if section is not None:
         section.para(f"**Whole daemon at 1 Hz** (section 6): {rounds} rounds of {seconds:g} s, each round all "
                      "started together, their sample grids staggered over the interval (a node runs one "
-                     "daemon: none waits for a core another woke on at the same instant); CPU per sample from the daemon's own `monitor_stats` (CodeCarbon: "
+                     "daemon: none waits for a core another woke on at the same instant), the start order "
+                     "turned by one each round; CPU per sample from the daemon's own `monitor_stats` (CodeCarbon: "
                      "its process's CPU over the run, per 1 s measurement). Fake NVML = the Python side only, "
                      "power trace included: `N fake GPUs` replace pynvml by tests/monitors/fake_nvml.py (its own "
                      "Python replay is in the figure); `pynvml + fake libnvidia-ml` keep the real nvidia-ml-py "
