@@ -130,40 +130,41 @@ LIGHTNING = r"""
 import gc, os, time
 from lightning.pytorch import Trainer
 from lightning.pytorch.demos.boring_classes import BoringModel
-
+{imports}
 attempt = int(os.environ["HPCLAUNCH_ATTEMPT"])
 
 class Slow(BoringModel):
     def training_step(self, batch, batch_idx):
         if attempt == 0:
-            time.sleep(2.0)            # the first attempt cannot finish before its time limit
+            time.sleep({step_s})            # the first attempt cannot finish before its time limit
         return super().training_step(batch, batch_idx)
 
 trainer = Trainer(default_root_dir=os.environ["HPCLAUNCH_RUN_DIR"], accelerator="cpu", devices=1,
                   num_nodes=int(os.environ["SLURM_NNODES"]), strategy="ddp", max_steps=600, logger=False,
-                  enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+                  enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,{extra})
 trainer.fit(Slow())
-print(f"attempt {attempt} rank {trainer.global_rank} finished at step {trainer.global_step}", flush=True)
+print(f"attempt {{attempt}} rank {{trainer.global_rank}} finished at step {{trainer.global_step}}", flush=True)
 del trainer
 gc.collect()
 """
 
 
-def test_lightning_auto_requeue_end_to_end(slurm, hpc_home, tmp_path, require):
-    """Lightning's SLURMEnvironment: SIGUSR1 on both ranks, its hpc checkpoint, its own `scontrol
-    requeue`; attempt 1 resumes from the checkpoint and completes. hpclaunch only delivers."""
+def run_lightning(tmp_path, require, name, requeue, step_s, imports="", extra=""):
+    """Submits the 2-node Lightning program above and waits; returns (run dir, its rank logs by
+    (attempt, rank), its status), after checking that it completed in 2 attempts from an hpc
+    checkpoint that attempt 0 wrote while stopped."""
     import importlib.util
     require(None if importlib.util.find_spec("lightning") else "lightning is not installed "
-            "(pip install -e '.[frameworks]'; make venv does)", "the Lightning requeue test")
-    (tmp_path / "boring.py").write_text(LIGHTNING)
+            "(pip install -e '.[frameworks]'; make venv does)", f"the Lightning test {name}")
+    (tmp_path / "boring.py").write_text(LIGHTNING.format(imports=imports, step_s=step_s, extra=extra))
     job = job_file(tmp_path, f"""
-name: lightning-requeue
+name: {name}
 profile: testcluster
 launcher: srun
 command: [{sys.executable}, {tmp_path}/boring.py]
 resources: {{nodes: 2, tasks_per_node: 1, cpus_per_task: 1, time: "00:03:00"}}
 monitor: {{interval: 0}}
-requeue: {{by: program, signal: USR1, grace: 60, max_attempts: 1}}
+requeue: {requeue}
 """)
     proc = hl("submit", job, "--backend", "slurm", "--wait", cwd=str(tmp_path), check=False, timeout=600)
     run_dir = run_dir_of(proc)
@@ -172,17 +173,42 @@ requeue: {{by: program, signal: USR1, grace: 60, max_attempts: 1}}
     assert proc.returncode == 0, (proc.stderr, logs)
     st = status_json(run_dir)
     assert st["state"] == "COMPLETED" and st["exit_code"] == 0 and st["attempts"] == 2, st
-    assert any(n.startswith("hpc_ckpt_") and n.endswith(".ckpt") for n in os.listdir(run_dir)), os.listdir(run_dir)
-    assert "finished at step" not in logs[(0, 0)]                              # attempt 0 was stopped
+    assert "finished at step" not in logs[(0, 0)] + logs.get((0, 1), "")        # attempt 0 was stopped
     assert "Restoring states from the checkpoint" in logs[(1, 0)] and "hpc_ckpt_1.ckpt" in logs[(1, 0)], logs[(1, 0)]
     assert "attempt 1 rank 0 finished at step 600" in logs[(1, 0)]
     assert "attempt 1 rank 1 finished at step 600" in logs[(1, 1)]
+    return run_dir, logs, st
+
+
+def test_lightning_auto_requeue_end_to_end(slurm, hpc_home, tmp_path, require):
+    """Lightning's SLURMEnvironment: SIGUSR1 on both ranks, its hpc checkpoint, its own `scontrol
+    requeue`; attempt 1 resumes from the checkpoint and completes. hpclaunch only delivers."""
+    run_dir, logs, st = run_lightning(tmp_path, require, "lightning-requeue", step_s=2.0,
+                                      requeue="{by: program, signal: USR1, grace: 60, max_attempts: 1}")
     out = open(os.path.join(run_dir, "logs", "slurm.out")).read()
     assert "SIGUSR1 sent to 1 rank process(es) on c1" in out and "SIGUSR1 sent to 1 rank process(es) on c2" in out
     assert "requeue is the program's" in out and "requeueing" not in out and "giving up" not in out, out
     sacct = subprocess.run(["sacct", "-n", "-X", "-D", "-P", "-j", st["job_id"], "-o", "State"],
                            capture_output=True, text=True).stdout.split()
     assert sacct[0] == "REQUEUED" and sacct[-1] == "COMPLETED", sacct
+
+
+def test_lightning_with_hpclaunchs_requeue_callback_end_to_end(slurm, hpc_home, tmp_path, require):
+    """Lightning with auto_requeue off and hpclaunch's RequeueCallback (no checkpoint inside a signal
+    handler): USR2 to both ranks, both stop at one step, save, exit 75; hpclaunch requeues; attempt 1
+    resumes from Lightning's hpc checkpoint and completes."""
+    run_dir, logs, _ = run_lightning(
+        tmp_path, require, "lightning-callback", step_s=0.5,
+        requeue="{signal_ranks: true, grace: 60, max_attempts: 2}",
+        imports="from lightning.pytorch.plugins.environments import SLURMEnvironment\n"
+                "from hpclaunch.train_entry.lightning_requeue import RequeueCallback\n",
+        extra="\n                  plugins=[SLURMEnvironment(auto_requeue=False)], callbacks=[RequeueCallback()]")
+    marker = json.loads(open(os.path.join(run_dir, ".hpclaunch", "requeue-exit.attempt0")).read())
+    assert marker["checkpoint"] == os.path.join(run_dir, "hpc_ckpt_1.ckpt") and marker["step"] > 0, marker
+    assert f"written at step {marker['step']}; exiting 75" in logs[(0, 0)], logs[(0, 0)]
+    out = open(os.path.join(run_dir, "logs", "slurm.out")).read()
+    assert "SIGUSR2 sent to 1 rank process(es) on c1" in out and "SIGUSR2 sent to 1 rank process(es) on c2" in out
+    assert "requeueing" in out and "giving up" not in out, out
 
 
 def test_wait_exit_codes_and_failure_summaries(slurm, hpc_home, tmp_path):

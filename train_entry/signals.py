@@ -44,8 +44,8 @@ class StopRequest:
         self._old_handlers = {}
 
     # -- signals ------------------------------------------------------------------------------
-    def install(self) -> None:
-        for name in STOP_SIGNALS:
+    def install(self, names=STOP_SIGNALS) -> None:
+        for name in names:
             sig = getattr(signal, name, None)
             if sig is None:
                 continue

@@ -1,0 +1,51 @@
+"""hpclaunch's RequeueCallback in a real 2-rank Lightning DDP program (gloo, CPU): every rank stops
+at the same step, the checkpoint is published under Lightning's name, the ranks exit 75, and the next
+attempt resumes from it. On the test cluster: tests/test_job_contract_cluster.py."""
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import rank_env, run
+
+JOB = os.path.join(os.path.dirname(__file__), "_lightning_requeue_job.py")
+pytest.importorskip("lightning", reason="lightning is not installed (pip install -e '.[frameworks]'; make venv does)")
+
+
+@pytest.mark.parametrize("mode", ["signal", "flag"])
+def test_every_rank_stops_at_one_step_saves_and_the_next_attempt_resumes(tmp_path, mode):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    env = dict(HPCLAUNCH_RUN_DIR=run_dir, HPCLAUNCH_REQUEUE_FLAG=run_dir / ".hpclaunch" / "requeue-requested",
+               HPCLAUNCH_REQUEUE_SIGNAL="USR2", MODE=mode)
+    (run_dir / ".hpclaunch").mkdir()
+    first = run([sys.executable, JOB], env=rank_env(HPCLAUNCH_ATTEMPT=0, **env), timeout=240, cwd=tmp_path)
+    assert first.returncode == 75, first.stdout[-3000:]
+    out = first.stdout
+    # rank 1 alone was signalled (or rank 0 alone saw the flag): both stopped after step 7
+    assert "finished at step" not in out, out[-3000:]
+    why = "another rank" if mode == "signal" else "requeue flag"
+    assert f"requeue requested ({why}" in out and "written at step 7; exiting 75" in out, out[-3000:]
+    names = sorted(os.listdir(run_dir))
+    assert "hpc_ckpt_1.ckpt" in names and not [n for n in names if "partial" in n], names
+    marker = json.loads((run_dir / ".hpclaunch" / "requeue-exit.attempt0").read_text())
+    assert marker["step"] == 7 and marker["checkpoint"] == str(run_dir / "hpc_ckpt_1.ckpt"), marker
+    if mode == "flag":  # the flag this exit answered is not taken for a new request by the next attempt
+        served = json.loads((run_dir / ".hpclaunch" / "requeue-served.json").read_text())
+        assert served["step"] == 7 and served["flag_stat"], served
+
+    second = run([sys.executable, JOB], env=rank_env(HPCLAUNCH_ATTEMPT=1, **env), timeout=240, cwd=tmp_path)
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert "Restoring states from the checkpoint" in second.stdout and "hpc_ckpt_1.ckpt" in second.stdout
+    assert "attempt 1 rank 0 finished at step 40" in second.stdout
+    assert "attempt 1 rank 1 finished at step 40" in second.stdout
+
+
+def test_next_hpc_path_counts_only_lightning_names(tmp_path):
+    from hpclaunch.train_entry.lightning_requeue import next_hpc_path
+
+    assert next_hpc_path(str(tmp_path / "missing")) == str(tmp_path / "missing" / "hpc_ckpt_1.ckpt")
+    for n in ("hpc_ckpt_2.ckpt", "hpc_ckpt_10.ckpt", ".requeue-partial-5.ckpt", "last.ckpt"):
+        (tmp_path / n).touch()
+    assert next_hpc_path(str(tmp_path)) == str(tmp_path / "hpc_ckpt_11.ckpt")
