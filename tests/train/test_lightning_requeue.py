@@ -1,8 +1,10 @@
 """hpclaunch's RequeueCallback in a real 2-rank Lightning DDP program (gloo, CPU): every rank stops
 at the same step, the checkpoint is published under Lightning's name, the ranks exit 75, and the next
 attempt resumes from it. On the test cluster: tests/test_job_contract_cluster.py."""
+import importlib.util
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -10,7 +12,10 @@ import pytest
 from conftest import rank_env, run
 
 JOB = os.path.join(os.path.dirname(__file__), "_lightning_requeue_job.py")
-pytest.importorskip("lightning", reason="lightning is not installed (pip install -e '.[frameworks]'; make venv does)")
+# find_spec, not importorskip: importing lightning (and torch) at collection would put ~500 MiB into
+# the pytest process for every test after (tests/monitors measures its own RSS).
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("lightning") is None,
+                                reason="lightning is not installed (pip install -e '.[frameworks]'; make venv does)")
 
 
 @pytest.mark.parametrize("mode", ["signal", "flag"])
@@ -43,7 +48,10 @@ def test_every_rank_stops_at_one_step_saves_and_the_next_attempt_resumes(tmp_pat
 
 
 def test_next_hpc_path_counts_only_lightning_names(tmp_path):
-    from hpclaunch.train_entry.lightning_requeue import next_hpc_path
+    def next_hpc_path(folder):  # in a process of its own: the module imports lightning
+        return subprocess.run([sys.executable, "-c", "import sys; from hpclaunch.train_entry.lightning_requeue "
+                               "import next_hpc_path; print(next_hpc_path(sys.argv[1]))", folder],
+                              capture_output=True, text=True, check=True).stdout.strip()
 
     assert next_hpc_path(str(tmp_path / "missing")) == str(tmp_path / "missing" / "hpc_ckpt_1.ckpt")
     for n in ("hpc_ckpt_2.ckpt", "hpc_ckpt_10.ckpt", ".requeue-partial-5.ckpt", "last.ckpt"):
