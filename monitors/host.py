@@ -52,6 +52,7 @@ class HostSampler:
         self.fast = fast
         self.proc_root = proc_root
         self._proc_fds = None
+        self._lean = False  # line() by field positions (_usual_layout)
         self._last_cpu = None
         self.events = events
         self.rapl = rapl
@@ -92,10 +93,22 @@ class HostSampler:
                 fds.append(os.open(os.path.join(self.proc_root, name), os.O_RDONLY))
             self._proc_fds = tuple(fds)
             self._page = os.sysconf("SC_PAGE_SIZE")
+            self._lean = self._usual_layout(os.pread(fds[0], 512, 0), os.pread(fds[1], 256, 0))
         except (OSError, ValueError, AttributeError):
             for fd in fds:
                 os.close(fd)
             self._proc_fds = None
+
+    @staticmethod
+    def _usual_layout(stat: bytes, meminfo: bytes) -> bool:
+        """Whether line() may take fields by position: /proc/stat's first line has the 8 numbers
+        through steal (Linux 2.6.11+), and /proc/meminfo lists MemTotal first and MemAvailable
+        third, in kB (3.14+). Positions save a quarter of the row's Python work at 1 Hz."""
+        f = stat.split(b"\n", 1)[0].split()
+        m = meminfo.split(b"\n", 3)
+        return (len(f) >= 9 and f[0] == b"cpu" and all(x.isdigit() for x in f[1:9]) and len(m) > 3
+                and m[0].startswith(b"MemTotal:") and m[0].endswith(b" kB")
+                and m[2].startswith(b"MemAvailable:") and m[2].endswith(b" kB"))
 
     def _cpu_pct(self, stat: bytes) -> Optional[float]:
         """From /proc/stat's first line, "cpu  user nice system idle iowait irq softirq steal ..."."""
@@ -193,6 +206,40 @@ class HostSampler:
         fds = self._proc_fds
         if fds is None:
             return format_rows((self.sample(now),))
+        if self._lean:
+            pread = os.pread
+            try:  # the layout _open_proc saw (a kernel's never changes): fields by position
+                f = pread(fds[0], 512, 0).split(None, 9)  # "cpu", then the first line's numbers
+                idle = int(f[4]) + int(f[5])  # idle + iowait: not busy, as psutil counts them
+                tot = int(f[1]) + int(f[2]) + int(f[3]) + idle + int(f[6]) + int(f[7]) + int(f[8])
+                m = pread(fds[1], 256, 0).split(b"\n", 3)
+                total, avail = int(m[0][9:-3]), int(m[2][13:-3])  # "MemTotal:   N kB", "MemAvailable: N kB"
+            except (ValueError, IndexError):  # not that layout after all: the general path from now on
+                self._lean = False
+                return self._line(now)
+            busy = tot - idle
+            last, self._last_cpu = self._last_cpu, (tot, busy)
+            if last is None or tot <= last[0]:
+                pct = ""
+            else:
+                p = 100.0 * (busy - last[1]) / (tot - last[0])
+                pct = "%.1f" % (p if 0.0 <= p <= 100.0 else (0.0 if p < 0.0 else 100.0))
+            try:
+                load = _f3(os.getloadavg()[0])
+            except OSError:
+                load = ""
+            rapl = self.rapl.read() if self.rapl is not None else None
+            temp = self.cpu_temp.read() if self.cpu_temp is not None else None
+            cpu_s = time.process_time()
+            rss = int(pread(fds[2], 128, 0).split(None, 2)[1]) * self._page / _MIB
+            return (f"{_f3(now)},{self.host_cell},{pct},{_f3((total - avail) / 1024.0)},{_f3(total / 1024.0)},"
+                    f"{load},{'' if rapl is None else cell(rapl)},{'' if temp is None else cell(temp)},"
+                    f"{_f3(cpu_s)},{_f3(rss)}\n")
+        return self._line(now)
+
+    def _line(self, now: float) -> str:
+        """line() on any layout: the first line of /proc/stat and /proc/meminfo looked for by name."""
+        fds = self._proc_fds
         pread = os.pread
         stat = pread(fds[0], 512, 0)
         f = stat.split(b"\n", 1)[0].split(None, 9)

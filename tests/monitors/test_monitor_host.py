@@ -125,6 +125,7 @@ def test_line_is_exactly_the_formatted_row(tmp_path_factory, first, second, tota
     root = tmp_path_factory.mktemp("proc")
     _proc_tree(root, first, total, avail, rss)
     a, b = _pair(root, None if rapl is None else _Const(rapl), None if temp is None else _Const(temp))
+    assert a._lean  # the usual layout: line() takes the fields by position
     try:
         for fields in (first, second):  # the first row has no cpu_pct, the second one compares
             (root / "stat").write_text(_STAT.format(" ".join(map(str, fields))))
@@ -151,6 +152,7 @@ def test_line_matches_the_row_on_the_odd_layouts(tmp_path, case):
         meminfo = "MemTotal: 2048 kB\nMemFree: 1000 kB\nBuffers: 1 kB\nCached: 5 kB\n"
     _proc_tree(tmp_path, cpu, 4096, 1000, 777, meminfo)
     a, b = _pair(tmp_path)
+    assert a._lean == (case == "busy 60 %")  # an odd layout: fields looked for by name
     lines = []
     for step in range(3):
         cpu = [x + (step + 1) * (3 if i == 3 else 1) for i, x in enumerate(cpu)]  # idle grows most
@@ -167,5 +169,25 @@ def test_line_matches_the_row_on_the_odd_layouts(tmp_path, case):
     if case == "busy 60 %":
         # the last step: 6 busy fields +3 each, idle +9, iowait +3 (idle, not busy): 18 of 30
         assert lines[2][C["cpu_pct"]] == "60.0"
+    a.close()
+    b.close()
+
+
+def test_line_leaves_positions_when_the_layout_changes_under_it(tmp_path):
+    """A kernel's layout never changes, a test tree's may: the first row that does not parse by
+    position is made the general way, and so is every row after it."""
+    _proc_tree(tmp_path, [10, 0, 10, 70, 10, 0, 0, 0], 4096, 1000, 777)
+    a, b = _pair(tmp_path)
+    assert a._lean
+    a.line(7.25), b.sample(7.25)
+    (tmp_path / "meminfo").write_text("MemFree: 1 kB\nMemTotal: 2048 kB\nBuffers: 1 kB\nMemAvailable: 1024 kB\n")
+    (tmp_path / "stat").write_text(_STAT.format("20 0 20 80 10 0 0 0"))
+    line = a.line(8.25).split(",")
+    row = list(b.sample(8.25))
+    assert not a._lean
+    row[C["monitor_cpu_s"]] = 0.0
+    line[C["monitor_cpu_s"]] = "0.0"
+    assert ",".join(line) == format_rows((row,))
+    assert line[C["mem_total_mib"]] == "2.0" and line[C["cpu_pct"]] == "66.7"  # busy +20 of +30
     a.close()
     b.close()
