@@ -53,12 +53,12 @@ class RequeueCallback(Callback):
     """Stops every rank at the same batch end once a requeue is asked for, saves, exits 75."""
 
     def __init__(self, every_n_batches: int = 1, flag_interval_s: float = 1.0,
-                 exit: Callable[[int], None] = os._exit):
+                 exit_fn: Callable[[int], None] = os._exit):
         if every_n_batches < 1:
             raise ValueError(f"every_n_batches={every_n_batches!r}: use 1 or more")
         self.every_n_batches = every_n_batches
         self.flag_interval_s = flag_interval_s
-        self._exit = exit  # os._exit: no interpreter teardown after the checkpoint (torch 2.13's DDP abort)
+        self._exit = exit_fn  # os._exit: no interpreter teardown after the checkpoint (torch 2.13's DDP abort)
         self._stop: Optional[StopRequest] = None
         self._batches = 0
 
@@ -91,10 +91,11 @@ class RequeueCallback(Callback):
     def _requeue(self, trainer) -> None:
         stop, code = self._stop, requeue_exit_code()
         folder = str(trainer.default_root_dir)
-        path = next_hpc_path(folder) if trainer.is_global_zero else None
-        path = trainer.strategy.broadcast(path)
-        part = os.path.join(folder, f".requeue-partial-{os.getpid()}.ckpt")  # no "hpc_ckpt_" in it:
-        part = trainer.strategy.broadcast(part)  # Lightning takes any such name for a checkpoint
+        names = None
+        if trainer.is_global_zero:  # rank 0 names both; no "hpc_ckpt_" in the temporary name, as
+            # Lightning resumes from any name that has it
+            names = (next_hpc_path(folder), os.path.join(folder, f".requeue-partial-{os.getpid()}.ckpt"))
+        path, part = trainer.strategy.broadcast(names)
         trainer.save_checkpoint(part)  # every rank (a collective inside); rank 0 writes
         if trainer.is_global_zero:
             os.replace(part, path)
