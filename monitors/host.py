@@ -199,14 +199,12 @@ class HostSampler:
 
     def line(self, now: float) -> str:
         """The host row as its CSV line: the text ``format_rows((self.sample(now),))`` gives, made
-        in one piece on the /proc path. At 1 Hz every sample runs with cold caches, where each
+        in one piece on the usual /proc layout. At 1 Hz every sample runs with cold caches, where each
         Python call, lookup and per-cell dispatch costs several times its hot price: building
         the row, then formatting it cell by cell, was half of a host-only daemon's Python work
         (bench/monitor). The daemon writes this unless it also serves the row to Prometheus."""
         fds = self._proc_fds
-        if fds is None:
-            return format_rows((self.sample(now),))
-        if self._lean:
+        if fds is not None and self._lean:
             pread = os.pread
             try:  # the layout _open_proc saw (a kernel's never changes): fields by position
                 f = pread(fds[0], 512, 0).split(None, 9)  # "cpu", then the first line's numbers
@@ -216,7 +214,7 @@ class HostSampler:
                 total, avail = int(m[0][9:-3]), int(m[2][13:-3])  # "MemTotal:   N kB", "MemAvailable: N kB"
             except (ValueError, IndexError):  # not that layout after all: the general path from now on
                 self._lean = False
-                return self._line(now)
+                return format_rows((self.sample(now),))
             busy = tot - idle
             last, self._last_cpu = self._last_cpu, (tot, busy)
             if last is None or tot <= last[0]:
@@ -235,43 +233,7 @@ class HostSampler:
             return (f"{_f3(now)},{self.host_cell},{pct},{_f3((total - avail) / 1024.0)},{_f3(total / 1024.0)},"
                     f"{load},{'' if rapl is None else cell(rapl)},{'' if temp is None else cell(temp)},"
                     f"{_f3(cpu_s)},{_f3(rss)}\n")
-        return self._line(now)
-
-    def _line(self, now: float) -> str:
-        """line() on any layout: the first line of /proc/stat and /proc/meminfo looked for by name."""
-        fds = self._proc_fds
-        pread = os.pread
-        stat = pread(fds[0], 512, 0)
-        f = stat.split(b"\n", 1)[0].split(None, 9)
-        if len(f) >= 9:  # _cpu_pct inlined
-            user, nice, system, idle, iowait, irq, softirq, steal = map(int, f[1:9])
-            busy = user + nice + system + irq + softirq + steal
-            tot = busy + idle + iowait
-            last, self._last_cpu = self._last_cpu, (tot, busy)
-            pct = None if last is None or tot <= last[0] else \
-                "%.1f" % min(100.0, max(0.0, 100.0 * (busy - last[1]) / (tot - last[0])))
-        else:
-            pct = self._cpu_pct(stat)
-            pct = None if pct is None else "%.1f" % pct
-        head = pread(fds[1], 256, 0)
-        lines = head.split(b"\n", 3)
-        if len(lines) > 3 and lines[0].startswith(b"MemTotal:") and lines[2].startswith(b"MemAvailable:"):
-            total, avail = int(lines[0].split()[1]) * 1024, int(lines[2].split()[1]) * 1024
-        else:
-            total, avail = self._meminfo(head)
-        try:
-            load = _f3(os.getloadavg()[0])
-        except OSError:
-            load = ""
-        rapl = self.rapl.read() if self.rapl is not None else None
-        temp = self.cpu_temp.read() if self.cpu_temp is not None else None
-        cpu_s = time.process_time()
-        rss = int(pread(fds[2], 128, 0).split(None, 2)[1]) * self._page / _MIB
-        return (f"{_f3(now)},{self.host_cell},{'' if pct is None else pct},"
-                f"{'' if total is None or avail is None else _f3((total - avail) / _MIB)},"
-                f"{'' if total is None else _f3(total / _MIB)},{load},"
-                f"{'' if rapl is None else cell(rapl)},{'' if temp is None else cell(temp)},"
-                f"{_f3(cpu_s)},{_f3(rss)}\n")
+        return format_rows((self.sample(now),))  # an odd layout, or no /proc: the row, then its text
 
     def own_usage(self):
         """(cumulative CPU seconds user+system, RSS MiB) of this process."""
