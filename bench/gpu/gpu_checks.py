@@ -13,7 +13,9 @@ checks, and leaves in DIR what it saw:
    Per daemon: CPU per sample (its monitor_stats event) and the time from spawn to its first row.
    Then `hpclaunch report` of the real-NVML daemon's logs: energy from the counter, the power
    integral's disagreement with it (crosscheck_pct), temperatures, clocks, throttling, XIDs.
-3. bench/monitor/bench_monitor.py --quick: the per-call cost of the real NVML path.
+3. bench/monitor/bench_monitor.py in this interpreter (``--here``: a GPU machine may have no network
+   for its peer venv), 1000 samples, no daemon rounds or start-ups: the per-sample cost of the real
+   NVML path beside the fake's.
 4. A local-backend job (launcher srun, one GPU) running gpu_load.py with the monitor at 0.5 s and
    its Prometheus exporter on: scraped while it runs; then its report in text, JSON and HTML.
 5. A local-backend torchrun job of train_entry on the GPU (nccl, bf16): trains, checkpoints,
@@ -272,11 +274,12 @@ def main(argv=None) -> int:
         daemons(a.out, a.seconds, ["--idle", str(idle), "--load", str(a.seconds - 2 * idle - 2),
                                    "--idle-after", str(idle)])
     if "3" not in skip:
-        print("\n3. bench/monitor/bench_monitor.py --quick", flush=True)
-        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "monitor", "bench_monitor.py"), "--quick"],
+        print("\n3. bench/monitor/bench_monitor.py --here (paths only)", flush=True)
+        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "monitor", "bench_monitor.py"), "--here",
+                            "--samples", "1000", "--run-s", "3", "--daemon-seconds", "0", "--startup-runs", "0"],
                            text=True, capture_output=True, timeout=300)
         print(r.stdout[-3500:], r.stderr[-1000:])
-        check(r.returncode == 0, "bench_monitor --quick")
+        check(r.returncode == 0, "bench_monitor --here")
     with tempfile.TemporaryDirectory() as work:
         if "4" not in skip:
             jobs(a.out, work)
