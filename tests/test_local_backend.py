@@ -3,6 +3,7 @@ cancel, the time limit and requeue, and no Slurm at all."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,6 +33,9 @@ monitor: {interval: 0.2}
     assert proc.returncode == 3, proc.stderr           # the job's exit code
     st = json.loads(hl("status", "local hello", "--json", cwd="/").stdout)
     assert st["state"] == "FAILED" and st["exit_code"] == 3
+    # the host by the name the ranks and the monitor give it, not "localhost"
+    ranks_tsv = open(os.path.join(st["run_dir"], "logs", "attempt0", "ranks.tsv")).read().split()
+    assert st["nodes"] == socket.gethostname() == ranks_tsv[1], (st["nodes"], ranks_tsv)
     logs = hl("logs", st["job_id"], cwd="/").stdout
     assert logs.index("==> rank 1 (exit 3)") < logs.index("==> rank 0")   # the failing rank first
     assert "rank 1 of 2 job " + st["job_id"] in logs
