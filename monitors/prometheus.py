@@ -12,7 +12,7 @@ requires; the file is removed when the monitor stops, so a finished job's series
 
 Port collision (two jobs' monitors on one node asking for the same port): the exporter takes the
 next free port of ``PORT_TRIES``, says so in one stderr line and an event, and writes the port it
-serves on to ``monitor/<host>.prometheus.port``; when all are taken it says so once and goes on
+serves on to ``monitor/<host>.prometheus.port`` (removed when it stops); when all are taken it says so once and goes on
 without an HTTP exporter. Names, labels and units: docs/monitor-logs.md, "Prometheus exporter".
 """
 
@@ -262,6 +262,11 @@ class Exporter:
             self.httpd.shutdown()
             self.httpd.server_close()
             self.httpd = None
+            if self.port_file is not None:
+                # a .port file names a live exporter (service discovery built on them must not
+                # keep finished jobs as down targets); the events log keeps the port it served on
+                _remove(self.port_file)
+                self.port_file = None
         if self.textfile is not None:
             _remove(self.textfile)  # a finished job's series must not live on in node-exporter
 

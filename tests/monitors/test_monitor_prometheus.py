@@ -193,6 +193,7 @@ def test_scrape_matches_the_csv_row_of_the_same_sample(tmp_path):
     assert "prometheus" not in err   # nothing to say: the port was free
     with pytest.raises(urllib.error.URLError):   # the server went with the monitor
         scrape(port)
+    assert not os.path.exists(port_file)   # and so did the file that named it
     ev = read_events(mon(tmp_path, schema.events_file(HOST)))
     [avail] = [e["detail"] for e in ev if e["detail"].get("source") == "prometheus"]
     assert avail["port"] == port and avail["asked_port"] == port and ev[-1]["kind"] == "stopped"
