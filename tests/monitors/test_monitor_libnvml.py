@@ -152,3 +152,19 @@ def test_the_field_batch_read_from_c_memory_equals_pynvmls_own_reading(libdir):
     assert g["temperature"][0] == 46 and g["sm_clock"][0] == 1980 and g["mem_clock"][0] == 2619
     assert g["memory"][0] == {"total": 81559 << 20, "free": 41559 << 20, "used": 40000 << 20}
     assert g["utilization"][0] == {"gpu": 90, "memory": 40} and g["power_limit"][0] == 700_000
+
+
+GPU_BENCH = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "gpu")
+
+
+@pytest.mark.parametrize("script, args, said", [
+    ("nvml_direct.py", ["--calls", "2"], "\n0 disagreement(s)\n"),
+    ("nvml_probe.py", ["--calls", "2"], ", values differing 0,"),
+    ("startup_gpu.py", ["--runs", "1"], "daemon, real NVML"),
+])
+def test_the_gpu_benches_run_over_the_fake_library(libdir, tmp_path, script, args, said):
+    """bench/gpu's scripts run only where a GPU is lent, rarely: over the fake library they must
+    still run to the end and agree (the direct paths with pynvml's wrappers)."""
+    proc = subprocess.run([sys.executable, os.path.join(GPU_BENCH, script), *args], cwd=str(tmp_path),
+                          env=_env(libdir, 2), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and said in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
