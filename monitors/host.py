@@ -13,10 +13,7 @@ Two ways to read the same numbers:
   ``virtual_memory()``, ``Process().memory_info()``.
 
 Either way the first row's ``cpu_pct`` is empty (there is no previous sample to compare
-with), never a made-up 0; own CPU time is ``time.process_time()`` (ns resolution). The
-monitor's own resident memory is read at the first sample and then every ``RSS_EVERY_S``
-(empty in the rows between): reading ``/proc/self/statm`` was a tenth of a host-only daemon's
-CPU at 1 Hz, for a number that moves slowly and serves the report's maximum.
+with), never a made-up 0; own CPU time is ``time.process_time()`` (ns resolution).
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ _PROC_ROW = ("time_unix", "host", "cpu_pct", "mem_used_mib", "mem_total_mib", "l
              "cpu_temp_c", "monitor_cpu_s", "monitor_rss_mib")
 assert schema.HOST_COLUMNS == _PROC_ROW, "monitors/host.py: _sample_proc's row order is not the schema's"
 _MIB = 1048576.0
-RSS_EVERY_S = 10.0  # the monitor's own RSS: first sample, then every 10 s of the sample clock
 
 
 def _f3(v: float) -> str:
@@ -58,7 +54,6 @@ class HostSampler:
         self._proc_fds = None
         self._lean = False  # line() by field positions (_usual_layout)
         self._last_cpu = None
-        self._rss_next = float("-inf")  # sample time at which monitor_rss_mib is read next
         self.events = events
         self.rapl = rapl
         self.cpu_temp = cpu_temp
@@ -149,15 +144,6 @@ class HostSampler:
     def _rss(self) -> float:
         return int(os.pread(self._proc_fds[2], 128, 0).split()[1]) * self._page / _MIB
 
-    def _rss_due(self, now: float) -> bool:
-        """Whether this sample reads the monitor's RSS (then the next is due RSS_EVERY_S on); a
-        clock stepped back by more than that reads it again rather than waiting for it."""
-        nxt = self._rss_next
-        if now >= nxt or now < nxt - RSS_EVERY_S:
-            self._rss_next = now + RSS_EVERY_S
-            return True
-        return False
-
     def close(self) -> None:
         if self._proc_fds is not None:
             self._proc_fds = close_fds(*self._proc_fds)
@@ -185,10 +171,9 @@ class HostSampler:
             row[C["rapl_energy_uj"]] = self.rapl.read()
         if self.cpu_temp is not None:
             row[C["cpu_temp_c"]] = self.cpu_temp.read()
-        if self._rss_due(now):
-            row[C["monitor_cpu_s"]], row[C["monitor_rss_mib"]] = self.own_usage()
-        else:
-            row[C["monitor_cpu_s"]] = time.process_time()
+        cpu_s, rss = self.own_usage()
+        row[C["monitor_cpu_s"]] = cpu_s
+        row[C["monitor_rss_mib"]] = rss
         return tuple(row)
 
     def _sample_proc(self, now: float) -> tuple:
@@ -206,7 +191,7 @@ class HostSampler:
         rapl = self.rapl.read() if self.rapl is not None else None
         temp = self.cpu_temp.read() if self.cpu_temp is not None else None
         cpu_s = time.process_time()  # user+system, ns resolution (psutil's is 10 ms ticks)
-        rss = int(pread(statm_fd, 128, 0).split(None, 2)[1]) * self._page / _MIB if self._rss_due(now) else None
+        rss = int(pread(statm_fd, 128, 0).split(None, 2)[1]) * self._page / _MIB
         return (now, self.host, pct,
                 (total - avail) / _MIB if total is not None and avail is not None else None,
                 total / _MIB if total is not None else None,
@@ -244,15 +229,10 @@ class HostSampler:
             rapl = self.rapl.read() if self.rapl is not None else None
             temp = self.cpu_temp.read() if self.cpu_temp is not None else None
             cpu_s = time.process_time()
-            nxt = self._rss_next  # _rss_due, inline: this line is the host-only daemon's whole sample
-            if now >= nxt or now < nxt - RSS_EVERY_S:
-                self._rss_next = now + RSS_EVERY_S
-                rss = _f3(int(pread(fds[2], 128, 0).split(None, 2)[1]) * self._page / _MIB)
-            else:
-                rss = ""
+            rss = int(pread(fds[2], 128, 0).split(None, 2)[1]) * self._page / _MIB
             return (f"{_f3(now)},{self.host_cell},{pct},{_f3((total - avail) / 1024.0)},{_f3(total / 1024.0)},"
                     f"{load},{'' if rapl is None else cell(rapl)},{'' if temp is None else cell(temp)},"
-                    f"{_f3(cpu_s)},{rss}\n")
+                    f"{_f3(cpu_s)},{_f3(rss)}\n")
         return format_rows((self.sample(now),))  # an odd layout, or no /proc: the row, then its text
 
     def own_usage(self):

@@ -5,9 +5,8 @@
 * ``wake``: wakes on the daemon's grid (``poll`` with a timeout, as the daemon waits) and does
   nothing else: what waking a Python process costs on this machine;
 * ``host``: the same, plus what the host row needs from the kernel, done the cheapest way: one
-  ``pread`` each of the kept-open ``/proc/stat`` and ``/proc/meminfo`` (and ``/proc/self/statm``
-  every 10 s, as the daemon reads its own RSS), ``getloadavg``, ``process_time``, and one
-  100-byte ``os.write`` to an ``O_APPEND`` file. No
+  ``pread`` each of the kept-open ``/proc/stat``, ``/proc/meminfo`` and ``/proc/self/statm``,
+  ``getloadavg``, ``process_time``, and one 100-byte ``os.write`` to an ``O_APPEND`` file. No
   parsing, no formatting: the kernel's part of a host sample and the wake-up, nothing of Python.
 
 Prints ``{"mode", "ticks", "cpu_s_per_sample"}`` as JSON (CPU from after set-up to the end).
@@ -31,13 +30,11 @@ def main(mode: str, seconds: float, interval: float, where: str) -> dict:
     cpu0 = time.process_time()
     t0 = time.monotonic()
     k = 0
-    every = max(1, round(10.0 / interval))  # the daemon's RSS_EVERY_S, in ticks
     while True:
         if host:
             os.pread(fds[0], 512, 0)
             os.pread(fds[1], 256, 0)
-            if k % every == 0:
-                os.pread(fds[2], 128, 0)
+            os.pread(fds[2], 128, 0)
             os.getloadavg()
             time.process_time()
             os.write(out, line)

@@ -64,8 +64,7 @@ def test_rows_at_the_interval_and_sigterm_exits_0(tmp_path):
     assert sum(0.18 <= d <= 0.22 for d in dt) >= 0.9 * len(dt), dt
     assert rows[0]["cpu_pct"] == "" and all(r["cpu_pct"] != "" for r in rows[1:])
     assert all(r["rapl_energy_uj"] == "" for r in rows)  # no RAPL here: empty, never 0
-    # the monitor's own RSS at the first sample, then every RSS_EVERY_S (10 s > this run): empty after
-    assert float(rows[0]["monitor_rss_mib"]) > 1 and all(r["monitor_rss_mib"] == "" for r in rows[1:])
+    assert all(float(r["monitor_rss_mib"]) > 1 for r in rows)
 
     _, gh, grows = read_csv(mon(tmp_path, schema.gpu_file(HOST)))
     assert tuple(gh) == schema.GPU_COLUMNS

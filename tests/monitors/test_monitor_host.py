@@ -4,7 +4,7 @@ import os
 import time
 
 from hpclaunch.monitors import schema
-from hpclaunch.monitors.host import RSS_EVERY_S, HostSampler
+from hpclaunch.monitors.host import HostSampler
 
 C = {c: i for i, c in enumerate(schema.HOST_COLUMNS)}
 
@@ -38,13 +38,9 @@ def test_host_rows_are_real_measurements(events, fast):
     assert 0 < r2[C["mem_used_mib"]] < r2[C["mem_total_mib"]]
     assert r2[C["load1"]] == os.getloadavg()[0] or r2[C["load1"]] >= 0
     assert r2[C["monitor_cpu_s"]] > r1[C["monitor_cpu_s"]]
-    # this process's own RSS (pytest's, whatever earlier tests imported), as psutil reads it, at
-    # the first sample and every RSS_EVERY_S after: empty between
+    # this process's own RSS (pytest's, whatever earlier tests imported), as psutil reads it
     import psutil
-    assert abs(r1[C["monitor_rss_mib"]] - psutil.Process().memory_info().rss / 1048576) < 8
-    assert r2[C["monitor_rss_mib"]] is None
-    r3 = h.sample(1.0 + RSS_EVERY_S)
-    assert abs(r3[C["monitor_rss_mib"]] - psutil.Process().memory_info().rss / 1048576) < 8
+    assert abs(r2[C["monitor_rss_mib"]] - psutil.Process().memory_info().rss / 1048576) < 8
     assert r2[C["rapl_energy_uj"]] is None and r2[C["cpu_temp_c"]] is None  # sources absent here
     assert events.of("source_available")[0]["source"] == "host"
     assert events.of("source_available")[0]["via"] == ("/proc" if fast else "psutil")
@@ -59,7 +55,7 @@ def test_proc_fast_path_agrees_with_psutil(events):
     slow.start()
     assert fast.sample(0.0)[C["cpu_pct"]] is None and slow.sample(0.0)[C["cpu_pct"]] is None
     sum(i * i for i in range(600000))
-    a, b = fast.sample(RSS_EVERY_S), slow.sample(RSS_EVERY_S)  # RSS is read again at this one
+    a, b = fast.sample(1.0), slow.sample(1.0)
     assert a[C["mem_total_mib"]] == b[C["mem_total_mib"]] == psutil.virtual_memory().total / 1048576
     assert abs(a[C["mem_used_mib"]] - b[C["mem_used_mib"]]) < 64
     assert abs(a[C["monitor_rss_mib"]] - b[C["monitor_rss_mib"]]) < 8
@@ -195,25 +191,3 @@ def test_line_leaves_positions_when_the_layout_changes_under_it(tmp_path):
     assert line[C["mem_total_mib"]] == "2.0" and line[C["cpu_pct"]] == "66.7"  # busy +20 of +30
     a.close()
     b.close()
-
-
-@pytest.mark.parametrize("via", ["line", "row"])
-def test_own_rss_is_read_at_the_first_sample_then_every_rss_every_s(tmp_path, via):
-    """Reading /proc/self/statm was a tenth of a host-only sample: RSS_EVERY_S apart on the
-    sample clock, empty between; a clock stepped back reads it again at once."""
-    _proc_tree(tmp_path, [10, 0, 10, 70, 10, 0, 0, 0], 4096, 1000, 777)
-    h = HostSampler("n1", None, proc_root=str(tmp_path))
-    assert h.start() and h._lean
-
-    def rss(now):
-        cell = h.line(now).split(",")[C["monitor_rss_mib"]].strip() if via == "line" else \
-            h.sample(now)[C["monitor_rss_mib"]]
-        return cell if cell not in ("", None) else None
-
-    page = os.sysconf("SC_PAGE_SIZE")
-    read = [t for t in range(26) if rss(float(t)) is not None]
-    assert read == [0, 10, 20]
-    assert float(rss(1000.0)) == pytest.approx(777 * page / 1048576, abs=1e-3)
-    assert rss(1001.0) is None and rss(500.0) is not None  # stepped back 500 s: read again
-    assert rss(505.0) is None and rss(510.0) is not None
-    h.close()
