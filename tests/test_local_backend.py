@@ -466,3 +466,77 @@ monitor: {{interval: 0}}
     assert len(errors) == 1 and os.path.basename(os.path.dirname(errors[0])) == "1", errors
     assert "rank one gives up" in open(errors[0]).read()
     assert not [n for n in os.listdir(tmp) if n.startswith("torchelastic_")], os.listdir(tmp)
+
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def test_each_local_task_has_the_variables_srun_sets(hpc_home, tmp_path):
+    """The local step gives every task what srun gives it: JAX's cluster detection reads the step's
+    node list (without it jax.distributed.initialize() found no coordinator), TensorFlow's resolver
+    the step's tasks per node."""
+    names = ["SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_STEP_ID",
+             "SLURM_STEPID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST",
+             "SLURM_STEP_TASKS_PER_NODE", "SLURM_GTIDS", "SLURMD_NODENAME", "SLURM_JOB_NODELIST"]
+    job = write_job(tmp_path, f"""
+name: step vars
+launcher: srun
+command: [bash, -c, 'for v in {" ".join(names)}; do printf "%s=%s\\n" $v "${{!v}}"; done']
+resources: {{nodes: 1, tasks_per_node: 2}}
+monitor: {{interval: 0}}
+""")
+    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False)
+    assert proc.returncode == 0, proc.stderr
+    st = json.loads(hl("status", "step vars", "--json", cwd="/").stdout)
+    for r in range(2):
+        text = open(os.path.join(st["run_dir"], "logs", "attempt0", f"rank{r}.log")).read()
+        got = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        assert got == {"SLURM_PROCID": str(r), "SLURM_LOCALID": str(r), "SLURM_NODEID": "0", "SLURM_NTASKS": "2",
+                       "SLURM_NPROCS": "2", "SLURM_STEP_ID": "0", "SLURM_STEPID": "0", "SLURM_STEP_NUM_TASKS": "2",
+                       "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_NODELIST": "localhost",
+                       "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_GTIDS": "0,1",
+                       "SLURMD_NODENAME": socket.gethostname(), "SLURM_JOB_NODELIST": "localhost"}, got
+
+
+@pytest.mark.parametrize("program, args, expect", [
+    ("jax_allgather.py", [], ["process 0/2 host {h} sum 1", "process 1/2 host {h} sum 1"]),
+    ("lightning_ddp.py", ["1", "2"], ["world size 2 ok", "rank 1/2 node 0 host {h}"]),
+])
+def test_frameworks_find_their_slurm_cluster_in_a_local_job(hpc_home, tmp_path, program, args, expect):
+    """JAX's jax.distributed.initialize() and Lightning's SLURMEnvironment, with no arguments and no
+    hpclaunch in them, on the local backend as under Slurm."""
+    job = write_job(tmp_path, f"""
+name: framework
+launcher: srun
+command: [{sys.executable}, {os.path.join(EXAMPLES, program)}, {", ".join(f'"{a}"' for a in args)}]
+resources: {{nodes: 1, tasks_per_node: 2, time: "00:05:00"}}
+monitor: {{interval: 0}}
+""")
+    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False, timeout=300)
+    logs = hl("logs", "framework", cwd="/").stdout
+    assert proc.returncode == 0, logs[-3000:] + proc.stderr[-2000:]
+    for line in expect:
+        assert line.format(h=socket.gethostname()) in logs, logs[-3000:]
+
+
+def test_train_entry_under_a_local_srun_step_is_one_world(hpc_home, tmp_path):
+    """Without the step's variables each task of a local srun step took itself for a single
+    process (train_entry's srun detection wants SLURM_STEP_ID, as the batch shell is no rank): two
+    worlds of one, both rank 0, writing the same checkpoints."""
+    from hpclaunch.train_entry.digits import write_digits_csv
+
+    data = tmp_path / "digits.csv"
+    write_digits_csv(str(data))
+    job = write_job(tmp_path, f"""
+name: srun world
+launcher: srun
+command: [{sys.executable}, -m, hpclaunch.train_entry, --data, {data}, --epochs, "1"]
+resources: {{nodes: 1, tasks_per_node: 2, time: "00:05:00"}}
+monitor: {{interval: 0}}
+""")
+    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    st = json.loads(hl("status", "srun world", "--json", cwd="/").stdout)
+    for r in range(2):
+        log = open(os.path.join(st["run_dir"], "logs", "attempt0", f"rank{r}.log")).read()
+        assert f"rank={r} local_rank={r} world_size=2 " in log and "launcher=srun" in log, log[-2000:]
