@@ -540,3 +540,13 @@ monitor: {{interval: 0}}
     for r in range(2):
         log = open(os.path.join(st["run_dir"], "logs", "attempt0", f"rank{r}.log")).read()
         assert f"rank={r} local_rank={r} world_size=2 " in log and "launcher=srun" in log, log[-2000:]
+
+
+def test_the_gpu_framework_bench_runs_here_on_the_cpu(tmp_path):
+    """bench/gpu/frameworks_gpu.py runs on a GPU only when one is lent: here its JAX and Lightning
+    jobs run on the CPU through the local backend, so the script cannot rot between loans."""
+    script = os.path.join(os.path.dirname(EXAMPLES), "bench", "gpu", "frameworks_gpu.py")
+    proc = subprocess.run([sys.executable, script, "--out", str(tmp_path / "out"), "--seconds", "1"],
+                          cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "\n0 check(s) failed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "jax process 0/1 on cpu" in proc.stdout and "lightning rank 0/1 on cpu" in proc.stdout, proc.stdout[-3000:]
