@@ -477,7 +477,8 @@ def test_each_local_task_has_the_variables_srun_sets(hpc_home, tmp_path):
     the step's tasks per node."""
     names = ["SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_STEP_ID",
              "SLURM_STEPID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST",
-             "SLURM_STEP_TASKS_PER_NODE", "SLURM_GTIDS", "SLURMD_NODENAME", "SLURM_JOB_NODELIST"]
+             "SLURM_STEP_TASKS_PER_NODE", "SLURM_GTIDS", "SLURMD_NODENAME", "SLURM_JOB_NODELIST",
+             "SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE", "SLURM_CPUS_ON_NODE"]
     job = write_job(tmp_path, f"""
 name: step vars
 launcher: srun
@@ -495,7 +496,8 @@ monitor: {{interval: 0}}
                        "SLURM_NPROCS": "2", "SLURM_STEP_ID": "0", "SLURM_STEPID": "0", "SLURM_STEP_NUM_TASKS": "2",
                        "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_NODELIST": "localhost",
                        "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_GTIDS": "0,1",
-                       "SLURMD_NODENAME": socket.gethostname(), "SLURM_JOB_NODELIST": "localhost"}, got
+                       "SLURMD_NODENAME": socket.gethostname(), "SLURM_JOB_NODELIST": "localhost",
+                       "SLURM_TASKS_PER_NODE": "2", "SLURM_JOB_CPUS_PER_NODE": "2", "SLURM_CPUS_ON_NODE": "2"}, got
 
 
 @pytest.mark.parametrize("program, args, expect", [
@@ -550,3 +552,40 @@ def test_the_gpu_framework_bench_runs_here_on_the_cpu(tmp_path):
                           cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "\n0 check(s) failed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "jax process 0/1 on cpu" in proc.stdout and "lightning rank 0/1 on cpu" in proc.stdout, proc.stdout[-3000:]
+
+
+def _horovod_missing():
+    import importlib.util
+    return None if importlib.util.find_spec("horovod") else "horovod is not installed: run `make horovod`"
+
+
+@pytest.mark.parametrize("launcher, program, expect", [
+    # mpirun read the allocation as Open MPI's Slurm support does and stopped at the missing
+    # SLURM_TASKS_PER_NODE ("the SLURM resource allocator expects to find ...")
+    ("mpi", "mpi_allreduce.py", ["rank 0/2 host {h} sum 3 ok", "rank 1/2 host {h} sum 3 ok"]),
+    ("horovod", "hvd_check.py", ["rank hosts: 0={h} 1={h}", "params identical: True"]),
+    ("tensorflow", "tf_multiworker.py", ["worker 0/2 host {h} ", "worker 1/2 host {h} "]),
+])
+def test_mpi_horovod_and_tensorflow_launchers_on_the_local_backend(hpc_home, tmp_path, require, launcher, program,
+                                                                  expect):
+    python = sys.executable
+    if launcher == "horovod":
+        require(_horovod_missing(), "the local horovod test")
+    if launcher == "tensorflow":  # TensorFlow lives in a venv of its own (make tf-venv; make test makes it)
+        python = os.path.join(os.path.dirname(EXAMPLES), ".venv-tf", "bin", "python")
+        require(None if os.path.exists(python) else "no .venv-tf: make tf-venv", "the local tensorflow test")
+    job = write_job(tmp_path, f"""
+name: {launcher} here
+launcher: {launcher}
+command: [{python}, {os.path.join(EXAMPLES, program)}]
+resources: {{nodes: 1, tasks_per_node: 2, time: "00:05:00"}}
+monitor: {{interval: 0}}
+""")
+    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False, timeout=300)
+    logs = hl("logs", f"{launcher} here", cwd="/").stdout
+    assert proc.returncode == 0, logs[-3000:] + proc.stderr[-2000:]
+    for line in expect:
+        assert line.format(h=socket.gethostname()) in logs, logs[-3000:]
+    if launcher == "tensorflow":  # each worker trained on its own data: equal only if all-reduced
+        sums = {line.rsplit("checksum", 1)[1].strip() for line in logs.splitlines() if line.startswith("worker ")}
+        assert len(sums) == 1, logs[-3000:]

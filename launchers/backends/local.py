@@ -79,6 +79,10 @@ class LocalBackend(Backend):
             "SLURM_NNODES": "1",
             "SLURM_NTASKS": str(request.tasks_per_node),
             "SLURM_NTASKS_PER_NODE": str(request.tasks_per_node),
+            # sbatch's: Open MPI's mpirun reads the allocation from SLURM_NODELIST and these
+            "SLURM_TASKS_PER_NODE": str(request.tasks_per_node),
+            "SLURM_JOB_CPUS_PER_NODE": str(request.tasks_per_node * request.cpus_per_task),
+            "SLURM_CPUS_ON_NODE": str(request.tasks_per_node * request.cpus_per_task),
             "SLURM_CPUS_PER_TASK": str(request.cpus_per_task),
             "SLURM_SUBMIT_DIR": cwd,
             "SLURM_CLUSTER_NAME": "local",
