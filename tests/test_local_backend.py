@@ -471,6 +471,21 @@ monitor: {{interval: 0}}
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
+def run_two_ranks(tmp_path, name, launcher, command):
+    """Submit a one-node, two-rank local job of ``command`` (a list) and wait: (submit's process,
+    the job's status JSON, every rank's log as `hpclaunch logs` shows them)."""
+    job = write_job(tmp_path, f"""
+name: {name}
+launcher: {launcher}
+command: {json.dumps(command)}
+resources: {{nodes: 1, tasks_per_node: 2, time: "00:05:00"}}
+monitor: {{interval: 0}}
+""")
+    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False, timeout=300)
+    st = json.loads(hl("status", name, "--json", cwd="/").stdout)
+    return proc, st, hl("logs", name, cwd="/").stdout
+
+
 def test_each_local_task_has_the_variables_srun_sets(hpc_home, tmp_path):
     """The local step gives every task what srun gives it: JAX's cluster detection reads the step's
     node list (without it jax.distributed.initialize() found no coordinator), TensorFlow's resolver
@@ -479,16 +494,9 @@ def test_each_local_task_has_the_variables_srun_sets(hpc_home, tmp_path):
              "SLURM_STEPID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST",
              "SLURM_STEP_TASKS_PER_NODE", "SLURM_GTIDS", "SLURMD_NODENAME", "SLURM_JOB_NODELIST",
              "SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE", "SLURM_CPUS_ON_NODE"]
-    job = write_job(tmp_path, f"""
-name: step vars
-launcher: srun
-command: [bash, -c, 'for v in {" ".join(names)}; do printf "%s=%s\\n" $v "${{!v}}"; done']
-resources: {{nodes: 1, tasks_per_node: 2}}
-monitor: {{interval: 0}}
-""")
-    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False)
+    script = f'for v in {" ".join(names)}; do printf "%s=%s\\n" $v "${{!v}}"; done'
+    proc, st, _ = run_two_ranks(tmp_path, "step vars", "srun", ["bash", "-c", script])
     assert proc.returncode == 0, proc.stderr
-    st = json.loads(hl("status", "step vars", "--json", cwd="/").stdout)
     for r in range(2):
         text = open(os.path.join(st["run_dir"], "logs", "attempt0", f"rank{r}.log")).read()
         got = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
@@ -507,15 +515,8 @@ monitor: {{interval: 0}}
 def test_frameworks_find_their_slurm_cluster_in_a_local_job(hpc_home, tmp_path, program, args, expect):
     """JAX's jax.distributed.initialize() and Lightning's SLURMEnvironment, with no arguments and no
     hpclaunch in them, on the local backend as under Slurm."""
-    job = write_job(tmp_path, f"""
-name: framework
-launcher: srun
-command: [{sys.executable}, {os.path.join(EXAMPLES, program)}, {", ".join(f'"{a}"' for a in args)}]
-resources: {{nodes: 1, tasks_per_node: 2, time: "00:05:00"}}
-monitor: {{interval: 0}}
-""")
-    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False, timeout=300)
-    logs = hl("logs", "framework", cwd="/").stdout
+    proc, _, logs = run_two_ranks(tmp_path, "framework", "srun",
+                                  [sys.executable, os.path.join(EXAMPLES, program), *args])
     assert proc.returncode == 0, logs[-3000:] + proc.stderr[-2000:]
     for line in expect:
         assert line.format(h=socket.gethostname()) in logs, logs[-3000:]
@@ -529,16 +530,9 @@ def test_train_entry_under_a_local_srun_step_is_one_world(hpc_home, tmp_path):
 
     data = tmp_path / "digits.csv"
     write_digits_csv(str(data))
-    job = write_job(tmp_path, f"""
-name: srun world
-launcher: srun
-command: [{sys.executable}, -m, hpclaunch.train_entry, --data, {data}, --epochs, "1"]
-resources: {{nodes: 1, tasks_per_node: 2, time: "00:05:00"}}
-monitor: {{interval: 0}}
-""")
-    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False, timeout=300)
+    proc, st, _ = run_two_ranks(tmp_path, "srun world", "srun", [sys.executable, "-m", "hpclaunch.train_entry",
+                                                                 "--data", str(data), "--epochs", "1"])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    st = json.loads(hl("status", "srun world", "--json", cwd="/").stdout)
     for r in range(2):
         log = open(os.path.join(st["run_dir"], "logs", "attempt0", f"rank{r}.log")).read()
         assert f"rank={r} local_rank={r} world_size=2 " in log and "launcher=srun" in log, log[-2000:]
@@ -574,15 +568,7 @@ def test_mpi_horovod_and_tensorflow_launchers_on_the_local_backend(hpc_home, tmp
     if launcher == "tensorflow":  # TensorFlow lives in a venv of its own (make tf-venv; make test makes it)
         python = os.path.join(os.path.dirname(EXAMPLES), ".venv-tf", "bin", "python")
         require(None if os.path.exists(python) else "no .venv-tf: make tf-venv", "the local tensorflow test")
-    job = write_job(tmp_path, f"""
-name: {launcher} here
-launcher: {launcher}
-command: [{python}, {os.path.join(EXAMPLES, program)}]
-resources: {{nodes: 1, tasks_per_node: 2, time: "00:05:00"}}
-monitor: {{interval: 0}}
-""")
-    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False, timeout=300)
-    logs = hl("logs", f"{launcher} here", cwd="/").stdout
+    proc, _, logs = run_two_ranks(tmp_path, f"{launcher} here", launcher, [python, os.path.join(EXAMPLES, program)])
     assert proc.returncode == 0, logs[-3000:] + proc.stderr[-2000:]
     for line in expect:
         assert line.format(h=socket.gethostname()) in logs, logs[-3000:]

@@ -16,9 +16,10 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
+
+from gpu_checks import FAILED, check, hl  # bench/gpu/gpu_checks.py, beside this script
 
 JAX_PROGRAM = '''
 import os, socket, sys, time
@@ -52,21 +53,6 @@ print(f"lightning rank {trainer.global_rank}/{trainer.world_size} on {trainer.st
       f"host {socket.gethostname()}", flush=True)
 del trainer
 '''
-
-FAILED: list = []
-
-
-def check(ok: bool, what: str) -> bool:
-    print(f"   [{'ok' if ok else 'FAILED'}] {what}", flush=True)
-    if not ok:
-        FAILED.append(what)
-    return ok
-
-
-def hl(*args, cwd, env, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hpclaunch", *args], cwd=cwd, env=env, text=True,
-                          capture_output=True, timeout=timeout)
-
 
 def has_gpu() -> bool:
     try:
