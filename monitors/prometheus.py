@@ -12,8 +12,8 @@ requires; the file is removed when the monitor stops, so a finished job's series
 
 Port collision (two jobs' monitors on one node asking for the same port): the exporter takes the
 next free port of ``PORT_TRIES``, says so in one stderr line and an event, and writes the port it
-serves on to ``monitor/<host>.prometheus.port`` (removed when it stops); when all are taken it says so once and goes on
-without an HTTP exporter. Names, labels and units: docs/monitor-logs.md, "Prometheus exporter".
+serves on to ``monitor/<host>.prometheus.port`` (removed when it stops); when all are taken it says
+so once and goes on without an HTTP exporter. Names, labels and units: docs/monitor-logs.md, "Prometheus exporter".
 """
 
 from __future__ import annotations
