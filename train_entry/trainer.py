@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import logging
 import math
@@ -129,9 +130,16 @@ class _Run:
         stop = StopRequest(os.environ.get("HPCLAUNCH_REQUEUE_FLAG"), control_dir, min_interval_s=0.0)
         stop.install()
         try:
-            return self._run_installed(dist, der, run_dir, control_dir, stop)
+            result = self._run_installed(dist, der, run_dir, control_dir, stop)
         finally:
             stop.uninstall()
+        # The last barrier, with the DDP wrapper gone (its cycles need the collector): while it lives,
+        # the barrier's work can hold DDP's last gradient all-reduce, whose thread state keeps a
+        # Python object; gloo's thread frees it later, perhaps during interpreter teardown: an
+        # abort, exit 134 (docs/launch-modes.md).
+        gc.collect()
+        dist.barrier()
+        return result
 
     def _run_installed(self, dist: Dist, der, run_dir: str, control_dir: str, stop: StopRequest) -> TrainResult:
         cfg, rank, world = self.cfg, dist.rank, dist.world_size
@@ -307,7 +315,6 @@ class _Run:
             if rank == 0:
                 write_finished(run_dir, {"step": state["step"], "epoch": state["epoch"], "time_unix": time.time(),
                                          "val_accuracy": val[1], "val_loss": val[0], "checkpoint": last_ckpt})
-            dist.barrier()
             return TrainResult("finished", state["step"], state["epoch"], val[1], val[0], run_dir, last_ckpt)
         finally:
             mw.close()
