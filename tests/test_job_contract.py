@@ -205,6 +205,21 @@ requeue: {max_attempts: 1}
     assert f"==> rank 1 (exit 3) on {HOST}:" in logs
 
 
+def test_summary_of_a_rank_that_aborts_in_cxx_names_torchs_teardown_abort(hpc_home, tmp_path):
+    job = write_job(tmp_path, """
+name: aborts
+launcher: srun
+command: [bash, -c, 'echo "epoch 9 done"; echo "terminate called without an active exception" >&2; kill -ABRT $$']
+monitor: {interval: 0}
+requeue: {max_attempts: 1}
+""")
+    proc = submit_wait(tmp_path, job)
+    assert proc.returncode == 134, proc.stderr
+    assert "first failing rank: rank 0" in proc.stderr and "exit code 134" in proc.stderr, proc.stderr
+    assert "after a finished DDP run, torch's abort in interpreter teardown" in proc.stderr, proc.stderr
+    assert '"Ending a DDP program"' in proc.stderr
+
+
 def test_summary_when_no_rank_started_points_at_the_batch_log(hpc_home, tmp_path):
     job = write_job(tmp_path, """
 name: no start

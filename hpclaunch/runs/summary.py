@@ -22,6 +22,13 @@ HINTS = {
     State.UNKNOWN: "the scheduler no longer knows it",
 }
 
+# Known ways for a rank to fail, told by its exit code and a line of its log: (code, line, hint).
+RANK_HINTS = [
+    (134, "terminate called without an active exception",
+     "a C++ abort: after a finished DDP run, torch's abort in interpreter teardown "
+     "(docs/launch-modes.md, \"Ending a DDP program\")"),
+]
+
 
 def batch_log(job: Job, task: Optional[int] = None) -> str:
     """The batch script's own log: logs/slurm.out, or logs/slurm-<job>_<task>.out for a sweep task."""
@@ -66,7 +73,10 @@ def failure_summary(job: Job, st: JobStatus, tail: int = 10) -> list[str]:
         lines.append(f"  first failing rank: rank {first.rank} on {first.host or 'an unrecorded host'}, "
                      f"exit code {first.exit_code}")
         lines.append(f"  its last lines ({first.path}):")
-        lines += [f"    | {line}" for line in last_lines(first.path, tail)] or ["    | (nothing)"]
+        shown = last_lines(first.path, tail)
+        lines += [f"    | {line}" for line in shown] or ["    | (nothing)"]
+        lines += [f"  {hint}" for code, needle, hint in RANK_HINTS
+                  if first.exit_code == code and any(needle in text for text in shown)]
         lines.append(f"  more: {where} --rank {first.rank}    (every rank: {where})")
         return lines
     started = job.rank_logs(task=task)
