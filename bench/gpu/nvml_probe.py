@@ -16,19 +16,10 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import statistics
 import sys
 import time
 
-
-def cpu_us(fn, n: int) -> float:
-    out = []
-    for _ in range(n):
-        time.sleep(0.02)
-        c0 = time.thread_time_ns()
-        fn()
-        out.append((time.thread_time_ns() - c0) / 1e3)
-    return statistics.median(out)
+from nvml_direct import cpu_us  # this folder: the same cold-call timer
 
 
 def main(argv=None) -> int:

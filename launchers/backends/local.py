@@ -68,6 +68,7 @@ class LocalBackend(Backend):
         self.start(request, ref.run_dir, ref.job_id, cwd)
 
     def start(self, request: BatchRequest, run_dir: str, job_id: str, cwd: str) -> int:
+        node_cpus = str(request.tasks_per_node * request.cpus_per_task)
         env = {
             "HPCLAUNCH_LOCAL": "1",
             "SLURM_JOB_ID": job_id,
@@ -81,8 +82,8 @@ class LocalBackend(Backend):
             "SLURM_NTASKS_PER_NODE": str(request.tasks_per_node),
             # sbatch's: Open MPI's mpirun reads the allocation from SLURM_NODELIST and these
             "SLURM_TASKS_PER_NODE": str(request.tasks_per_node),
-            "SLURM_JOB_CPUS_PER_NODE": str(request.tasks_per_node * request.cpus_per_task),
-            "SLURM_CPUS_ON_NODE": str(request.tasks_per_node * request.cpus_per_task),
+            "SLURM_JOB_CPUS_PER_NODE": node_cpus,
+            "SLURM_CPUS_ON_NODE": node_cpus,
             "SLURM_CPUS_PER_TASK": str(request.cpus_per_task),
             "SLURM_SUBMIT_DIR": cwd,
             "SLURM_CLUSTER_NAME": "local",
