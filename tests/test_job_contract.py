@@ -210,6 +210,7 @@ def test_summary_of_a_rank_that_aborts_in_cxx_names_torchs_teardown_abort(hpc_ho
 name: aborts
 launcher: srun
 command: [bash, -c, 'echo "epoch 9 done"; echo "terminate called without an active exception" >&2; kill -ABRT $$']
+resources: {nodes: 1, tasks_per_node: 1}
 monitor: {interval: 0}
 requeue: {max_attempts: 1}
 """)
