@@ -19,6 +19,7 @@ from typing import Callable, List, Optional, Sequence
 from hpclaunch.common.atomic import make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
+from hpclaunch.launchers.backends.local_gpus import machine_gpus
 from hpclaunch.launchers.backends.local_runner import end_group, group_alive, open_private_log, read_state, record_state
 from hpclaunch.launchers.backends.slurm import submit_env
 from hpclaunch.launchers.request import BatchRequest
@@ -41,6 +42,12 @@ class LocalBackend(Backend):
             raise HpclaunchError(f"{sources.of('resources.nodes')}: resources.nodes: the local backend runs one node "
                                  f"({request.nodes}) \u2014 use -o resources.nodes=1, "
                                  "or submit to Slurm with --backend slurm")
+        gpus = machine_gpus(os.environ) if request.gpus_per_node else None
+        if gpus is not None and len(gpus) < request.gpus_per_node:
+            raise HpclaunchError(f"{sources.of('resources.gpus_per_node')}: resources.gpus_per_node: "
+                                 f"{request.gpus_per_node} asked, this machine has {len(gpus)} GPU(s) "
+                                 f"({','.join(gpus)}) \u2014 ask for fewer, or set HPCLAUNCH_LOCAL_GPUS "
+                                 "to the GPUs local jobs may use")
 
     def preflight(self, request: BatchRequest, script: str, args: Sequence[str], sources,
                   test_only: bool = False) -> Optional[str]:
@@ -98,6 +105,9 @@ class LocalBackend(Backend):
         }
         if request.array_size:
             spec["array"] = {"size": request.array_size, "parallelism": self.array_parallelism(request)}
+        gpus = machine_gpus(os.environ) if request.gpus_per_node else None
+        if gpus is not None:  # leased by the runner; an unknown machine's jobs get no GPU variables
+            spec["gpus"] = {"ids": gpus, "per_node": request.gpus_per_node}
         write_atomic(os.path.join(run_dir, ".hpclaunch", "local-job.json"), json.dumps(spec, indent=1))
         runner_env = submit_env()
         with open_private_log(os.path.join(run_dir, "logs", "runner.log")) as log:
@@ -121,8 +131,8 @@ class LocalBackend(Backend):
         if not st:
             return JobStatus(State.PENDING, source="local")
         state = st.get("state", "PENDING")
-        reason = ""
-        if state == "RUNNING" and not _alive(st.get("runner_pid")):
+        reason = st.get("reason", "") if state == "PENDING" else ""
+        if state in ("RUNNING", "PENDING") and not _alive(st.get("runner_pid")):
             # The runner died without a word (kill -9): the job runs while its processes do.
             if any(group_alive(g) for g in st.get("pgids", [])):
                 reason = "the local runner died; the job's processes still run (hpclaunch cancel stops them)"

@@ -2,8 +2,8 @@
 
 Started detached by the local backend (`python -m hpclaunch.launchers.local_runner RUN_DIR`), it
 plays Slurm's part: the variables Slurm sets, the time limit (the requeue signal `grace` seconds
-before it, SIGTERM at it, SIGKILL after a grace), requeue when the script asks for it, and cancel
-(SIGTERM to this runner). Its state lives in RUN_DIR/.hpclaunch/local.json, written atomically.
+before it, SIGTERM at it, SIGKILL after a grace), requeue when the script asks for it, cancel
+(SIGTERM to this runner), and the GPUs a job asks for (leased, local_gpus.py; PENDING until free). Its state lives in RUN_DIR/.hpclaunch/local.json, written atomically.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import threading
 import time
 
 from hpclaunch.common.atomic import write_atomic
+from hpclaunch.launchers.backends.local_gpus import try_lease
 
 KILL_WAIT = 10.0
 
@@ -74,15 +75,41 @@ def main(argv: list[str] | None = None) -> int:
     else:
         final, rc, attempts = _run_attempts(run_dir, spec, {}, os.path.join(run_dir, "logs", "slurm.out"),
                                             cancelled, running, lock,
-                                            on_attempt=lambda n, pid: record_state(run_dir, attempts=n, script_pid=pid))
+                                            on_attempt=lambda n, pid: record_state(run_dir, attempts=n, script_pid=pid),
+                                            on_state=lambda state, reason: record_state(
+                                                run_dir, state=state, reason=reason,
+                                                **({"start_time": time.time()} if state == "RUNNING" else {})))
     record_state(run_dir, state=final, exit_code=rc if rc is not None and rc >= 0 else 128 - (rc or 0),
            end_time=time.time(), attempts=attempts)
     return 0
 
 
 def _run_attempts(marker_dir: str, spec: dict, extra_env: dict, log_path: str, cancelled: threading.Event,
-                  running: set, lock: threading.Lock, on_attempt=None) -> tuple[str, int | None, int]:
-    """One job (or one sweep task), attempt after attempt while its script asks to be requeued."""
+                  running: set, lock: threading.Lock, on_attempt=None, on_state=None) -> tuple[str, int | None, int]:
+    """One job (or one sweep task): its GPUs leased first, where it asks for some (waiting, PENDING,
+    while other local jobs hold them), then attempt after attempt while its script asks to be requeued."""
+    gpus = spec.get("gpus")
+    if not gpus:
+        return _attempts(marker_dir, spec, extra_env, log_path, cancelled, running, lock, on_attempt)
+    lease = try_lease(gpus["ids"], gpus["per_node"])
+    if lease is None and on_state:
+        on_state("PENDING", f"waiting for {gpus['per_node']} GPU(s) of {','.join(gpus['ids'])}: "
+                            "other local jobs hold them")
+    while lease is None:
+        if cancelled.wait(0.5):
+            return "CANCELLED", None, 0
+        lease = try_lease(gpus["ids"], gpus["per_node"])
+    if on_state:
+        on_state("RUNNING", "")
+    try:
+        return _attempts(marker_dir, spec, {**extra_env, **lease.env()}, log_path, cancelled, running, lock,
+                         on_attempt)
+    finally:
+        lease.release()
+
+
+def _attempts(marker_dir: str, spec: dict, extra_env: dict, log_path: str, cancelled: threading.Event,
+              running: set, lock: threading.Lock, on_attempt=None) -> tuple[str, int | None, int]:
     attempts, rc, final = 0, 0, "COMPLETED"
     requeue_marker = os.path.join(marker_dir, ".hpclaunch", "requeue")
     while True:
@@ -151,7 +178,7 @@ def _run_array(run_dir: str, spec: dict, array: dict, cancelled: threading.Event
                      "SLURM_ARRAY_TASK_MAX": str(size - 1)}
             task_dir = os.path.join(run_dir, f"task{task}")
             result = _run_attempts(task_dir, spec, extra, os.path.join(run_dir, "logs", f"slurm-{job_id}_{task}.out"),
-                                   cancelled, running, lock)
+                                   cancelled, running, lock, on_state=lambda state, _reason, t=task: record(t, state))
             results[task] = result
             record(task, result[0])
 

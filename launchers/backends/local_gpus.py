@@ -1,0 +1,90 @@
+"""The GPUs the local backend hands out, one job at a time, as Slurm's gres would.
+
+The machine's GPUs, the first that says: ``$HPCLAUNCH_LOCAL_GPUS`` (a comma list of NVML indices
+or UUIDs: the ones hpclaunch may use here), the submitter's ``CUDA_VISIBLE_DEVICES``, the driver's
+(one folder a GPU under /proc/driver/nvidia/gpus: indices 0..n-1). None of them (a Jetson's
+integrated GPU, a container without the driver's /proc): unknown, and jobs get no GPU variables,
+as before leases existed.
+
+A job that asks for N GPUs per node holds N of them, the lowest free first, from its first
+attempt to its end: an exclusive flock on one file a GPU, in a folder private to the user, so a
+lease ends with its runner however it ends (the kernel drops the lock). Jobs of another user on
+the same machine do not see these leases.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import tempfile
+from typing import List, Mapping, Optional
+
+from hpclaunch.common.atomic import make_private_dirs
+from hpclaunch.common.errors import HpclaunchError
+
+_ID = re.compile(r"^(?:\d{1,3}|(?:GPU|MIG)-[0-9A-Za-z-]{1,80})$")
+_DRIVER = "/proc/driver/nvidia/gpus"
+
+
+def machine_gpus(env: Mapping[str, str], driver_dir: str = _DRIVER) -> Optional[List[str]]:
+    """The GPU ids a local job may be given, or None where this machine does not say."""
+    for var in ("HPCLAUNCH_LOCAL_GPUS", "CUDA_VISIBLE_DEVICES"):
+        value = env.get(var, "").strip()
+        if not value:
+            continue
+        ids = [t.strip() for t in value.split(",") if t.strip()]
+        bad = [t for t in ids if not _ID.match(t)]
+        if bad or len(set(ids)) != len(ids):
+            raise HpclaunchError(f"{var}={value!r}: not a list of distinct GPU indices or UUIDs "
+                                 f"({', '.join(bad) or 'a repeated one'}) \u2014 e.g. {var}=0,1")
+        return ids
+    try:
+        count = len([d for d in os.listdir(driver_dir) if not d.startswith(".")])
+    except OSError:
+        return None
+    return [str(i) for i in range(count)] if count else None
+
+
+def lease_dir() -> str:
+    return os.path.join(tempfile.gettempdir(), f"hpclaunch-{os.getuid()}", "gpu-leases")
+
+
+class Lease:
+    """GPUs held by this process (open, locked files) until release() or its exit."""
+
+    def __init__(self, ids: List[str], fds: List[int]):
+        self.ids, self._fds = ids, fds
+
+    def env(self) -> dict:
+        """What Slurm sets for a job's GPUs without device cgroups: the node's own ids."""
+        ids = ",".join(self.ids)
+        return {"CUDA_VISIBLE_DEVICES": ids, "SLURM_JOB_GPUS": ids, "SLURM_STEP_GPUS": ids,
+                "GPU_DEVICE_ORDINAL": ids}
+
+    def release(self) -> None:
+        for fd in self._fds:
+            os.close(fd)  # closing drops the flock
+        self._fds = []
+
+
+def try_lease(ids: List[str], count: int, folder: Optional[str] = None) -> Optional[Lease]:
+    """`count` of `ids`, the lowest free first, or None (and nothing held) if fewer are free."""
+    folder = folder or lease_dir()
+    make_private_dirs(folder)
+    got, fds = [], []
+    for gpu in ids:
+        if len(got) == count:
+            break
+        fd = os.open(os.path.join(folder, f"gpu-{gpu}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        got.append(gpu)
+        fds.append(fd)
+    lease = Lease(got, fds)
+    if len(got) < count:
+        lease.release()
+        return None
+    return lease

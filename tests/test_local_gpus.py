@@ -1,0 +1,117 @@
+"""The local backend hands out GPUs as Slurm's gres would: a job that asks for N holds N of the
+machine's GPUs (CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS), no two running jobs share one, and a job
+waits PENDING while others hold them. No GPU here: the machine's GPUs are declared through
+HPCLAUNCH_LOCAL_GPUS or a fake driver folder; the leases are real flocks."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from hlcli import hl
+
+from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.launchers.backends.local_gpus import machine_gpus, try_lease
+
+
+def test_the_machines_gpus_first_that_says(tmp_path):
+    driver = tmp_path / "gpus"
+    driver.mkdir()
+    for bus in ("0000:17:00.0", "0000:65:00.0"):
+        (driver / bus).mkdir()
+    assert machine_gpus({}, str(driver)) == ["0", "1"]
+    assert machine_gpus({"CUDA_VISIBLE_DEVICES": "3,1"}, str(driver)) == ["3", "1"]
+    assert machine_gpus({"HPCLAUNCH_LOCAL_GPUS": " 2 ", "CUDA_VISIBLE_DEVICES": "3"}, str(driver)) == ["2"]
+    assert machine_gpus({"HPCLAUNCH_LOCAL_GPUS": "GPU-8f3a-11, MIG-a1b2"}, str(driver)) == ["GPU-8f3a-11", "MIG-a1b2"]
+    assert machine_gpus({}, str(tmp_path / "none")) is None      # no driver folder: unknown (a Jetson)
+    (tmp_path / "empty").mkdir()
+    assert machine_gpus({}, str(tmp_path / "empty")) is None
+    for value in ("0,0", "0;rm -rf", "../x", "1,,x y"):
+        with pytest.raises(HpclaunchError, match="HPCLAUNCH_LOCAL_GPUS=.*e.g. HPCLAUNCH_LOCAL_GPUS=0,1"):
+            machine_gpus({"HPCLAUNCH_LOCAL_GPUS": value}, str(driver))
+
+
+def test_leases_are_exclusive_lowest_first_and_end_with_their_holder(tmp_path):
+    folder = str(tmp_path / "leases")
+    a = try_lease(["0", "1", "2"], 2, folder)
+    assert a.ids == ["0", "1"] and a.env()["CUDA_VISIBLE_DEVICES"] == "0,1" == a.env()["SLURM_JOB_GPUS"]
+    assert try_lease(["0", "1", "2"], 2, folder) is None       # one free: nothing held
+    b = try_lease(["0", "1", "2"], 1, folder)
+    assert b.ids == ["2"]
+    a.release()
+    assert try_lease(["0", "1", "2"], 2, folder).ids == ["0", "1"]
+    # another process's lease holds until that process is gone, however it ends
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from hpclaunch.launchers.backends.local_gpus import try_lease\n"
+                               f"l = try_lease(['5'], 1, {folder!r}); print(l.ids, flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "['5']"
+    assert try_lease(["5"], 1, folder) is None
+    holder.kill()
+    holder.wait()
+    assert try_lease(["5"], 1, folder).ids == ["5"]
+
+
+def _job(tmp_path, name, gpus, sleep):
+    (tmp_path / "quad.yaml").write_text("name: quad\nextends: workstation\nnode: {gpus: 4}\n")
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"""
+name: {name}
+profile: ./quad.yaml
+launcher: srun
+command: [bash, -c, 'echo "gpus=$CUDA_VISIBLE_DEVICES job=$SLURM_JOB_GPUS step=$SLURM_STEP_GPUS"; sleep {sleep}']
+resources: {{gpus_per_node: {gpus}, cpus_per_task: 1, mem: 1G}}
+monitor: {{interval: 0}}
+""")
+    return str(path)
+
+
+def _gpus_seen(run_dir):
+    line = open(os.path.join(run_dir, "logs", "attempt0", "rank0.log")).read().split("\n")[0]
+    fields = dict(f.split("=", 1) for f in line.split())
+    assert fields["gpus"] == fields["job"] == fields["step"], line
+    return fields["gpus"].split(",")
+
+
+def _status(job_id, env):
+    return json.loads(hl("status", job_id, "--json", cwd="/", env=env).stdout)
+
+
+def _wait_final(job_id, env, timeout=60.0):
+    deadline = time.time() + timeout
+    while True:
+        st = _status(job_id, env)
+        if st["state"] not in ("PENDING", "RUNNING") or time.time() > deadline:
+            return st
+        time.sleep(0.5)
+
+
+def test_concurrent_local_jobs_get_their_own_gpus_and_wait_for_them(hpc_home, tmp_path):
+    env = {**os.environ, "HPCLAUNCH_LOCAL_GPUS": "0,1,2"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    jobs = []
+    for name, gpus in (("two", 2), ("one", 1), ("waits", 2)):
+        out = hl("submit", _job(tmp_path, name, gpus, 3), "--backend", "local", "--json", cwd=str(tmp_path), env=env)
+        jobs.append(json.loads(out.stdout))
+    time.sleep(1.0)
+    st = _status(jobs[2]["job_id"], env)
+    assert st["state"] == "PENDING" and "waiting for 2 GPU(s) of 0,1,2" in st["reason"], st
+    states = [_wait_final(j["job_id"], env)["state"] for j in jobs]
+    assert states == ["COMPLETED"] * 3
+    two, one, waits = (_gpus_seen(j["run_dir"]) for j in jobs)
+    assert len(two) == 2 and len(one) == 1 and not set(two) & set(one), (two, one)
+    assert sorted(two + one) == ["0", "1", "2"]
+    assert len(waits) == 2
+
+
+def test_more_gpus_than_the_machine_has_is_refused_at_submit(hpc_home, tmp_path):
+    env = {**os.environ, "HPCLAUNCH_LOCAL_GPUS": "0,1"}
+    proc = hl("submit", _job(tmp_path, "big", 3, 0), "--backend", "local", cwd=str(tmp_path), env=env, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "resources.gpus_per_node: 3 asked, this machine has 2 GPU(s) (0,1)" in proc.stderr
+    assert "HPCLAUNCH_LOCAL_GPUS" in proc.stderr and "Traceback" not in proc.stderr
+    assert json.loads(hl("list", "--all", "--json", cwd="/", env=env).stdout) == []   # nothing queued
+    bad = hl("submit", _job(tmp_path, "bad", 1, 0), "--backend", "local", cwd=str(tmp_path),
+             env={**env, "HPCLAUNCH_LOCAL_GPUS": "0;reboot"}, check=False)
+    assert bad.returncode == 2 and "HPCLAUNCH_LOCAL_GPUS='0;reboot'" in bad.stderr, bad.stderr
