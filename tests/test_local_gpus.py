@@ -24,12 +24,33 @@ def test_the_machines_gpus_first_that_says(tmp_path):
     assert machine_gpus({"CUDA_VISIBLE_DEVICES": "3,1"}, str(driver)) == ["3", "1"]
     assert machine_gpus({"HPCLAUNCH_LOCAL_GPUS": " 2 ", "CUDA_VISIBLE_DEVICES": "3"}, str(driver)) == ["2"]
     assert machine_gpus({"HPCLAUNCH_LOCAL_GPUS": "GPU-8f3a-11, MIG-a1b2"}, str(driver)) == ["GPU-8f3a-11", "MIG-a1b2"]
-    assert machine_gpus({}, str(tmp_path / "none")) is None      # no driver folder: unknown (a Jetson)
+    no_nvml = lambda: 0  # noqa: E731 (this machine's NVML, if any, stays out of it)
+    assert machine_gpus({}, str(tmp_path / "none"), no_nvml) is None      # no driver folder: unknown (a Jetson)
     (tmp_path / "empty").mkdir()
-    assert machine_gpus({}, str(tmp_path / "empty")) is None
+    assert machine_gpus({}, str(tmp_path / "empty"), no_nvml) is None
+    assert machine_gpus({}, str(tmp_path / "empty"), lambda: 2) == ["0", "1"]
     for value in ("0,0", "0;rm -rf", "../x", "1,,x y"):
         with pytest.raises(HpclaunchError, match="HPCLAUNCH_LOCAL_GPUS=.*e.g. HPCLAUNCH_LOCAL_GPUS=0,1"):
             machine_gpus({"HPCLAUNCH_LOCAL_GPUS": value}, str(driver))
+
+
+def test_without_the_drivers_folder_nvml_counts_them(tmp_path):
+    """gVisor and some containers have no /proc/driver/nvidia: NVML's count, through the real
+    nvidia-ml-py over the tests' fake libnvidia-ml (tests/monitors/fake_libnvml.c)."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    src = os.path.join(os.path.dirname(__file__), "monitors", "fake_libnvml.c")
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(lib / "libnvidia-ml.so.1"), src], check=True)
+    code = ("from hpclaunch.launchers.backends.local_gpus import machine_gpus; "
+            f"print(machine_gpus({{}}, {str(tmp_path / 'no-driver')!r}))")
+    for gpus, want in (("3", "['0', '1', '2']"), ("0", "None")):
+        env = {**os.environ, "LD_LIBRARY_PATH": str(lib), "FAKE_LIBNVML_GPUS": gpus}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == want, out
+    # no library at all: unknown
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LD_LIBRARY_PATH": str(tmp_path)},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "None", out
 
 
 def test_leases_are_exclusive_lowest_first_and_end_with_their_holder(tmp_path):

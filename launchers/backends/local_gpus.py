@@ -2,9 +2,9 @@
 
 The machine's GPUs, the first that says: ``$HPCLAUNCH_LOCAL_GPUS`` (a comma list of NVML indices
 or UUIDs: the ones hpclaunch may use here), the submitter's ``CUDA_VISIBLE_DEVICES``, the driver's
-(one folder a GPU under /proc/driver/nvidia/gpus: indices 0..n-1). None of them (a Jetson's
-integrated GPU, a container without the driver's /proc): unknown, and jobs get no GPU variables,
-as before leases existed.
+(one folder a GPU under /proc/driver/nvidia/gpus: indices 0..n-1), NVML's device count. None of
+them (a Jetson's integrated GPU, no driver): unknown, and jobs get no GPU variables, as before
+leases existed.
 
 A job that asks for N GPUs per node holds N of them, the lowest free first, from its first
 attempt to its end: an exclusive flock on one file a GPU, in a folder private to the user, so a
@@ -17,7 +17,7 @@ import fcntl
 import os
 import re
 import tempfile
-from typing import List, Mapping, Optional
+from typing import Callable, List, Mapping, Optional
 
 from hpclaunch.common.atomic import make_private_dirs
 from hpclaunch.common.errors import HpclaunchError
@@ -26,7 +26,8 @@ _ID = re.compile(r"^(?:\d{1,3}|(?:GPU|MIG)-[0-9A-Za-z-]{1,80})$")
 _DRIVER = "/proc/driver/nvidia/gpus"
 
 
-def machine_gpus(env: Mapping[str, str], driver_dir: str = _DRIVER) -> Optional[List[str]]:
+def machine_gpus(env: Mapping[str, str], driver_dir: str = _DRIVER,
+                 nvml_count: Callable[[], int] = lambda: _nvml_count()) -> Optional[List[str]]:
     """The GPU ids a local job may be given, or None where this machine does not say."""
     for var in ("HPCLAUNCH_LOCAL_GPUS", "CUDA_VISIBLE_DEVICES"):
         value = env.get(var, "").strip()
@@ -41,8 +42,28 @@ def machine_gpus(env: Mapping[str, str], driver_dir: str = _DRIVER) -> Optional[
     try:
         count = len([d for d in os.listdir(driver_dir) if not d.startswith(".")])
     except OSError:
-        return None
+        count = 0
+    count = count or nvml_count()
     return [str(i) for i in range(count)] if count else None
+
+
+def _nvml_count() -> int:
+    """NVML's device count where the driver's /proc folder is missing (gVisor, some containers);
+    0 without nvidia-ml-py or a driver."""
+    try:
+        import pynvml  # nvidia-ml-py (the monitor's extra); lazy: it loads the driver's library
+    except ImportError:
+        return 0
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 (no driver, no library: NVMLError or OSError)
+        return 0
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # noqa: BLE001
+        return 0
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def lease_dir() -> str:
