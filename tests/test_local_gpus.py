@@ -136,3 +136,14 @@ def test_more_gpus_than_the_machine_has_is_refused_at_submit(hpc_home, tmp_path)
     bad = hl("submit", _job(tmp_path, "bad", 1, 0), "--backend", "local", cwd=str(tmp_path),
              env={**env, "HPCLAUNCH_LOCAL_GPUS": "0;reboot"}, check=False)
     assert bad.returncode == 2 and "HPCLAUNCH_LOCAL_GPUS='0;reboot'" in bad.stderr, bad.stderr
+
+
+def test_the_gpu_lease_bench_runs_here_on_the_cpu(tmp_path):
+    """bench/gpu/local_gpus_gpu.py runs on a GPU only when one is lent: here, with one GPU declared,
+    its two jobs take turns on it, so the script cannot rot between loans."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "gpu",
+                          "local_gpus_gpu.py")
+    proc = subprocess.run([sys.executable, script, "--out", str(tmp_path / "out"), "--seconds", "2"],
+                          cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "\n0 check(s) failed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "[ok] the second job waited PENDING for the GPU" in proc.stdout
