@@ -74,6 +74,19 @@ def test_leases_are_exclusive_lowest_first_and_end_with_their_holder(tmp_path):
     assert try_lease(["5"], 1, folder).ids == ["5"]
 
 
+def test_a_lease_folder_others_can_write_is_refused(tmp_path):
+    base = tmp_path / "hpclaunch-x"
+    folder = base / "gpu-leases"
+    assert try_lease(["0"], 1, str(folder)).ids == ["0"]
+    os.chmod(folder, 0o777)                  # anyone could hold our locks or plant links
+    with pytest.raises(HpclaunchError, match="gpu-leases: the GPU lease folder is not yours alone .*mode 777"):
+        try_lease(["0"], 1, str(folder))
+    os.chmod(folder, 0o700)
+    os.symlink("/etc/passwd", folder / "gpu-1.lock")  # a planted link is not followed
+    with pytest.raises(OSError):
+        try_lease(["1"], 1, str(folder))
+
+
 def _job(tmp_path, name, gpus, sleep):
     (tmp_path / "quad.yaml").write_text("name: quad\nextends: workstation\nnode: {gpus: 4}\n")
     path = tmp_path / f"{name}.yaml"

@@ -19,7 +19,7 @@ from typing import Callable, List, Optional, Sequence
 from hpclaunch.common.atomic import make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
-from hpclaunch.launchers.backends.local_gpus import machine_gpus
+from hpclaunch.launchers.backends.local_gpus import machine_gpus, private_lease_dir
 from hpclaunch.launchers.backends.local_runner import end_group, group_alive, open_private_log, read_state, record_state
 from hpclaunch.launchers.backends.slurm import submit_env
 from hpclaunch.launchers.request import BatchRequest
@@ -43,6 +43,8 @@ class LocalBackend(Backend):
                                  f"({request.nodes}) \u2014 use -o resources.nodes=1, "
                                  "or submit to Slurm with --backend slurm")
         gpus = machine_gpus(os.environ) if request.gpus_per_node else None
+        if gpus is not None:
+            private_lease_dir()
         if gpus is not None and len(gpus) < request.gpus_per_node:
             raise HpclaunchError(f"{sources.of('resources.gpus_per_node')}: resources.gpus_per_node: "
                                  f"{request.gpus_per_node} asked, this machine has {len(gpus)} GPU(s) "

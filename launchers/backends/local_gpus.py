@@ -67,7 +67,21 @@ def _nvml_count() -> int:
 
 
 def lease_dir() -> str:
+    """The user's lease folder on this machine (node-local /tmp: flock on a shared home is not)."""
     return os.path.join(tempfile.gettempdir(), f"hpclaunch-{os.getuid()}", "gpu-leases")
+
+
+def private_lease_dir(folder: Optional[str] = None) -> str:
+    """The lease folder, made if missing; refused if another user owns it or others may write in
+    it (who could hold our GPUs' locks, or plant links where our lock files go)."""
+    folder = folder or lease_dir()
+    make_private_dirs(folder)
+    for path in (os.path.dirname(folder), folder):
+        st = os.lstat(path)
+        if st.st_uid != os.getuid() or st.st_mode & 0o022 or not os.path.isdir(path) or os.path.islink(path):
+            raise HpclaunchError(f"{path}: the GPU lease folder is not yours alone (owner uid {st.st_uid}, "
+                                 f"mode {st.st_mode & 0o777:o}) \u2014 remove it, or set TMPDIR to a folder of yours")
+    return folder
 
 
 class Lease:
@@ -90,13 +104,13 @@ class Lease:
 
 def try_lease(ids: List[str], count: int, folder: Optional[str] = None) -> Optional[Lease]:
     """`count` of `ids`, the lowest free first, or None (and nothing held) if fewer are free."""
-    folder = folder or lease_dir()
-    make_private_dirs(folder)
+    folder = private_lease_dir(folder)
     got, fds = [], []
     for gpu in ids:
         if len(got) == count:
             break
-        fd = os.open(os.path.join(folder, f"gpu-{gpu}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(os.path.join(folder, f"gpu-{gpu}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
