@@ -160,3 +160,27 @@ def test_the_gpu_lease_bench_runs_here_on_the_cpu(tmp_path):
                           cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "\n0 check(s) failed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "[ok] the second job waited PENDING for the GPU" in proc.stdout
+
+
+def test_each_local_jobs_energy_is_its_own_gpus(hpc_home, tmp_path):
+    """Two 1-GPU jobs side by side on a 2-GPU machine (the tests' fake NVML: two H100 boards): each
+    monitor logs and each report counts only the job's leased GPU, attributed to its rank."""
+    env = {**os.environ, "HPCLAUNCH_LOCAL_GPUS": "0,1",
+           "HPCLAUNCH_MONITOR_FAKE_NVML": os.path.join(os.path.dirname(os.path.abspath(__file__)), "monitors",
+                                                       "fake_nvml.py")}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    jobs = []
+    for name in ("left", "right"):
+        path = _job(tmp_path, name, 1, 3)
+        with open(path) as f:
+            body = f.read().replace("monitor: {interval: 0}", "monitor: {interval: 0.2}")
+        with open(path, "w") as f:
+            f.write(body)
+        jobs.append(json.loads(hl("submit", path, "--backend", "local", "--json", cwd=str(tmp_path), env=env).stdout))
+    assert [_wait_final(j["job_id"], env)["state"] for j in jobs] == ["COMPLETED"] * 2
+    leased = [_gpus_seen(j["run_dir"]) for j in jobs]
+    assert sorted(leased) == [["0"], ["1"]], leased
+    for job, gpus in zip(jobs, leased):
+        doc = json.loads(hl("report", job["run_dir"], "--format", "json", cwd="/", env=env).stdout)
+        assert [str(g["index"]) for g in doc["gpus"]] == gpus, (gpus, doc["gpus"])
+        assert doc["gpus"][0]["ranks"] == [0] and doc["gpus"][0]["energy_j"] > 0, doc["gpus"]
