@@ -29,6 +29,10 @@ def test_the_machines_gpus_first_that_says(tmp_path):
     (tmp_path / "empty").mkdir()
     assert machine_gpus({}, str(tmp_path / "empty"), no_nvml) is None
     assert machine_gpus({}, str(tmp_path / "empty"), lambda: 2) == ["0", "1"]
+    # CUDA's own rule for its variable: the list ends at the first entry it cannot use
+    assert machine_gpus({"CUDA_VISIBLE_DEVICES": "2,0,-1,3"}, str(driver)) == ["2", "0"]
+    assert machine_gpus({"CUDA_VISIBLE_DEVICES": "-1"}, str(driver)) == []             # every GPU hidden
+    assert machine_gpus({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, str(driver)) == []     # Slurm's "none"
     for value in ("0,0", "0;rm -rf", "../x", "1,,x y"):
         with pytest.raises(HpclaunchError, match="HPCLAUNCH_LOCAL_GPUS=.*e.g. HPCLAUNCH_LOCAL_GPUS=0,1"):
             machine_gpus({"HPCLAUNCH_LOCAL_GPUS": value}, str(driver))
@@ -146,6 +150,11 @@ def test_more_gpus_than_the_machine_has_is_refused_at_submit(hpc_home, tmp_path)
     assert "resources.gpus_per_node: 3 asked, this machine has 2 GPU(s) (0,1)" in proc.stderr
     assert "HPCLAUNCH_LOCAL_GPUS" in proc.stderr and "Traceback" not in proc.stderr
     assert json.loads(hl("list", "--all", "--json", cwd="/", env=env).stdout) == []   # nothing queued
+    hidden = {k: v for k, v in env.items() if k != "HPCLAUNCH_LOCAL_GPUS"}
+    none = hl("submit", _job(tmp_path, "none", 1, 0), "--backend", "local", cwd=str(tmp_path),
+              env={**hidden, "CUDA_VISIBLE_DEVICES": "-1"}, check=False)
+    assert none.returncode == 2 and "1 asked, this machine has 0 GPU(s) (CUDA_VISIBLE_DEVICES=-1)" in none.stderr, \
+        none.stderr
     bad = hl("submit", _job(tmp_path, "bad", 1, 0), "--backend", "local", cwd=str(tmp_path),
              env={**env, "HPCLAUNCH_LOCAL_GPUS": "0;reboot"}, check=False)
     assert bad.returncode == 2 and "HPCLAUNCH_LOCAL_GPUS='0;reboot'" in bad.stderr, bad.stderr

@@ -48,8 +48,8 @@ class LocalBackend(Backend):
         if gpus is not None and len(gpus) < request.gpus_per_node:
             raise HpclaunchError(f"{sources.of('resources.gpus_per_node')}: resources.gpus_per_node: "
                                  f"{request.gpus_per_node} asked, this machine has {len(gpus)} GPU(s) "
-                                 f"({','.join(gpus)}) \u2014 ask for fewer, or set HPCLAUNCH_LOCAL_GPUS "
-                                 "to the GPUs local jobs may use")
+                                 f"({','.join(gpus) or 'CUDA_VISIBLE_DEVICES=' + os.environ.get('CUDA_VISIBLE_DEVICES', '')}"
+                                 ") \u2014 ask for fewer, or set HPCLAUNCH_LOCAL_GPUS to the GPUs local jobs may use")
 
     def preflight(self, request: BatchRequest, script: str, args: Sequence[str], sources,
                   test_only: bool = False) -> Optional[str]:

@@ -29,15 +29,21 @@ _DRIVER = "/proc/driver/nvidia/gpus"
 def machine_gpus(env: Mapping[str, str], driver_dir: str = _DRIVER,
                  nvml_count: Callable[[], int] = lambda: _nvml_count()) -> Optional[List[str]]:
     """The GPU ids a local job may be given, or None where this machine does not say."""
-    for var in ("HPCLAUNCH_LOCAL_GPUS", "CUDA_VISIBLE_DEVICES"):
-        value = env.get(var, "").strip()
-        if not value:
-            continue
+    value = env.get("HPCLAUNCH_LOCAL_GPUS", "").strip()
+    if value:
         ids = [t.strip() for t in value.split(",") if t.strip()]
         bad = [t for t in ids if not _ID.match(t)]
         if bad or len(set(ids)) != len(ids):
-            raise HpclaunchError(f"{var}={value!r}: not a list of distinct GPU indices or UUIDs "
-                                 f"({', '.join(bad) or 'a repeated one'}) \u2014 e.g. {var}=0,1")
+            raise HpclaunchError(f"HPCLAUNCH_LOCAL_GPUS={value!r}: not a list of distinct GPU indices or UUIDs "
+                                 f"({', '.join(bad) or 'a repeated one'}) \u2014 e.g. HPCLAUNCH_LOCAL_GPUS=0,1")
+        return ids
+    value = env.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if value:
+        ids: List[str] = []
+        for t in (t.strip() for t in value.split(",")):
+            if not _ID.match(t) or t in ids:  # CUDA's rule: the list ends at the first entry it cannot use
+                break                        # ("-1" and Slurm's "NoDevFiles" hide every GPU)
+            ids.append(t)
         return ids
     try:
         count = len([d for d in os.listdir(driver_dir) if not d.startswith(".")])
