@@ -193,3 +193,21 @@ def test_each_local_jobs_energy_is_its_own_gpus(hpc_home, tmp_path):
         doc = json.loads(hl("report", job["run_dir"], "--format", "json", cwd="/", env=env).stdout)
         assert [str(g["index"]) for g in doc["gpus"]] == gpus, (gpus, doc["gpus"])
         assert doc["gpus"][0]["ranks"] == [0] and doc["gpus"][0]["energy_j"] > 0, doc["gpus"]
+
+
+def test_a_gpu_submit_asks_the_machine_for_its_gpus_once(hpc_home, tmp_path, monkeypatch):
+    """check() and start() of one submit share one lookup: where only NVML can count the GPUs,
+    each lookup is an nvmlInit (up to ~100 ms on a real driver)."""
+    from hpclaunch.launchers.backends import local
+    from hpclaunch.runs.submission import submit
+
+    calls = []
+    monkeypatch.setattr(local, "machine_gpus", lambda env: calls.append(1) or ["0", "1"])
+    job = submit(_job(tmp_path, "once", 1, 0), backend="local", cwd=str(tmp_path))
+    assert len(calls) == 1
+    st = _wait_final(job.id, dict(os.environ))
+    assert st["state"] == "COMPLETED", st
+    assert _gpus_seen(job.record.run_dir) == ["0"]   # the looked-up list reached the runner's lease
+    again = submit(_job(tmp_path, "twice", 1, 0), backend="local", cwd=str(tmp_path))
+    assert len(calls) == 2                            # a new submit looks again
+    assert _wait_final(again.id, dict(os.environ))["state"] == "COMPLETED"

@@ -12,14 +12,12 @@ run on the CPU and the report checks are skipped (how the tests run it).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import sys
-import tempfile
 
-from gpu_checks import FAILED, check, hl  # bench/gpu/gpu_checks.py, beside this script
+from gpu_checks import FAILED, check, hl, job_bench  # bench/gpu/gpu_checks.py, beside this script
 
 JAX_PROGRAM = '''
 import os, socket, sys, time
@@ -54,27 +52,8 @@ print(f"lightning rank {trainer.global_rank}/{trainer.world_size} on {trainer.st
 del trainer
 '''
 
-def has_gpu() -> bool:
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        n = pynvml.nvmlDeviceGetCount()
-        pynvml.nvmlShutdown()
-        return n > 0
-    except Exception:  # noqa: BLE001 (no library, no driver, no device: all "no GPU")
-        return False
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seconds", type=float, default=15.0)
-    a = ap.parse_args(argv)
-    os.makedirs(a.out, exist_ok=True)
-    gpu = has_gpu()
-    work = tempfile.mkdtemp()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPCLAUNCH_"))},
-           "HPCLAUNCH_HOME": os.path.join(work, "home")}
+    a, gpu, work, env = job_bench(argv, __doc__, 15.0)
     with open(os.path.join(work, "box.yaml"), "w") as f:
         f.write("name: box\nextends: local\n" + (
             "node: {cpus: 16, mem: 120G, gpus: 1, gpu_model: GPU, gpu_mem_gib: 80}\ngpu_request: gpus-per-node\n"

@@ -55,6 +55,28 @@ def hl(*args, cwd=None, env=None, timeout=600) -> subprocess.CompletedProcess:
                           capture_output=True, timeout=timeout)
 
 
+def has_gpu() -> bool:
+    """Whether NVML answers with at least one device (the local backend's own count)."""
+    from hpclaunch.launchers.backends.local_gpus import nvml_device_count
+
+    return nvml_device_count() > 0
+
+
+def job_bench(argv, doc: str, seconds: float):
+    """The start of a bench that submits local jobs: its arguments (``--out``, ``--seconds``), whether
+    a GPU answers, a scratch folder, and an environment with a registry of its own there and no
+    Slurm or hpclaunch variables of the caller's."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seconds", type=float, default=seconds)
+    a = ap.parse_args(argv)
+    os.makedirs(a.out, exist_ok=True)
+    work = tempfile.mkdtemp()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPCLAUNCH_"))},
+           "HPCLAUNCH_HOME": os.path.join(work, "home")}
+    return a, has_gpu(), work, env
+
+
 def events(run_dir: str, host: str) -> list:
     path = os.path.join(run_dir, "monitor", f"{host}.events.jsonl")
     if not os.path.exists(path):

@@ -16,16 +16,13 @@ sleep instead of multiplying, and the CUDA and report checks are skipped (how th
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 
-from frameworks_gpu import has_gpu  # bench/gpu, beside this script
-from gpu_checks import FAILED, check, hl
+from gpu_checks import FAILED, check, hl, job_bench  # bench/gpu, beside this script
 
 PROGRAM = '''
 import os, sys, time
@@ -51,15 +48,7 @@ def seen(run_dir: str) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seconds", type=float, default=6.0)
-    a = ap.parse_args(argv)
-    os.makedirs(a.out, exist_ok=True)
-    gpu = has_gpu()
-    work = tempfile.mkdtemp()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPCLAUNCH_"))},
-           "HPCLAUNCH_HOME": os.path.join(work, "home")}
+    a, gpu, work, env = job_bench(argv, __doc__, 6.0)
     if not gpu:
         env["HPCLAUNCH_LOCAL_GPUS"] = "0"
     from hpclaunch.launchers.backends.local_gpus import machine_gpus

@@ -27,6 +27,17 @@ from hpclaunch.launchers.request import BatchRequest
 
 class LocalBackend(Backend):
     name = "local"
+    _gpus_memo: Optional[tuple] = None  # (request, its GPU list): check() and start() of one submit
+
+    def _machine_gpus(self, request: BatchRequest) -> Optional[List[str]]:
+        """The machine's GPUs for a GPU job (None: not a GPU job, or unknown), looked up once per
+        submit: where only NVML can count them, each lookup is an nvmlInit (up to ~100 ms)."""
+        if not request.gpus_per_node:
+            return None
+        memo = self._gpus_memo
+        if memo is None or memo[0] is not request:
+            memo = self._gpus_memo = (request, machine_gpus(os.environ))
+        return memo[1]
 
     def cluster_name(self) -> str:
         return "local:" + os.uname().nodename  # gethostname(), without importing socket
@@ -42,7 +53,7 @@ class LocalBackend(Backend):
             raise HpclaunchError(f"{sources.of('resources.nodes')}: resources.nodes: the local backend runs one node "
                                  f"({request.nodes}) \u2014 use -o resources.nodes=1, "
                                  "or submit to Slurm with --backend slurm")
-        gpus = machine_gpus(os.environ) if request.gpus_per_node else None
+        gpus = self._machine_gpus(request)
         if gpus is not None:
             private_lease_dir()
         if gpus is not None and len(gpus) < request.gpus_per_node:
@@ -107,7 +118,7 @@ class LocalBackend(Backend):
         }
         if request.array_size:
             spec["array"] = {"size": request.array_size, "parallelism": self.array_parallelism(request)}
-        gpus = machine_gpus(os.environ) if request.gpus_per_node else None
+        gpus = self._machine_gpus(request)
         if gpus is not None:  # leased by the runner; an unknown machine's jobs get no GPU variables
             spec["gpus"] = {"ids": gpus, "per_node": request.gpus_per_node}
         write_atomic(os.path.join(run_dir, ".hpclaunch", "local-job.json"), json.dumps(spec, indent=1))

@@ -27,8 +27,9 @@ _DRIVER = "/proc/driver/nvidia/gpus"
 
 
 def machine_gpus(env: Mapping[str, str], driver_dir: str = _DRIVER,
-                 nvml_count: Callable[[], int] = lambda: _nvml_count()) -> Optional[List[str]]:
-    """The GPU ids a local job may be given, or None where this machine does not say."""
+                 nvml_count: Optional[Callable[[], int]] = None) -> Optional[List[str]]:
+    """The GPU ids a local job may be given, or None where this machine does not say (``nvml_count``:
+    the device count where the driver's folder says nothing; NVML's by default)."""
     value = env.get("HPCLAUNCH_LOCAL_GPUS", "").strip()
     if value:
         ids = [t.strip() for t in value.split(",") if t.strip()]
@@ -49,11 +50,11 @@ def machine_gpus(env: Mapping[str, str], driver_dir: str = _DRIVER,
         count = len([d for d in os.listdir(driver_dir) if not d.startswith(".")])
     except OSError:
         count = 0
-    count = count or nvml_count()
+    count = count or (nvml_count or nvml_device_count)()
     return [str(i) for i in range(count)] if count else None
 
 
-def _nvml_count() -> int:
+def nvml_device_count() -> int:
     """NVML's device count where the driver's /proc folder is missing (gVisor, some containers);
     0 without nvidia-ml-py or a driver."""
     try:
