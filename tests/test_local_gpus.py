@@ -86,9 +86,8 @@ def test_a_lease_folder_others_can_write_is_refused(tmp_path):
     with pytest.raises(HpclaunchError, match="gpu-leases: the GPU lease folder is not yours alone .*mode 777"):
         try_lease(["0"], 1, str(folder))
     os.chmod(folder, 0o700)
-    os.symlink("/etc/passwd", folder / "gpu-1.lock")  # a planted link is not followed
-    with pytest.raises(OSError):
-        try_lease(["1"], 1, str(folder))
+    os.symlink("/etc/passwd", folder / "gpu-1.lock")  # a planted link is not followed: that GPU is held
+    assert try_lease(["1"], 1, str(folder)) is None
 
 
 def _job(tmp_path, name, gpus, sleep):
@@ -211,3 +210,124 @@ def test_a_gpu_submit_asks_the_machine_for_its_gpus_once(hpc_home, tmp_path, mon
     again = submit(_job(tmp_path, "twice", 1, 0), backend="local", cwd=str(tmp_path))
     assert len(calls) == 2                            # a new submit looks again
     assert _wait_final(again.id, dict(os.environ))["state"] == "COMPLETED"
+
+
+# -- a lease folder the machine's users share (HPCLAUNCH_GPU_LEASE_DIR) ---------------------------------
+
+@pytest.fixture
+def shared_dir():
+    """A folder made as an admin would (root's, mode 1777), outside pytest's private tmp_path so
+    that another user can reach it."""
+    import shutil
+    import tempfile
+
+    assert os.getuid() == 0, "these tests switch to another user (uid 65534) and need root, as CI has"
+    top = tempfile.mkdtemp(prefix="hpclaunch-shared-leases-", dir="/tmp")
+    os.chmod(top, 0o755)
+    folder = os.path.join(top, "gpu-leases")
+    os.mkdir(folder)
+    os.chmod(folder, 0o1777)
+    yield folder
+    shutil.rmtree(top)
+
+
+HOLD = """
+import sys, time
+from hpclaunch.launchers.backends.local_gpus import try_lease
+lease = try_lease(sys.argv[2].split(","), int(sys.argv[3]), sys.argv[1], shared=True)
+print("held", ",".join(lease.ids) if lease else "none", flush=True)
+time.sleep(60)
+"""
+
+
+def _as_nobody(folder, ids, count):
+    """Another user (uid 65534) leasing GPUs in ``folder`` with hpclaunch's own code; it holds them
+    until killed."""
+    proc = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", HOLD,
+                             folder, ids, str(count)], stdout=subprocess.PIPE, text=True, cwd="/",
+                            env={**os.environ, "HOME": "/"})
+    return proc, proc.stdout.readline().split()
+
+
+def test_users_sharing_a_lease_folder_never_share_a_gpu(shared_dir):
+    old = os.umask(0o077)   # a lock file made here must still open for the other user
+    try:
+        mine = try_lease(["0", "1", "2"], 1, shared_dir, shared=True)
+    finally:
+        os.umask(old)
+    assert mine.ids == ["0"]
+    assert os.stat(os.path.join(shared_dir, "gpu-0.lock")).st_mode & 0o777 == 0o644
+    other, said = _as_nobody(shared_dir, "0,1,2", 2)
+    try:
+        assert said == ["held", "1,2"]                                   # not root's GPU 0
+        assert os.stat(os.path.join(shared_dir, "gpu-1.lock")).st_uid == 65534
+        assert try_lease(["0", "1", "2"], 1, shared_dir, shared=True) is None   # all three held, by two users
+        mine.release()
+        again = try_lease(["0", "1", "2"], 1, shared_dir, shared=True)
+        assert again.ids == ["0"]
+        again.release()
+    finally:
+        other.kill()
+        other.wait()
+    freed = try_lease(["0", "1", "2"], 3, shared_dir, shared=True)   # the other user's locks died with it
+    assert freed.ids == ["0", "1", "2"]
+    freed.release()
+
+
+def test_a_planted_lock_file_is_as_good_as_held_and_never_hangs(shared_dir):
+    os.mkfifo(os.path.join(shared_dir, "gpu-0.lock"))                  # a FIFO: a blocking open would wait forever
+    os.symlink("/etc/passwd", os.path.join(shared_dir, "gpu-1.lock"))  # a link: never followed
+    unreadable = os.path.join(shared_dir, "gpu-2.lock")
+    open(unreadable, "w").close()
+    os.chmod(unreadable, 0o600)                                        # root's, unreadable to the other user
+    assert try_lease(["0", "1"], 1, shared_dir, shared=True) is None
+    other, said = _as_nobody(shared_dir, "0,1,2,3", 1)
+    other.kill()
+    other.wait()
+    assert said == ["held", "3"]
+    assert os.stat("/etc/passwd").st_size > 0
+
+
+def test_a_shared_lease_folder_others_could_tamper_with_is_refused(shared_dir, tmp_path):
+    from hpclaunch.launchers.backends.local_gpus import shared_lease_dir
+
+    assert shared_lease_dir(shared_dir) == shared_dir
+    cases = {"relative/leases": "not an absolute path",
+             str(tmp_path / "missing"): "install -d -m 1777",
+             "/etc/passwd": "not a folder"}
+    nosticky = tmp_path / "nosticky"
+    nosticky.mkdir()
+    os.chmod(nosticky, 0o777)
+    cases[str(nosticky)] = "chmod +t"
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chmod(theirs, 0o1777)
+    os.chown(theirs, 65534, 65534)
+    cases[str(theirs)] = "owned by uid 65534"
+    for folder, fix in cases.items():
+        with pytest.raises(HpclaunchError) as e:
+            shared_lease_dir(folder)
+        assert "HPCLAUNCH_GPU_LEASE_DIR=" in str(e.value) and fix in str(e.value), (folder, str(e.value))
+
+
+def test_a_local_job_takes_the_gpu_another_user_left_free(hpc_home, tmp_path, shared_dir):
+    env = {**os.environ, "HPCLAUNCH_LOCAL_GPUS": "0,1", "HPCLAUNCH_GPU_LEASE_DIR": shared_dir}
+    other, said = _as_nobody(shared_dir, "0,1", 1)
+    try:
+        assert said == ["held", "0"]
+        sub = json.loads(hl("submit", _job(tmp_path, "beside", 1, 0), "--backend", "local", "--json",
+                            cwd=str(tmp_path), env=env).stdout)
+        waits = json.loads(hl("submit", _job(tmp_path, "waits", 2, 0), "--backend", "local", "--json",
+                              cwd=str(tmp_path), env=env).stdout)
+        assert _wait_final(sub["job_id"], env)["state"] == "COMPLETED"
+        assert _gpus_seen(sub["run_dir"]) == ["1"]
+        st = _status(waits["job_id"], env)
+        assert st["state"] == "PENDING" and f"any user's, through {shared_dir}" in st["reason"], st
+    finally:
+        other.kill()
+        other.wait()
+    assert _wait_final(waits["job_id"], env)["state"] == "COMPLETED"
+    assert _gpus_seen(waits["run_dir"]) == ["0", "1"]
+    bad = hl("submit", _job(tmp_path, "bad", 1, 0), "--backend", "local", cwd=str(tmp_path),
+             env={**env, "HPCLAUNCH_GPU_LEASE_DIR": str(tmp_path / "nowhere")}, check=False)
+    assert bad.returncode == 2 and "install -d -m 1777" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr

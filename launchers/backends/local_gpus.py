@@ -7,15 +7,17 @@ them (a Jetson's integrated GPU, no driver): unknown, and jobs get no GPU variab
 leases existed.
 
 A job that asks for N GPUs per node holds N of them, the lowest free first, from its first
-attempt to its end: an exclusive flock on one file a GPU, in a folder private to the user, so a
-lease ends with its runner however it ends (the kernel drops the lock). Jobs of another user on
-the same machine do not see these leases.
+attempt to its end: an exclusive flock on one file a GPU, so a lease ends with its runner however
+it ends (the kernel drops the lock). The folder is the user's own, or ``$HPCLAUNCH_GPU_LEASE_DIR``,
+one an admin made for every user of a shared workstation (then their jobs take turns too).
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
+import stat
 import tempfile
 from typing import Callable, List, Mapping, Optional
 
@@ -73,22 +75,82 @@ def nvml_device_count() -> int:
         pynvml.nvmlShutdown()
 
 
-def lease_dir() -> str:
-    """The user's lease folder on this machine (node-local /tmp: flock on a shared home is not)."""
+def lease_dir(env: Optional[Mapping[str, str]] = None) -> str:
+    """The lease folder: ``$HPCLAUNCH_GPU_LEASE_DIR`` (one folder every user of the machine shares,
+    made by an admin), else the user's own (node-local /tmp: flock on a shared home is not)."""
+    shared = (env if env is not None else os.environ).get("HPCLAUNCH_GPU_LEASE_DIR", "").strip()
+    if shared:
+        return shared
     return os.path.join(tempfile.gettempdir(), f"hpclaunch-{os.getuid()}", "gpu-leases")
 
 
+def checked_lease_dir(env: Optional[Mapping[str, str]] = None) -> str:
+    """The lease folder, checked (and the user's own made if missing)."""
+    env = env if env is not None else os.environ
+    shared = env.get("HPCLAUNCH_GPU_LEASE_DIR", "").strip()
+    return shared_lease_dir(shared) if shared else private_lease_dir()
+
+
+def shared_lease_dir(folder: str) -> str:
+    """A lease folder the machine's users share. It must already be there (``install -d -m 1777
+    DIR``, or ``-m 3770 -g GROUP`` for one group), owned by root or by this user, and sticky if others
+    may write in it: else someone could replace the lock files the other users hold."""
+    what = f"HPCLAUNCH_GPU_LEASE_DIR={folder!r}"
+    if not os.path.isabs(folder):
+        raise HpclaunchError(f"{what}: not an absolute path — e.g. HPCLAUNCH_GPU_LEASE_DIR=/var/lib/hpclaunch/gpu-leases")
+    try:
+        st = os.lstat(folder)
+    except OSError as e:
+        raise HpclaunchError(f"{what}: {e.strerror} — an admin makes it once for every user: "
+                             f"install -d -m 1777 {folder}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise HpclaunchError(f"{what}: not a folder (a link or a file) — point it at a real folder")
+    if st.st_uid not in (0, os.getuid()):
+        raise HpclaunchError(f"{what}: owned by uid {st.st_uid}, who could replace the lock files — "
+                             "the folder must belong to root (or to you)")
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise HpclaunchError(f"{what}: others may write in it (mode {st.st_mode & 0o7777:o}) without the sticky "
+                             f"bit, so they could replace the lock files — chmod +t {folder}")
+    return folder
+
+
 def private_lease_dir(folder: Optional[str] = None) -> str:
-    """The lease folder, made if missing; refused if another user owns it or others may write in
-    it (who could hold our GPUs' locks, or plant links where our lock files go)."""
-    folder = folder or lease_dir()
+    """The user's own lease folder, made if missing; refused if another user owns it or others may
+    write in it (who could hold our GPUs' locks, or plant links where our lock files go)."""
+    folder = folder or lease_dir({})
     make_private_dirs(folder)
     for path in (os.path.dirname(folder), folder):
         st = os.lstat(path)
         if st.st_uid != os.getuid() or st.st_mode & 0o022 or not os.path.isdir(path) or os.path.islink(path):
             raise HpclaunchError(f"{path}: the GPU lease folder is not yours alone (owner uid {st.st_uid}, "
-                                 f"mode {st.st_mode & 0o777:o}) \u2014 remove it, or set TMPDIR to a folder of yours")
+                                 f"mode {st.st_mode & 0o777:o}) — remove it, or set TMPDIR to a folder of yours")
     return folder
+
+
+def _open_lock(path: str) -> Optional[int]:
+    """A GPU's lock file, opened read-only (flock needs no more, and other users of a shared folder
+    can open a file made 0644), or None where it cannot be used: another user made it unreadable, or
+    it is no regular file (a planted FIFO: O_NONBLOCK keeps the open from waiting on it)."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            try:  # O_EXCL: made here, so its mode is ours to set (0644 whatever the umask)
+                fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+                os.fchmod(fd, 0o644)
+            except FileExistsError:
+                fd = os.open(path, flags)
+    except PermissionError:
+        return None
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO):  # a planted link, or a socket
+            return None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
 
 
 class Lease:
@@ -109,15 +171,17 @@ class Lease:
         self._fds = []
 
 
-def try_lease(ids: List[str], count: int, folder: Optional[str] = None) -> Optional[Lease]:
-    """`count` of `ids`, the lowest free first, or None (and nothing held) if fewer are free."""
-    folder = private_lease_dir(folder)
+def try_lease(ids: List[str], count: int, folder: Optional[str] = None, shared: bool = False) -> Optional[Lease]:
+    """`count` of `ids`, the lowest free first, or None (and nothing held) if fewer are free.
+    ``folder``: the user's own lease folder by default; ``shared``: it is the machine's shared one."""
+    folder = shared_lease_dir(folder) if shared and folder else private_lease_dir(folder)
     got, fds = [], []
     for gpu in ids:
         if len(got) == count:
             break
-        fd = os.open(os.path.join(folder, f"gpu-{gpu}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-                     0o600)
+        fd = _open_lock(os.path.join(folder, f"gpu-{gpu}.lock"))
+        if fd is None:  # unusable here: as good as held
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

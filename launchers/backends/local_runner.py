@@ -91,14 +91,15 @@ def _run_attempts(marker_dir: str, spec: dict, extra_env: dict, log_path: str, c
     gpus = spec.get("gpus")
     if not gpus:
         return _attempts(marker_dir, spec, extra_env, log_path, cancelled, running, lock, on_attempt)
-    lease = try_lease(gpus["ids"], gpus["per_node"])
+    folder = gpus.get("lease_dir")  # the machine's shared folder, checked at submit; else the user's own
+    lease = try_lease(gpus["ids"], gpus["per_node"], folder, shared=bool(folder))
     if lease is None and on_state:
         on_state("PENDING", f"waiting for {gpus['per_node']} GPU(s) of {','.join(gpus['ids'])}: "
-                            "other local jobs hold them")
+                            "other local jobs hold them" + (f" (any user's, through {folder})" if folder else ""))
     while lease is None:
         if cancelled.wait(0.5):
             return "CANCELLED", None, 0
-        lease = try_lease(gpus["ids"], gpus["per_node"])
+        lease = try_lease(gpus["ids"], gpus["per_node"], folder, shared=bool(folder))
     if on_state:
         on_state("RUNNING", "")
     try:
