@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import json
 import logging
 import math
 import os
@@ -27,6 +26,7 @@ from .dist_init import Dist, init_distributed, set_deterministic
 from .metrics import MetricsWriter
 from .model import build_model
 from .optim import grad_norm_, lr_lambda
+from .resume import resume_newest
 from .signals import StopRequest, requeue_exit_code, write_finished, write_requeue_marker
 
 log = logging.getLogger("hpclaunch.train_entry")
@@ -199,7 +199,7 @@ class _Run:
                     log.info("--no-resume: the checkpoints already here were moved to %s (a new run)", aside)
         dist.barrier()
         if cfg.resume:
-            resumed_from = self._resume(store, model, opt, sched, scaler, state, rank, world)
+            resumed_from = resume_newest(self.dist, store, model, opt, sched, scaler, state)
 
         dmodel = dist.wrap_model(model)
         dist.broadcast_initial_state(model, opt)
@@ -436,71 +436,3 @@ class _Run:
         self._inflight = self.store.begin(s["step"], shared, per_rank, meta)
         self._commit_at = s["step"] + COMMIT_AFTER_STEPS
         return self._inflight.final
-
-    def _resume(self, store, model, opt, sched, scaler, state, rank, world) -> Optional[str]:
-        """The newest checkpoint that verifies and loads on every rank; one that does not load (a
-        pickle that would run code, a model of another shape) is named and the next older one is
-        tried. Checkpoints that exist but none loads: one line, exit 2 (training from step 0 would
-        bury them)."""
-        dist = self.dist
-        found: list = []
-        if rank == 0:
-            found, skipped = store.valid_checkpoints()
-            for p, why in skipped:
-                log.warning("checkpoint %s skipped: %s", p, why)
-            if not found:
-                log.info("no valid checkpoint in %s: starting from step 0", store.root)
-        refused = []
-        for i in range(dist.broadcast_int(len(found))):
-            step = dist.broadcast_int(found[i][1]["step"] if rank == 0 else -1)
-            path = store.step_dir(step)
-            try:
-                self._load(path, model, opt, sched, scaler, state, rank, world)
-                error = None
-            except ckpt.CheckpointError as exc:
-                error = str(exc)
-            if not dist.any(error is not None):
-                if rank == 0:
-                    log.info("resuming from %s (newest loadable checkpoint: step %d, epoch %d, batch %d)",
-                             path, state["step"], state["epoch"], state["batch_in_epoch"])
-                return path
-            if error:
-                log.warning("checkpoint %s not used: %s", path, error)
-            refused.append(path)
-        if refused:
-            raise ConfigError(f"{store.root}: no checkpoint here can be resumed ({len(refused)} refused, see the "
-                              "warnings above) \u2014 move them aside, or start afresh with --no-resume")
-        return None
-
-    def _load(self, path, model, opt, sched, scaler, state, rank, world) -> None:
-        with open(os.path.join(path, ckpt.MANIFEST)) as f:
-            manifest = json.load(f)
-        weights = os.path.join(path, "model.safetensors")
-        try:
-            ckpt.load_weights(model, weights)
-        except (RuntimeError, ValueError, KeyError) as exc:
-            why = ckpt.weights_mismatch(model, weights) or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ckpt.UnsafeCheckpoint(f"the weights do not fit this model: {why[:200]} (another --hidden or "
-                                        "--model than the run that wrote it?)") from None
-        tr = ckpt.torch_load(os.path.join(path, "trainer.pt"))
-        try:
-            opt.load_state_dict(tr["optimizer"])
-            sched.load_state_dict(tr["scheduler"])
-            scaler.load_state_dict(tr["scaler"])
-            loaded = dict(tr["state"])
-        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-            raise ckpt.UnsafeCheckpoint(f"trainer.pt does not fit this run ({str(exc)[:200]})") from None
-        state.update(loaded)
-        rng_path = os.path.join(path, f"rng-rank{rank}.pt")
-        if manifest.get("world_size") != world:
-            log.warning("checkpoint %s was written by %s ranks, now %d: restarting epoch %d from its first batch "
-                        "(exact resume needs the same world size)", path, manifest.get("world_size"), world,
-                        state["epoch"])
-            state.update(batch_in_epoch=0, ep_loss=0.0, ep_correct=0.0, ep_count=0.0)
-        if os.path.exists(rng_path):
-            try:
-                ckpt.set_rng_state(ckpt.torch_load(rng_path))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ckpt.UnsafeCheckpoint(f"{rng_path}: not an RNG state ({exc})") from None
-        else:
-            log.warning("no RNG state for rank %d in %s; RNGs stay freshly seeded", rank, path)
