@@ -17,6 +17,7 @@ Conventions (documented in docs/report-schema.md):
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -48,6 +49,12 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS, logs_final: bo
     if not files["gpu"]:
         warnings.append(f"no GPU logs in {run_dir / schema.MONITOR_DIR}: GPU energy unknown")
     copies = columnar.Policy(True if logs_final else run_ended(run_dir)) if engine == "auto" else None
+    # The ranks' metrics are read beside the monitor logs and the per-GPU statistics (pyarrow and
+    # numpy leave the GIL): a first report parses both. Their warnings join at the same place as ever.
+    pool = ThreadPoolExecutor(max_workers=1)
+    met_warnings: List[str] = []
+    met_future = pool.submit(metrics_summary, run_dir, met_warnings, copies)
+    pool.shutdown(wait=False)
     logs = Logs(run_window(run_dir), engine, warnings, copies)
     # indexed as they are read: one file's raw columns in memory at a time, the reader's tables untouched
     keys, segs, fcols, txt, mstats = index_gpu_tables(logs.read(files["gpu"], readers.read_gpu_log, GPU_COUNTERS))
@@ -67,7 +74,8 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS, logs_final: bo
     xid.apply(gpus, xid.read(files["events"]), warnings)  # gpus[].xids, from the events files
     per_gpu.fcols = fcols = None  # the per-GPU columns are done with: free them before the rest
     skipped = logs.skipped + power_trace_peaks(files["power_trace"], engine, gpus, warnings)
-    met = metrics_summary(run_dir, warnings, copies)
+    met = met_future.result()
+    warnings.extend(met_warnings)
     ranks, med_all = rank_rows(run_dir, gpus, met, warnings)
     nodes = node_rows(gpus, hosts, per_gpu.node_peak, duration, warnings)
     data = {"schema": REPORT_SCHEMA, "job": job, "window": {"start_unix": t0, "end_unix": t1},
@@ -96,8 +104,6 @@ class Logs:
         self.engines: set = set()
 
     def read(self, paths, reader, counters) -> Iterator[readers.Table]:
-        from concurrent.futures import ThreadPoolExecutor
-
         paths = list(paths)
         # the next file is read (pyarrow: without the GIL) while the caller works on this one
         with ThreadPoolExecutor(max_workers=1) as pool:
