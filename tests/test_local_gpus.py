@@ -15,6 +15,16 @@ from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.local_gpus import machine_gpus, try_lease
 
 
+@pytest.fixture(autouse=True)
+def private_leases(tmp_path_factory, monkeypatch):
+    """Each test's own lease folder (the user's is under TMPDIR): another run of the suite on this
+    machine, or the user's own local jobs, never holds the GPUs a test declares."""
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmpdir")))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+
+
 def test_the_machines_gpus_first_that_says(tmp_path):
     driver = tmp_path / "gpus"
     driver.mkdir()

@@ -19,7 +19,7 @@ from typing import Callable, List, Optional, Sequence
 from hpclaunch.common.atomic import make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
-from hpclaunch.launchers.backends.local_gpus import checked_lease_dir, machine_gpus
+from hpclaunch.launchers.backends.local_gpus import checked_lease_dir, machine_gpus, shared_setting
 from hpclaunch.launchers.backends.local_runner import end_group, group_alive, open_private_log, read_state, record_state
 from hpclaunch.launchers.backends.slurm import submit_env
 from hpclaunch.launchers.request import BatchRequest
@@ -120,7 +120,7 @@ class LocalBackend(Backend):
             spec["array"] = {"size": request.array_size, "parallelism": self.array_parallelism(request)}
         gpus = self._machine_gpus(request)
         if gpus is not None:  # leased by the runner; an unknown machine's jobs get no GPU variables
-            shared = os.environ.get("HPCLAUNCH_GPU_LEASE_DIR", "").strip()
+            shared = shared_setting()  # checked in check(); the runner leases there
             spec["gpus"] = {"ids": gpus, "per_node": request.gpus_per_node, **({"lease_dir": shared} if shared else {})}
         write_atomic(os.path.join(run_dir, ".hpclaunch", "local-job.json"), json.dumps(spec, indent=1))
         runner_env = submit_env()

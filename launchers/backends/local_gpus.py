@@ -75,19 +75,21 @@ def nvml_device_count() -> int:
         pynvml.nvmlShutdown()
 
 
-def lease_dir(env: Optional[Mapping[str, str]] = None) -> str:
-    """The lease folder: ``$HPCLAUNCH_GPU_LEASE_DIR`` (one folder every user of the machine shares,
-    made by an admin), else the user's own (node-local /tmp: flock on a shared home is not)."""
-    shared = (env if env is not None else os.environ).get("HPCLAUNCH_GPU_LEASE_DIR", "").strip()
-    if shared:
-        return shared
+def lease_dir() -> str:
+    """The user's own lease folder on this machine (node-local /tmp: flock on a shared home is not)."""
     return os.path.join(tempfile.gettempdir(), f"hpclaunch-{os.getuid()}", "gpu-leases")
 
 
+def shared_setting(env: Optional[Mapping[str, str]] = None) -> str:
+    """``$HPCLAUNCH_GPU_LEASE_DIR``: one folder every user of the machine shares, made by an admin
+    ("" where unset: each user's own)."""
+    return (env if env is not None else os.environ).get("HPCLAUNCH_GPU_LEASE_DIR", "").strip()
+
+
 def checked_lease_dir(env: Optional[Mapping[str, str]] = None) -> str:
-    """The lease folder, checked (and the user's own made if missing)."""
-    env = env if env is not None else os.environ
-    shared = env.get("HPCLAUNCH_GPU_LEASE_DIR", "").strip()
+    """The lease folder jobs submitted with ``env`` use, checked: the shared one where set, else the
+    user's own (made if missing)."""
+    shared = shared_setting(env)
     return shared_lease_dir(shared) if shared else private_lease_dir()
 
 
@@ -117,7 +119,7 @@ def shared_lease_dir(folder: str) -> str:
 def private_lease_dir(folder: Optional[str] = None) -> str:
     """The user's own lease folder, made if missing; refused if another user owns it or others may
     write in it (who could hold our GPUs' locks, or plant links where our lock files go)."""
-    folder = folder or lease_dir({})
+    folder = folder or lease_dir()
     make_private_dirs(folder)
     for path in (os.path.dirname(folder), folder):
         st = os.lstat(path)
