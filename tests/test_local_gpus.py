@@ -341,3 +341,23 @@ def test_a_local_job_takes_the_gpu_another_user_left_free(hpc_home, tmp_path, sh
     bad = hl("submit", _job(tmp_path, "bad", 1, 0), "--backend", "local", cwd=str(tmp_path),
              env={**env, "HPCLAUNCH_GPU_LEASE_DIR": str(tmp_path / "nowhere")}, check=False)
     assert bad.returncode == 2 and "install -d -m 1777" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_a_job_stuck_on_a_lock_file_no_lease_can_take_says_which(hpc_home, tmp_path):
+    """A lock file no job's end will free (here a FIFO where GPU 0's lock goes) is named in the waiting
+    job's reason, with the fix; once it is gone the job runs."""
+    from hpclaunch.launchers.backends.local_gpus import private_lease_dir
+
+    fifo = os.path.join(private_lease_dir(), "gpu-0.lock")
+    os.mkfifo(fifo)
+    env = {**os.environ, "HPCLAUNCH_LOCAL_GPUS": "0"}
+    sub = json.loads(hl("submit", _job(tmp_path, "stuck", 1, 0), "--backend", "local", "--json",
+                        cwd=str(tmp_path), env=env).stdout)
+    deadline = time.time() + 30
+    while (st := _status(sub["job_id"], env))["state"] != "PENDING" or "no lease can take" not in st["reason"]:
+        assert time.time() < deadline, st
+        time.sleep(0.3)
+    assert f"{fifo} (not a regular file, owner uid 0)" in st["reason"] and "admin must remove" in st["reason"], st
+    os.unlink(fifo)
+    assert _wait_final(sub["job_id"], env)["state"] == "COMPLETED"
+    assert _gpus_seen(sub["run_dir"]) == ["0"]

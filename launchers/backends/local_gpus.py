@@ -155,6 +155,25 @@ def _open_lock(path: str) -> Optional[int]:
     return fd
 
 
+def unusable_locks(ids: List[str], folder: Optional[str] = None) -> List[str]:
+    """The lock files of ``ids`` that no lease can take (an unreadable file of another user, a link,
+    a FIFO), each with its owner and kind: what keeps a job waiting that no job's end will free."""
+    folder = folder or lease_dir()
+    out = []
+    for gpu in ids:
+        path = os.path.join(folder, f"gpu-{gpu}.lock")
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and os.access(path, os.R_OK):
+            continue
+        kind = "a link" if stat.S_ISLNK(st.st_mode) else "not a regular file" if not stat.S_ISREG(st.st_mode) \
+            else f"unreadable, mode {st.st_mode & 0o777:o}"
+        out.append(f"{path} ({kind}, owner uid {st.st_uid})")
+    return out
+
+
 class Lease:
     """GPUs held by this process (open, locked files) until release() or its exit."""
 

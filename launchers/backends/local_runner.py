@@ -16,7 +16,7 @@ import threading
 import time
 
 from hpclaunch.common.atomic import write_atomic
-from hpclaunch.launchers.backends.local_gpus import try_lease
+from hpclaunch.launchers.backends.local_gpus import try_lease, unusable_locks
 
 KILL_WAIT = 10.0
 
@@ -94,8 +94,11 @@ def _run_attempts(marker_dir: str, spec: dict, extra_env: dict, log_path: str, c
     folder = gpus.get("lease_dir")  # the machine's shared folder, checked at submit; else the user's own
     lease = try_lease(gpus["ids"], gpus["per_node"], folder, shared=bool(folder))
     if lease is None and on_state:
+        stuck = unusable_locks(gpus["ids"], folder)
         on_state("PENDING", f"waiting for {gpus['per_node']} GPU(s) of {','.join(gpus['ids'])}: "
-                            "other local jobs hold them" + (f" (any user's, through {folder})" if folder else ""))
+                            "other local jobs hold them" + (f" (any user's, through {folder})" if folder else "")
+                 + (f"; lock files no lease can take: {'; '.join(stuck)} \u2014 their owner or an admin must "
+                    "remove them" if stuck else ""))
     while lease is None:
         if cancelled.wait(0.5):
             return "CANCELLED", None, 0
