@@ -290,7 +290,10 @@ def test_a_planted_lock_file_is_as_good_as_held_and_never_hangs(shared_dir):
     unreadable = os.path.join(shared_dir, "gpu-2.lock")
     open(unreadable, "w").close()
     os.chmod(unreadable, 0o600)                                        # root's, unreadable to the other user
-    assert try_lease(["0", "1"], 1, shared_dir, shared=True) is None
+    stuck: list = []
+    assert try_lease(["0", "1"], 1, shared_dir, shared=True, stuck=stuck) is None
+    assert stuck == [f"{shared_dir}/gpu-0.lock (not a regular file, owner uid 0)",
+                     f"{shared_dir}/gpu-1.lock (a link, owner uid 0)"], stuck
     other, said = _as_nobody(shared_dir, "0,1,2,3", 1)
     other.kill()
     other.wait()
@@ -344,20 +347,30 @@ def test_a_local_job_takes_the_gpu_another_user_left_free(hpc_home, tmp_path, sh
 
 
 def test_a_job_stuck_on_a_lock_file_no_lease_can_take_says_which(hpc_home, tmp_path):
-    """A lock file no job's end will free (here a FIFO where GPU 0's lock goes) is named in the waiting
-    job's reason, with the fix; once it is gone the job runs."""
+    """A lock file no job's end will free (here a FIFO put where GPU 0's lock goes while the job already
+    waits for a GPU) is named in the waiting job's reason, with the fix; once it is gone the job runs."""
     from hpclaunch.launchers.backends.local_gpus import private_lease_dir
 
-    fifo = os.path.join(private_lease_dir(), "gpu-0.lock")
-    os.mkfifo(fifo)
-    env = {**os.environ, "HPCLAUNCH_LOCAL_GPUS": "0"}
+    held0, held1 = try_lease(["0"], 1), try_lease(["1"], 1)
+    env = {**os.environ, "HPCLAUNCH_LOCAL_GPUS": "0,1"}
     sub = json.loads(hl("submit", _job(tmp_path, "stuck", 1, 0), "--backend", "local", "--json",
                         cwd=str(tmp_path), env=env).stdout)
-    deadline = time.time() + 30
-    while (st := _status(sub["job_id"], env))["state"] != "PENDING" or "no lease can take" not in st["reason"]:
-        assert time.time() < deadline, st
-        time.sleep(0.3)
-    assert f"{fifo} (not a regular file, owner uid 0)" in st["reason"] and "admin must remove" in st["reason"], st
+
+    def reason_once(cond):
+        deadline = time.time() + 30
+        while not cond((st := _status(sub["job_id"], env))["reason"] or ""):
+            assert st["state"] == "PENDING" and time.time() < deadline, st
+            time.sleep(0.3)
+        return st["reason"]
+
+    assert "no lease can take" not in reason_once(lambda r: "other local jobs hold them" in r)
+    fifo = os.path.join(private_lease_dir(), "gpu-0.lock")
+    os.mkfifo(fifo + ".new")
+    os.replace(fifo + ".new", fifo)   # in place of the file this test's lease still locks: no moment free
+    held0.release()                   # GPU 0's old lock ends; GPU 1 stays held
+    reason = reason_once(lambda r: "no lease can take" in r)
+    assert f"{fifo} (not a regular file, owner uid 0)" in reason and "admin must remove" in reason, reason
     os.unlink(fifo)
     assert _wait_final(sub["job_id"], env)["state"] == "COMPLETED"
     assert _gpus_seen(sub["run_dir"]) == ["0"]
+    held1.release()

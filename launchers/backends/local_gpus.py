@@ -19,7 +19,7 @@ import os
 import re
 import stat
 import tempfile
-from typing import Callable, List, Mapping, Optional
+from typing import Callable, List, Mapping, Optional, Tuple
 
 from hpclaunch.common.atomic import make_private_dirs
 from hpclaunch.common.errors import HpclaunchError
@@ -129,10 +129,11 @@ def private_lease_dir(folder: Optional[str] = None) -> str:
     return folder
 
 
-def _open_lock(path: str) -> Optional[int]:
-    """A GPU's lock file, opened read-only (flock needs no more, and other users of a shared folder
-    can open a file made 0644), or None where it cannot be used: another user made it unreadable, or
-    it is no regular file (a planted FIFO: O_NONBLOCK keeps the open from waiting on it)."""
+def _open_lock(path: str) -> Tuple[Optional[int], Optional[str]]:
+    """(fd, None): a GPU's lock file, opened read-only (flock needs no more, and other users of a
+    shared folder can open a file made 0644); (None, why): one no lease can take, said with its kind
+    and owner (another user made it unreadable; a planted link, FIFO or socket: O_NONBLOCK keeps the
+    open from waiting on a FIFO). Such a file counts as held, and no job's end will free it."""
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         try:
@@ -144,34 +145,26 @@ def _open_lock(path: str) -> Optional[int]:
             except FileExistsError:
                 fd = os.open(path, flags)
     except PermissionError:
-        return None
+        return None, _unusable(path, "unreadable")
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENXIO):  # a planted link, or a socket
-            return None
+            return None, _unusable(path, "a link" if e.errno == errno.ELOOP else "not a regular file")
         raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        return None
-    return fd
+        return None, f"{path} (not a regular file, owner uid {st.st_uid})"
+    return fd, None
 
 
-def unusable_locks(ids: List[str], folder: Optional[str] = None) -> List[str]:
-    """The lock files of ``ids`` that no lease can take (an unreadable file of another user, a link,
-    a FIFO), each with its owner and kind: what keeps a job waiting that no job's end will free."""
-    folder = folder or lease_dir()
-    out = []
-    for gpu in ids:
-        path = os.path.join(folder, f"gpu-{gpu}.lock")
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode) and os.access(path, os.R_OK):
-            continue
-        kind = "a link" if stat.S_ISLNK(st.st_mode) else "not a regular file" if not stat.S_ISREG(st.st_mode) \
-            else f"unreadable, mode {st.st_mode & 0o777:o}"
-        out.append(f"{path} ({kind}, owner uid {st.st_uid})")
-    return out
+def _unusable(path: str, kind: str) -> str:
+    try:
+        st = os.lstat(path)
+    except OSError:  # gone meanwhile: the next try sees what is there then
+        return f"{path} ({kind})"
+    if kind == "unreadable":
+        kind = f"unreadable, mode {st.st_mode & 0o777:o}"
+    return f"{path} ({kind}, owner uid {st.st_uid})"
 
 
 class Lease:
@@ -192,16 +185,20 @@ class Lease:
         self._fds = []
 
 
-def try_lease(ids: List[str], count: int, folder: Optional[str] = None, shared: bool = False) -> Optional[Lease]:
+def try_lease(ids: List[str], count: int, folder: Optional[str] = None, shared: bool = False,
+              stuck: Optional[List[str]] = None) -> Optional[Lease]:
     """`count` of `ids`, the lowest free first, or None (and nothing held) if fewer are free.
-    ``folder``: the user's own lease folder by default; ``shared``: it is the machine's shared one."""
+    ``folder``: the user's own lease folder by default; ``shared``: it is the machine's shared one.
+    ``stuck``: gets each lock file this try found no lease can take (all of them, when it fails)."""
     folder = shared_lease_dir(folder) if shared and folder else private_lease_dir(folder)
     got, fds = [], []
     for gpu in ids:
         if len(got) == count:
             break
-        fd = _open_lock(os.path.join(folder, f"gpu-{gpu}.lock"))
+        fd, why = _open_lock(os.path.join(folder, f"gpu-{gpu}.lock"))
         if fd is None:  # unusable here: as good as held
+            if stuck is not None:
+                stuck.append(why)
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

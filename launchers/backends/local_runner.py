@@ -16,7 +16,7 @@ import threading
 import time
 
 from hpclaunch.common.atomic import write_atomic
-from hpclaunch.launchers.backends.local_gpus import try_lease, unusable_locks
+from hpclaunch.launchers.backends.local_gpus import try_lease
 
 KILL_WAIT = 10.0
 
@@ -92,17 +92,21 @@ def _run_attempts(marker_dir: str, spec: dict, extra_env: dict, log_path: str, c
     if not gpus:
         return _attempts(marker_dir, spec, extra_env, log_path, cancelled, running, lock, on_attempt)
     folder = gpus.get("lease_dir")  # the machine's shared folder, checked at submit; else the user's own
-    lease = try_lease(gpus["ids"], gpus["per_node"], folder, shared=bool(folder))
-    if lease is None and on_state:
-        stuck = unusable_locks(gpus["ids"], folder)
-        on_state("PENDING", f"waiting for {gpus['per_node']} GPU(s) of {','.join(gpus['ids'])}: "
-                            "other local jobs hold them" + (f" (any user's, through {folder})" if folder else "")
-                 + (f"; lock files no lease can take: {'; '.join(stuck)} \u2014 their owner or an admin must "
-                    "remove them" if stuck else ""))
-    while lease is None:
+    said = None
+    while True:
+        stuck: list = []
+        lease = try_lease(gpus["ids"], gpus["per_node"], folder, shared=bool(folder), stuck=stuck)
+        if lease is not None:
+            break
+        reason = (f"waiting for {gpus['per_node']} GPU(s) of {','.join(gpus['ids'])}: other local jobs hold them"
+                  + (f" (any user's, through {folder})" if folder else "")
+                  + (f"; lock files no lease can take: {'; '.join(stuck)} \u2014 their owner or an admin must "
+                     "remove them" if stuck else ""))
+        if on_state and reason != said:  # recorded when it changes: a file planted while it waits is named too
+            on_state("PENDING", reason)
+            said = reason
         if cancelled.wait(0.5):
             return "CANCELLED", None, 0
-        lease = try_lease(gpus["ids"], gpus["per_node"], folder, shared=bool(folder))
     if on_state:
         on_state("RUNNING", "")
     try:
