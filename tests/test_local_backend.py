@@ -546,6 +546,8 @@ def test_the_gpu_framework_bench_runs_here_on_the_cpu(tmp_path):
                           cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "\n0 check(s) failed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "jax process 0/1 on cpu" in proc.stdout and "lightning rank 0/1 on cpu" in proc.stdout, proc.stdout[-3000:]
+    kept = sorted(p.name for p in (tmp_path / "out").glob("report-*.json"))
+    assert len(kept) == 2 and all("duration_s" in json.loads((tmp_path / "out" / k).read_text()) for k in kept), kept
 
 
 def _horovod_missing():

@@ -178,6 +178,8 @@ def test_the_gpu_lease_bench_runs_here_on_the_cpu(tmp_path):
                           cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "\n0 check(s) failed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "[ok] the second job waited PENDING for the GPU" in proc.stdout
+    reports = sorted((tmp_path / "out").glob("report-job-*.json"))  # each job's report kept, as JSON
+    assert len(reports) == 2 and all(json.loads(r.read_text())["gpus"] == [] for r in reports), reports
 
 
 def test_each_local_jobs_energy_is_its_own_gpus(hpc_home, tmp_path):

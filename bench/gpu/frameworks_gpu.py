@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 
-from gpu_checks import FAILED, check, hl, job_bench  # bench/gpu/gpu_checks.py, beside this script
+from gpu_checks import FAILED, check, hl, job_bench, job_report  # bench/gpu/gpu_checks.py, beside this script
 
 JAX_PROGRAM = '''
 import os, socket, sys, time
@@ -79,14 +79,9 @@ def main(argv=None) -> int:
         want = "on gpu" if gpu else "on cpu"
         check(want in logs.replace("cuda:0", "gpu"), f"{name}: the program ran {want}")
         st = json.loads(hl("status", name, "--json", cwd=work, env=env).stdout)
-        rep = hl("report", st["run_dir"], "--format", "json", cwd=work, env=env)
-        if not check(rep.returncode == 0, f"{name}: report exit {rep.returncode} {rep.stderr[-300:]}"):
+        doc = job_report(st["run_dir"], name, a.out, work, env)
+        if doc is None or not gpu:
             continue
-        with open(os.path.join(a.out, f"report-{name}.json"), "w") as f:
-            f.write(rep.stdout)
-        if not gpu:
-            continue
-        doc = json.loads(rep.stdout)
         for g in doc.get("gpus", []):
             print(f"   GPU {g.get('index')}: energy {g.get('energy_j')} J ({g.get('energy_source')}), "
                   f"avg {g.get('avg_power_w')} W, max {g.get('max_power_w')} W, crosscheck {g.get('crosscheck_pct')} %, "

@@ -77,6 +77,17 @@ def job_bench(argv, doc: str, seconds: float):
     return a, has_gpu(), work, env
 
 
+def job_report(run_dir: str, tag: str, out: str, cwd: str, env: dict):
+    """`hpclaunch report --format json` of a job's run directory, kept as DIR/report-TAG.json: the
+    document, or None (a failed check) when the report failed."""
+    rep = hl("report", run_dir, "--format", "json", cwd=cwd, env=env)
+    if not check(rep.returncode == 0, f"{tag}: report exit {rep.returncode} {rep.stderr[-300:]}"):
+        return None
+    with open(os.path.join(out, f"report-{tag}.json"), "w") as f:
+        f.write(rep.stdout)
+    return json.loads(rep.stdout)
+
+
 def events(run_dir: str, host: str) -> list:
     path = os.path.join(run_dir, "monitor", f"{host}.events.jsonl")
     if not os.path.exists(path):

@@ -22,7 +22,7 @@ import shutil
 import sys
 import time
 
-from gpu_checks import FAILED, check, hl, job_bench  # bench/gpu, beside this script
+from gpu_checks import FAILED, check, hl, job_bench, job_report  # bench/gpu, beside this script
 
 PROGRAM = '''
 import os, sys, time
@@ -102,14 +102,10 @@ def main(argv=None) -> int:
     else:
         check(got[0]["visible"] != got[1]["visible"] and overlap, "the two jobs ran at once on different GPUs")
     for job, g in zip(jobs, got):
-        rep = hl("report", job["run_dir"], "--format", "json", cwd=work, env=env)
-        if not check(rep.returncode == 0, f"job {job['job_id']}: report exit {rep.returncode} {rep.stderr[-300:]}"):
+        doc = job_report(job["run_dir"], f"job-{job['job_id']}", a.out, work, env)
+        if doc is None or not gpu:
             continue
-        with open(os.path.join(a.out, f"report-{job['job_id']}.json"), "w") as f:
-            f.write(rep.stdout)
-        if not gpu:
-            continue
-        gpus = json.loads(rep.stdout).get("gpus", [])
+        gpus = doc.get("gpus", [])
         for row in gpus:
             print(f"   job {job['job_id']} GPU {row.get('index')}: {row.get('energy_j')} J ({row.get('energy_source')}), "
                   f"ranks {row.get('ranks')}", flush=True)
