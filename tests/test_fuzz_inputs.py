@@ -101,7 +101,6 @@ class Run:
             # validate may warn (a '$' in an env value is exported literally): one line each, said as such
             stray = [line for line in err.splitlines() if not line.startswith("warning: ")]
             return None if not stray else f"exit 0 with stderr: {err!r}"
-        out = ""  # a refusal's stdout was checked by the CLI cases; the direct ones have none
         if code != 2:
             return f"exit {code}: {err!r}"
         self.refused += 1

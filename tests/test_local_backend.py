@@ -97,9 +97,10 @@ monitor: {{interval: 0}}
 requeue: {{max_attempts: 3, grace: 2}}
 """)
     # A 5-second limit with the signal 2 s before: the first attempt must stop early and requeue.
-    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), timeout=120)
+    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), timeout=120, check=False)
     st = json.loads(hl("status", "requeue me", "--json", cwd="/").stdout)
     assert st["state"] == "COMPLETED" and st["attempts"] >= 2, st
+    assert proc.returncode == 0, proc.stderr  # a job that requeued, then completed, exits 0
     first = open(os.path.join(st["run_dir"], "logs", "attempt0", "rank0.log")).read()
     second = open(os.path.join(st["run_dir"], "logs", "attempt1", "rank0.log")).read()
     assert "saving at" in first and "starts at 0" in first

@@ -228,7 +228,7 @@ def test_submit_remote_ships_the_project_and_every_command_answers_over_one_conn
             assert relay.connections == before + 1, f"hpclaunch {args[0]} opened {relay.connections - before}"
             _close_masters(runtime_dir)
         listing = hl("list", "--all", cwd="/").stdout
-        assert f"remote remote-ddp" in listing and f"{PROFILE}:{sub['run_dir']}" in listing, listing
+        assert "remote remote-ddp" in listing and f"{PROFILE}:{sub['run_dir']}" in listing, listing
 
         # a second submit of the unchanged project copies nothing
         marker = code_dir / ".hpclaunch-code"
@@ -358,7 +358,7 @@ def test_unknown_host_key_is_refused_with_how_to_add_it(failing, tmp_path):
     project, code_root, profile = failing
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
-    line = _fails(project, code_root, profile("no-key-known", known_hosts=str(empty)), 78,
+    _fails(project, code_root, profile("no-key-known", known_hosts=str(empty)), 78,
                   "host key is not known here", f"ssh-keyscan -p 22 c1 >> {empty}")
     assert empty.read_text() == ""   # never accepted silently
 

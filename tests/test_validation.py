@@ -1,5 +1,4 @@
 """Every class of bad input: one line per problem, naming file, field path, value and fix; exit 2."""
-import os
 
 import pytest
 from hlcli import hl

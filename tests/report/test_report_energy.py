@@ -1,6 +1,5 @@
 """Report totals against analytically known synthetic logs (tolerance 0.1 %)."""
 import json
-import math
 import os
 import sys
 
@@ -289,7 +288,7 @@ def test_counter_read_every_few_samples_keeps_totals_and_idle_energy(tmp_path, e
 
 def test_near_slowdown_and_idle_energy(tmp_path):
     g = GpuSpec("n1", 0, hot_window=(100, 400), idle_window=(2000, 2600), ranks="0")
-    exp = write_run(tmp_path, [g], duration=3600)
+    write_run(tmp_path, [g], duration=3600)
     rep = build_report(tmp_path)
     r = gpu(rep, "n1", 0)
     assert r["time_near_slowdown_s"] == pytest.approx(300.0, abs=1.0)

@@ -1,7 +1,6 @@
 """Rendering: JSON schema, text, HTML in headless Chromium, fleet view, a property test."""
 import html as htmllib
 import json
-import math
 import os
 import re
 import shutil

@@ -1,6 +1,5 @@
 """--data digits: scikit-learn's digits without making a file first (the README's job needs no setup step)."""
 import json
-import os
 
 from hpclaunch.train_entry import data as D
 from conftest import PY, rank_env, run

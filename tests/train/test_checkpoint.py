@@ -1,6 +1,5 @@
 """Checkpoint validity: partial / corrupt checkpoints are never chosen, even after kill -9."""
 import errno
-import json
 import os
 import random
 import signal

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import time
 
-import pytest
 
 from conftest import PY, rank_env, run
 from hpclaunch.train_entry.metrics import read_metrics
