@@ -11,7 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # cf. pytorch/gloo#514; seen with a plain DDP script too, at start and mid-run). The other is an Open MPI rank
 # segfaulting in the 16-node job. A deterministic failure still fails both runs, and pytest lists
 # every rerun (R) in its summary.
-_REAL_JOBS = (os.path.join("tests", "train") + os.sep, os.path.join("tests", "test_local_backend.py"))
+_REAL_JOBS = (os.path.join("tests", "train") + os.sep, os.path.join("tests", "test_local_backend.py"),
+              os.path.join("tests", "test_local_programs.py"))
 
 
 def pytest_collection_modifyitems(config, items):

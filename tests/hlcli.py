@@ -15,3 +15,10 @@ def hl(*args, cwd=None, check=True, timeout=300, env=None) -> subprocess.Complet
 def hl_out(*args, **kwargs) -> str:
     """hl(...).stdout, checked."""
     return hl(*args, **kwargs).stdout
+
+
+def job_file(tmp_path, text, name="job.yaml") -> str:
+    """A job file of ``text`` in ``tmp_path`` (as a user writes one): its path, for `hpclaunch submit`."""
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from hlcli import hl
+from hlcli import hl, job_file
 
 from hpclaunch.launchers.backends.base import EXIT_CODES, JobStatus, State, exit_code_for
 from hpclaunch.launchers.render import render_job
@@ -19,12 +19,6 @@ from hpclaunch.spec.loading import resolve_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOST = socket.gethostname()
-
-
-def write_job(tmp_path, body, name="job.yaml"):
-    path = tmp_path / name
-    path.write_text(body)
-    return str(path)
 
 
 def submit_wait(tmp_path, job, timeout=180):
@@ -110,7 +104,7 @@ def test_signal_ranks_only_when_asked():
 
 
 def test_slurm_extra_signal_points_at_the_requeue_keys(tmp_path):
-    job = write_job(tmp_path, "name: x\nlauncher: srun\ncommand: [hostname]\nslurm: {extra: ['--signal=USR1@90']}\n")
+    job = job_file(tmp_path, "name: x\nlauncher: srun\ncommand: [hostname]\nslurm: {extra: ['--signal=USR1@90']}\n")
     proc = hl("validate", job, cwd=str(tmp_path), check=False)
     assert proc.returncode == 2 and "requeue.signal_ranks" in proc.stderr and "docs/requeue.md" in proc.stderr
 
@@ -119,7 +113,7 @@ def test_slurm_extra_signal_points_at_the_requeue_keys(tmp_path):
 
 def test_success_after_the_signal_is_never_requeued(hpc_home, tmp_path):
     """The requeue signal comes while a plain program (no train_entry, no handler) runs; it then exits 0."""
-    job = write_job(tmp_path, """
+    job = job_file(tmp_path, """
 name: late success
 launcher: srun
 command: [bash, -c, 'sleep 5; echo done']
@@ -161,7 +155,7 @@ print(f"rank {rank} done at {step}", flush=True)
 
 def test_signal_ranks_reaches_every_rank_handler_and_requeues(hpc_home, tmp_path):
     (tmp_path / "handler.py").write_text(HANDLER)
-    job = write_job(tmp_path, f"""
+    job = job_file(tmp_path, f"""
 name: handled
 launcher: srun
 command: [{sys.executable}, {tmp_path}/handler.py, "10"]
@@ -185,7 +179,7 @@ requeue: {{max_attempts: 3, grace: 6, signal_ranks: true}}
 
 
 def test_exit_code_and_summary_of_a_failing_rank(hpc_home, tmp_path):
-    job = write_job(tmp_path, """
+    job = job_file(tmp_path, """
 name: one fails
 launcher: srun
 command: [bash, -c, 'if [ "$SLURM_PROCID" = 1 ]; then echo "loading shard 7"; echo "ValueError: bad shard" >&2; exit 3; fi; sleep 30']
@@ -206,7 +200,7 @@ requeue: {max_attempts: 1}
 
 
 def test_summary_of_a_rank_that_aborts_in_cxx_names_torchs_teardown_abort(hpc_home, tmp_path):
-    job = write_job(tmp_path, """
+    job = job_file(tmp_path, """
 name: aborts
 launcher: srun
 command: [bash, -c, 'echo "epoch 9 done"; echo "terminate called without an active exception" >&2; kill -ABRT $$']
@@ -222,7 +216,7 @@ requeue: {max_attempts: 1}
 
 
 def test_summary_when_no_rank_started_points_at_the_batch_log(hpc_home, tmp_path):
-    job = write_job(tmp_path, """
+    job = job_file(tmp_path, """
 name: no start
 launcher: srun
 command: [hostname]
@@ -241,7 +235,7 @@ requeue: {max_attempts: 1}
 
 
 def test_ctrl_c_leaves_the_job_running_then_cancel_and_cancel_again(hpc_home, tmp_path):
-    job = write_job(tmp_path, """
+    job = job_file(tmp_path, """
 name: long
 launcher: srun
 command: [bash, -c, 'echo up; sleep 120']

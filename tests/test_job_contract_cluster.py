@@ -9,15 +9,9 @@ import sys
 import time
 
 import pytest
-from hlcli import hl
+from hlcli import hl, job_file
 
 pytestmark = pytest.mark.cluster
-
-
-def job_file(tmp_path, text, name="job.yaml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
 
 
 def status_json(ref):

@@ -6,18 +6,12 @@ import sys
 import time
 
 import pytest
-from hlcli import hl
+from hlcli import hl, job_file
 
 pytestmark = pytest.mark.cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
-
-
-def job_file(tmp_path, text, name="job.yaml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
 
 
 def submit_json(tmp_path, job, *extra):

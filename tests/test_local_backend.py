@@ -10,19 +10,13 @@ import time
 
 import pytest
 from copies import copy_meta
-from hlcli import hl
+from hlcli import hl, job_file
 
 from hpclaunch.reports import columnar
 
 
-def write_job(tmp_path, body, name="job.yaml"):
-    path = tmp_path / name
-    path.write_text(body)
-    return str(path)
-
-
 def test_submit_wait_status_logs(hpc_home, tmp_path):
-    job = write_job(tmp_path, """
+    job = job_file(tmp_path, """
 name: local hello
 launcher: srun
 command: [bash, -c, 'echo "rank $SLURM_PROCID of $SLURM_NTASKS job $SLURM_JOB_ID"; sleep 2; [ "$SLURM_PROCID" = 1 ] && exit 3; sleep 0.5']
@@ -47,7 +41,7 @@ monitor: {interval: 0.2}
 
 def start_one_rank(tmp_path, name, command):
     """Submit a one-rank local job without a monitor running `bash -c COMMAND`; submit's JSON."""
-    job = write_job(tmp_path, f"""
+    job = job_file(tmp_path, f"""
 name: {name}
 launcher: srun
 command: [bash, -c, '{command}']
@@ -88,7 +82,7 @@ done
 echo "$n" > "$state"; echo done
 """)
     script.chmod(0o755)
-    job = write_job(tmp_path, f"""
+    job = job_file(tmp_path, f"""
 name: requeue me
 launcher: srun
 command: [{script}]
@@ -115,7 +109,7 @@ def test_a_rank_asking_for_requeue_under_torchrun_requeues_the_job(hpc_home, tmp
 
     data = tmp_path / "digits.csv"
     write_digits_csv(str(data))
-    job = write_job(tmp_path, f"""
+    job = job_file(tmp_path, f"""
 name: rank requeue
 launcher: torchrun
 command: [{sys.executable}, -m, hpclaunch.train_entry, --data, {data}, --epochs, "1", --stop-after-step, "3"]
@@ -133,14 +127,14 @@ requeue: {{max_attempts: 3}}
 
 
 def test_nodes_over_one_is_refused(hpc_home, tmp_path):
-    job = write_job(tmp_path, "name: two\nprofile: testcluster\nlauncher: srun\ncommand: [hostname]\n")
+    job = job_file(tmp_path, "name: two\nprofile: testcluster\nlauncher: srun\ncommand: [hostname]\n")
     proc = hl("submit", job, "--backend", "local", cwd=str(tmp_path), check=False)
     assert proc.returncode == 2 and "resources.nodes: the local backend runs one node" in proc.stderr
     assert json.loads(hl("list", "--all", "--json", cwd="/").stdout) == []
 
 
 def test_report_of_a_local_job_and_the_fleet(hpc_home, tmp_path):
-    job = write_job(tmp_path, """
+    job = job_file(tmp_path, """
 name: reported
 launcher: srun
 command: [bash, -c, 'sleep 2']
@@ -172,7 +166,7 @@ monitor: {interval: 0.25}
 
 def test_local_sweep_runs_every_point_and_logs_show_the_failed_task(hpc_home, tmp_path, loose_umask):
     # The `local` profile's node has 2 CPUs: with 1 CPU a task, 2 run side by side (parallelism 3 is capped).
-    job = write_job(tmp_path, """
+    job = job_file(tmp_path, """
 name: local sweep
 launcher: srun
 command: [bash, -c, 'echo "point {lr} task $HPCLAUNCH_SWEEP_INDEX start $(date +%s.%N)"; sleep 1; [ {lr} = 0.3 ] && exit 4; echo "end $(date +%s.%N)"']
@@ -216,7 +210,7 @@ def test_a_swept_train_key_reaches_each_task_over_the_train_section(hpc_home, tm
 
     data = tmp_path / "digits.csv"
     write_digits_csv(str(data))
-    job = write_job(tmp_path, f"""
+    job = job_file(tmp_path, f"""
 name: train sweep
 launcher: srun
 command: [{sys.executable}, -m, hpclaunch.train_entry, --data, {data}, --max-steps, "2", --no-tensorboard]
@@ -238,7 +232,7 @@ sweep:
 
 
 def test_local_sweep_cancel_stops_running_and_pending_tasks(hpc_home, tmp_path):
-    job = write_job(tmp_path, """
+    job = job_file(tmp_path, """
 name: slow sweep
 launcher: srun
 command: [bash, -c, 'sleep 60; echo {i}']
@@ -289,7 +283,7 @@ def test_file_modes_logs_by_rank_and_list_since(hpc_home, tmp_path, monkeypatch,
     (tmp_path / "hpc_profiles").mkdir()
     (tmp_path / "hpc_profiles" / "site.yaml").write_text(
         'name: site\nextends: local\nruns_root: out/runs\nsetup: [\'echo site > "$SLURM_SUBMIT_DIR/site.out"\']\n')
-    job = write_job(tmp_path, """
+    job = job_file(tmp_path, """
 name: modes
 profile: site
 launcher: srun
@@ -339,7 +333,7 @@ monitor: {interval: 0}
 def test_status_without_a_job_and_cancel_json(hpc_home, tmp_path):
     assert hl("status", cwd="/").stdout.startswith("no active jobs")
     assert json.loads(hl("status", "--json", cwd="/").stdout) == []
-    job = write_job(tmp_path, """
+    job = job_file(tmp_path, """
 name: idle
 launcher: srun
 command: [bash, -c, 'sleep 120']
@@ -378,7 +372,7 @@ def test_a_killed_runner_leaves_the_job_killable_and_truthfully_labelled(hpc_hom
     """Issue 15: after kill -9 of the runner, status said FAILED while the ranks ran on, and
     cancel said "cancel requested" and stopped nothing."""
     marker = f"hl-orphan-{os.getpid()}-{int(time.time())}"
-    job = write_job(tmp_path, f"""
+    job = job_file(tmp_path, f"""
 name: runner-dies
 launcher: srun
 command: [bash, -c, 'exec -a {marker} sleep 300']
@@ -407,7 +401,7 @@ monitor: {{interval: 0}}
 def test_nothing_a_rank_started_outlives_the_job(hpc_home, tmp_path):
     """Issue 15: after a rank failed, another rank's child (a sleep it started) was left orphaned."""
     marker = f"hl-child-{os.getpid()}-{int(time.time())}"
-    job = write_job(tmp_path, f"""
+    job = job_file(tmp_path, f"""
 name: child-left
 launcher: srun
 command: [bash, -c, 'if [ "$SLURM_PROCID" = 1 ]; then sleep 1; exit 3; fi; (exec -a {marker} sleep 300) & wait']
@@ -448,7 +442,7 @@ def test_torchrun_keeps_its_folder_in_the_run_directory_with_a_ranks_error_file(
         "    if os.environ['RANK'] == '1':\n"
         "        raise ValueError('rank one gives up')\n"
         "main()\n")
-    job = write_job(tmp_path, f"""
+    job = job_file(tmp_path, f"""
 name: torchrun folder
 launcher: torchrun
 command: [{sys.executable}, boom.py]
@@ -467,114 +461,3 @@ monitor: {{interval: 0}}
     assert len(errors) == 1 and os.path.basename(os.path.dirname(errors[0])) == "1", errors
     assert "rank one gives up" in open(errors[0]).read()
     assert not [n for n in os.listdir(tmp) if n.startswith("torchelastic_")], os.listdir(tmp)
-
-
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-
-
-def run_two_ranks(tmp_path, name, launcher, command):
-    """Submit a one-node, two-rank local job of ``command`` (a list) and wait: (submit's process,
-    the job's status JSON, every rank's log as `hpclaunch logs` shows them)."""
-    job = write_job(tmp_path, f"""
-name: {name}
-launcher: {launcher}
-command: {json.dumps(command)}
-resources: {{nodes: 1, tasks_per_node: 2, time: "00:05:00"}}
-monitor: {{interval: 0}}
-""")
-    proc = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False, timeout=300)
-    st = json.loads(hl("status", name, "--json", cwd="/").stdout)
-    return proc, st, hl("logs", name, cwd="/").stdout
-
-
-def test_each_local_task_has_the_variables_srun_sets(hpc_home, tmp_path):
-    """The local step gives every task what srun gives it: JAX's cluster detection reads the step's
-    node list (without it jax.distributed.initialize() found no coordinator), TensorFlow's resolver
-    the step's tasks per node."""
-    names = ["SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_STEP_ID",
-             "SLURM_STEPID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST",
-             "SLURM_STEP_TASKS_PER_NODE", "SLURM_GTIDS", "SLURMD_NODENAME", "SLURM_JOB_NODELIST",
-             "SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE", "SLURM_CPUS_ON_NODE"]
-    script = f'for v in {" ".join(names)}; do printf "%s=%s\\n" $v "${{!v}}"; done'
-    proc, st, _ = run_two_ranks(tmp_path, "step vars", "srun", ["bash", "-c", script])
-    assert proc.returncode == 0, proc.stderr
-    for r in range(2):
-        text = open(os.path.join(st["run_dir"], "logs", "attempt0", f"rank{r}.log")).read()
-        got = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-        assert got == {"SLURM_PROCID": str(r), "SLURM_LOCALID": str(r), "SLURM_NODEID": "0", "SLURM_NTASKS": "2",
-                       "SLURM_NPROCS": "2", "SLURM_STEP_ID": "0", "SLURM_STEPID": "0", "SLURM_STEP_NUM_TASKS": "2",
-                       "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_NODELIST": "localhost",
-                       "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_GTIDS": "0,1",
-                       "SLURMD_NODENAME": socket.gethostname(), "SLURM_JOB_NODELIST": "localhost",
-                       "SLURM_TASKS_PER_NODE": "2", "SLURM_JOB_CPUS_PER_NODE": "2", "SLURM_CPUS_ON_NODE": "2"}, got
-
-
-@pytest.mark.parametrize("program, args, expect", [
-    ("jax_allgather.py", [], ["process 0/2 host {h} sum 1", "process 1/2 host {h} sum 1"]),
-    ("lightning_ddp.py", ["1", "2"], ["world size 2 ok", "rank 1/2 node 0 host {h}"]),
-])
-def test_frameworks_find_their_slurm_cluster_in_a_local_job(hpc_home, tmp_path, program, args, expect):
-    """JAX's jax.distributed.initialize() and Lightning's SLURMEnvironment, with no arguments and no
-    hpclaunch in them, on the local backend as under Slurm."""
-    proc, _, logs = run_two_ranks(tmp_path, "framework", "srun",
-                                  [sys.executable, os.path.join(EXAMPLES, program), *args])
-    assert proc.returncode == 0, logs[-3000:] + proc.stderr[-2000:]
-    for line in expect:
-        assert line.format(h=socket.gethostname()) in logs, logs[-3000:]
-
-
-def test_train_entry_under_a_local_srun_step_is_one_world(hpc_home, tmp_path):
-    """Without the step's variables each task of a local srun step took itself for a single
-    process (train_entry's srun detection wants SLURM_STEP_ID, as the batch shell is no rank): two
-    worlds of one, both rank 0, writing the same checkpoints."""
-    from hpclaunch.train_entry.digits import write_digits_csv
-
-    data = tmp_path / "digits.csv"
-    write_digits_csv(str(data))
-    proc, st, _ = run_two_ranks(tmp_path, "srun world", "srun", [sys.executable, "-m", "hpclaunch.train_entry",
-                                                                 "--data", str(data), "--epochs", "1"])
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    for r in range(2):
-        log = open(os.path.join(st["run_dir"], "logs", "attempt0", f"rank{r}.log")).read()
-        assert f"rank={r} local_rank={r} world_size=2 " in log and "launcher=srun" in log, log[-2000:]
-
-
-def test_the_gpu_framework_bench_runs_here_on_the_cpu(tmp_path):
-    """bench/gpu/frameworks_gpu.py runs on a GPU only when one is lent: here its JAX and Lightning
-    jobs run on the CPU through the local backend, so the script cannot rot between loans."""
-    script = os.path.join(os.path.dirname(EXAMPLES), "bench", "gpu", "frameworks_gpu.py")
-    proc = subprocess.run([sys.executable, script, "--out", str(tmp_path / "out"), "--seconds", "1"],
-                          cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "\n0 check(s) failed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "jax process 0/1 on cpu" in proc.stdout and "lightning rank 0/1 on cpu" in proc.stdout, proc.stdout[-3000:]
-    kept = sorted(p.name for p in (tmp_path / "out").glob("report-*.json"))
-    assert len(kept) == 2 and all("duration_s" in json.loads((tmp_path / "out" / k).read_text()) for k in kept), kept
-
-
-def _horovod_missing():
-    import importlib.util
-    return None if importlib.util.find_spec("horovod") else "horovod is not installed: run `make horovod`"
-
-
-@pytest.mark.parametrize("launcher, program, expect", [
-    # mpirun read the allocation as Open MPI's Slurm support does and stopped at the missing
-    # SLURM_TASKS_PER_NODE ("the SLURM resource allocator expects to find ...")
-    ("mpi", "mpi_allreduce.py", ["rank 0/2 host {h} sum 3 ok", "rank 1/2 host {h} sum 3 ok"]),
-    ("horovod", "hvd_check.py", ["rank hosts: 0={h} 1={h}", "params identical: True"]),
-    ("tensorflow", "tf_multiworker.py", ["worker 0/2 host {h} ", "worker 1/2 host {h} "]),
-])
-def test_mpi_horovod_and_tensorflow_launchers_on_the_local_backend(hpc_home, tmp_path, require, launcher, program,
-                                                                  expect):
-    python = sys.executable
-    if launcher == "horovod":
-        require(_horovod_missing(), "the local horovod test")
-    if launcher == "tensorflow":  # TensorFlow lives in a venv of its own (make tf-venv; make test makes it)
-        python = os.path.join(os.path.dirname(EXAMPLES), ".venv-tf", "bin", "python")
-        require(None if os.path.exists(python) else "no .venv-tf: make tf-venv", "the local tensorflow test")
-    proc, _, logs = run_two_ranks(tmp_path, f"{launcher} here", launcher, [python, os.path.join(EXAMPLES, program)])
-    assert proc.returncode == 0, logs[-3000:] + proc.stderr[-2000:]
-    for line in expect:
-        assert line.format(h=socket.gethostname()) in logs, logs[-3000:]
-    if launcher == "tensorflow":  # each worker trained on its own data: equal only if all-reduced
-        sums = {line.rsplit("checksum", 1)[1].strip() for line in logs.splitlines() if line.startswith("worker ")}
-        assert len(sums) == 1, logs[-3000:]
