@@ -12,6 +12,7 @@ from typing import Optional, Tuple
 
 from hpclaunch.common.model import field, model
 from hpclaunch.launchers.container import ContainerPlan, container_plan
+from hpclaunch.spec.job import DEFAULT_GRACE_S, signal_grace
 from hpclaunch.spec.loading import Resolved
 from hpclaunch.spec.sweep import fill, points
 from hpclaunch.spec.units import format_time, parse_time_seconds
@@ -132,9 +133,10 @@ def build_request(resolved: Resolved) -> BatchRequest:
     # The signal goes to the batch shell only (B:): Slurm's step-wide signal would also reach
     # torchrun, mpirun and the monitor, which have no handler for it and die, and every process
     # of a rank (its wrapper too). The shell passes it on to each rank process once (signal_ranks).
-    warn = rq.max_attempts > 1 or by_program or signal_ranks
+    grace = signal_grace(rq.grace, seconds)  # None: grace unset and a time limit too short to warn before
+    warn = (rq.max_attempts > 1 or by_program or signal_ranks) and grace is not None
     if warn:
-        d.append(("signal", f"B:{rq.signal}@{rq.grace}"))
+        d.append(("signal", f"B:{rq.signal}@{grace}"))
     # A program that requeues itself (`scontrol requeue`) needs a requeueable job, whatever max_attempts says.
     d.append(("requeue", None) if rq.max_attempts > 1 or by_program else ("no-requeue", None))
 
@@ -165,7 +167,7 @@ def build_request(resolved: Resolved) -> BatchRequest:
         partition=s.partition,
         account=s.account,
         qos=s.qos,
-        requeue_grace=job.requeue.grace,
+        requeue_grace=grace if grace is not None else DEFAULT_GRACE_S,
         node_cpus=profile.node.cpus,
         node_gpus=profile.node.gpus,
         env=tuple(env),

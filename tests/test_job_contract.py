@@ -93,6 +93,28 @@ def test_by_program_renders_requeue_and_the_signal_even_with_one_attempt():
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
 
 
+def test_a_quick_job_is_not_signalled_unless_a_grace_is_set(run_cli, tmp_path):
+    """requeue.grace unset: 120 s before the limit, and no signal at all where the limit is no longer
+    (a one-minute test job was refused for a grace it never set). Set, it is checked as before; a program
+    that waits for the signal is told it would get none."""
+    longer = render_job(resolve_job(JOB, ["profile=testcluster", "resources.time=00:02:01"]))
+    assert "#SBATCH --signal=B:USR2@120\n" in longer
+    quick = render_job(resolve_job(JOB, ["profile=testcluster", "resources.time=00:01:00"]))
+    assert "--signal" not in quick and "#SBATCH --requeue\n" in quick   # Slurm may still requeue on preemption
+    subprocess.run(["bash", "-n"], input=quick, text=True, check=True)
+    set_ = render_job(resolve_job(JOB, ["profile=testcluster", "resources.time=00:01:00", "requeue.grace=30"]))
+    assert "#SBATCH --signal=B:USR2@30\n" in set_
+    for extra, words in ((["requeue.grace=60"], "the signal would come before the job starts"),
+                         (["requeue.by=program"], "requeue.by is program, but a time limit of 60 s is within the "
+                                                  "default grace of 120 s"),
+                         (["requeue.signal_ranks=true"], "requeue.signal_ranks is true")):
+        args = ["validate", JOB, "-o", "profile=testcluster", "-o", "resources.time=00:01:00"]
+        for o in extra:
+            args += ["-o", o]
+        code, _, err = run_cli(*args)
+        assert code == 2 and "requeue.grace: " + words in err and "Traceback" not in err, err
+
+
 def test_signal_ranks_only_when_asked():
     plain = handler_body(render_job(resolve_job(JOB, ["profile=testcluster"])))
     assert "hl_signal_ranks" not in plain and "the ranks get no signal" in plain

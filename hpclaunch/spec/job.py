@@ -118,6 +118,17 @@ class Monitor:
         if 0 < v < 1024 else None)
 
 
+DEFAULT_GRACE_S = 120
+
+
+def signal_grace(grace: Optional[int], seconds: Optional[int]) -> Optional[int]:
+    """The requeue signal's grace in effect: ``requeue.grace`` as set; unset, DEFAULT_GRACE_S, or None
+    (no signal) where the time limit is no longer than that: a signal due before the job starts."""
+    if grace is not None:
+        return grace
+    return None if seconds is not None and seconds <= DEFAULT_GRACE_S else DEFAULT_GRACE_S
+
+
 @model
 class Requeue:
     """Automatic requeue before the time limit (or on preemption)."""
@@ -128,8 +139,9 @@ class Requeue:
                         "catches USR1 in some versions; Lightning needs USR1, see docs/requeue.md)",
                         check=lambda v: None if v in REQUEUE_SIGNALS else
                         ("is not a requeue signal", "use USR1 or USR2"))
-    grace: int = field(120, help="seconds before the time limit that the signal is sent",
-                       minimum=1, maximum=65535)
+    grace: Optional[int] = field(None, help="seconds before the time limit that the signal is sent; null: "
+                                 f"{DEFAULT_GRACE_S}, and no signal for a time limit of {DEFAULT_GRACE_S} s or less "
+                                 "(a quick test job needs no requeue)", minimum=1, maximum=65535)
     signal_ranks: Optional[bool] = field(None, help="also send the signal to every rank process (for programs "
                                          "with their own handler); null: true when `by` is program")
     by: Literal["hpclaunch", "program"] = field("hpclaunch", help="who requeues: hpclaunch (after a signalled "

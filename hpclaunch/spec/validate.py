@@ -6,7 +6,7 @@ run reports every problem.
 from __future__ import annotations
 
 from hpclaunch.common.errors import Problem
-from hpclaunch.spec.job import _EXTRA, Job, env_entry_problem
+from hpclaunch.spec.job import _EXTRA, DEFAULT_GRACE_S, Job, env_entry_problem, signal_grace
 from hpclaunch.spec.profile import Profile
 from hpclaunch.spec.train import Train, train_problems
 from hpclaunch.spec.typedload import SourceMap
@@ -144,9 +144,17 @@ def _launcher_rules(job: Job, profile: Profile, bad) -> None:
 def _requeue_rules(job: Job, seconds: int | None, bad) -> None:
     rq = job.requeue
     signalled = (rq.max_attempts and rq.max_attempts > 1) or rq.by == "program" or rq.signal_ranks
-    if signalled and seconds is not None and rq.grace is not None and rq.grace >= seconds:
+    if not signalled or seconds is None:
+        return
+    if rq.grace is not None and rq.grace >= seconds:
         bad("requeue.grace", f"the signal would come before the job starts: the time limit is {seconds} s",
             rq.grace, "use a grace period shorter than resources.time (Slurm's timer has ~30 s resolution)")
+    elif signal_grace(rq.grace, seconds) is None and (rq.by == "program" or rq.signal_ranks):
+        # unset, the grace leaves such a short job unsignalled; a program waiting for the signal must hear of it
+        asks = "requeue.by is program" if rq.by == "program" else "requeue.signal_ranks is true"
+        bad("requeue.grace", f"{asks}, but a time limit of {seconds} s is within the default grace of "
+            f"{DEFAULT_GRACE_S} s, so no signal would be sent", DEFAULT_GRACE_S,
+            f"set requeue.grace below the time limit (e.g. grace: {max(1, seconds // 2)}), or a longer resources.time")
 
 
 def _train_rules(t, r, profile: Profile, bad) -> None:
