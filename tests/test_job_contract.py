@@ -94,19 +94,20 @@ def test_by_program_renders_requeue_and_the_signal_even_with_one_attempt():
 
 
 def test_a_quick_job_is_not_signalled_unless_a_grace_is_set(run_cli, tmp_path):
-    """requeue.grace unset: 120 s before the limit, and no signal at all where the limit is no longer
-    (a one-minute test job was refused for a grace it never set). Set, it is checked as before; a program
-    that waits for the signal is told it would get none."""
-    longer = render_job(resolve_job(JOB, ["profile=testcluster", "resources.time=00:02:01"]))
+    """requeue.grace unset: 120 s before the limit, and no signal at all where the limit is 3 minutes or
+    less, as Slurm may send it up to 60 s early (a one-minute test job was refused for a grace it never
+    set). Set, it is checked as before; a program that waits for the signal is told it would get none."""
+    longer = render_job(resolve_job(JOB, ["profile=testcluster", "resources.time=00:03:01"]))
     assert "#SBATCH --signal=B:USR2@120\n" in longer
-    quick = render_job(resolve_job(JOB, ["profile=testcluster", "resources.time=00:01:00"]))
-    assert "--signal" not in quick and "#SBATCH --requeue\n" in quick   # Slurm may still requeue on preemption
+    for limit in ("00:01:00", "00:03:00"):
+        quick = render_job(resolve_job(JOB, ["profile=testcluster", f"resources.time={limit}"]))
+        assert "--signal" not in quick and "#SBATCH --requeue\n" in quick   # Slurm may still requeue on preemption
     subprocess.run(["bash", "-n"], input=quick, text=True, check=True)
     set_ = render_job(resolve_job(JOB, ["profile=testcluster", "resources.time=00:01:00", "requeue.grace=30"]))
     assert "#SBATCH --signal=B:USR2@30\n" in set_
     for extra, words in ((["requeue.grace=60"], "the signal would come before the job starts"),
-                         (["requeue.by=program"], "requeue.by is program, but a time limit of 60 s is within the "
-                                                  "default grace of 120 s"),
+                         (["requeue.by=program"], "requeue.by is program, but with the default grace of 120 s a "
+                                                  "time limit of 60 s gets no signal"),
                          (["requeue.signal_ranks=true"], "requeue.signal_ranks is true")):
         args = ["validate", JOB, "-o", "profile=testcluster", "-o", "resources.time=00:01:00"]
         for o in extra:

@@ -119,14 +119,17 @@ class Monitor:
 
 
 DEFAULT_GRACE_S = 120
+# Slurm's timer checks limits about every 30 s: a --signal may come up to 60 s before it is due (sbatch(1)).
+SIGNAL_EARLY_S = 60
 
 
 def signal_grace(grace: Optional[int], seconds: Optional[int]) -> Optional[int]:
     """The requeue signal's grace in effect: ``requeue.grace`` as set; unset, DEFAULT_GRACE_S, or None
-    (no signal) where the time limit is no longer than that: a signal due before the job starts."""
+    (no signal) where the time limit is so short that the signal could come at the start (a signalled
+    train_entry checkpoints and requeues: a quick test job would requeue until it gave up)."""
     if grace is not None:
         return grace
-    return None if seconds is not None and seconds <= DEFAULT_GRACE_S else DEFAULT_GRACE_S
+    return None if seconds is not None and seconds <= DEFAULT_GRACE_S + SIGNAL_EARLY_S else DEFAULT_GRACE_S
 
 
 @model
@@ -140,8 +143,8 @@ class Requeue:
                         check=lambda v: None if v in REQUEUE_SIGNALS else
                         ("is not a requeue signal", "use USR1 or USR2"))
     grace: Optional[int] = field(None, help="seconds before the time limit that the signal is sent; null: "
-                                 f"{DEFAULT_GRACE_S}, and no signal for a time limit of {DEFAULT_GRACE_S} s or less "
-                                 "(a quick test job needs no requeue)", minimum=1, maximum=65535)
+                                 f"{DEFAULT_GRACE_S}, and no signal for a time limit of {DEFAULT_GRACE_S + SIGNAL_EARLY_S} s or "
+                                 "less (Slurm may signal up to 60 s early: a quick test job would requeue)", minimum=1, maximum=65535)
     signal_ranks: Optional[bool] = field(None, help="also send the signal to every rank process (for programs "
                                          "with their own handler); null: true when `by` is program")
     by: Literal["hpclaunch", "program"] = field("hpclaunch", help="who requeues: hpclaunch (after a signalled "

@@ -6,7 +6,7 @@ run reports every problem.
 from __future__ import annotations
 
 from hpclaunch.common.errors import Problem
-from hpclaunch.spec.job import _EXTRA, DEFAULT_GRACE_S, Job, env_entry_problem, signal_grace
+from hpclaunch.spec.job import _EXTRA, DEFAULT_GRACE_S, SIGNAL_EARLY_S, Job, env_entry_problem, signal_grace
 from hpclaunch.spec.profile import Profile
 from hpclaunch.spec.train import Train, train_problems
 from hpclaunch.spec.typedload import SourceMap
@@ -152,8 +152,8 @@ def _requeue_rules(job: Job, seconds: int | None, bad) -> None:
     elif signal_grace(rq.grace, seconds) is None and (rq.by == "program" or rq.signal_ranks):
         # unset, the grace leaves such a short job unsignalled; a program waiting for the signal must hear of it
         asks = "requeue.by is program" if rq.by == "program" else "requeue.signal_ranks is true"
-        bad("requeue.grace", f"{asks}, but a time limit of {seconds} s is within the default grace of "
-            f"{DEFAULT_GRACE_S} s, so no signal would be sent", DEFAULT_GRACE_S,
+        bad("requeue.grace", f"{asks}, but with the default grace of {DEFAULT_GRACE_S} s a time limit of "
+            f"{seconds} s gets no signal (Slurm may send it up to {SIGNAL_EARLY_S} s early)", DEFAULT_GRACE_S,
             f"set requeue.grace below the time limit (e.g. grace: {max(1, seconds // 2)}), or a longer resources.time")
 
 

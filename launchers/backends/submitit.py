@@ -13,9 +13,8 @@ from typing import Any
 
 from hpclaunch.common.errors import InvalidInput, Problem
 from hpclaunch.launchers.request import BatchRequest
+from hpclaunch.spec.job import SIGNAL_EARLY_S
 
-# Slurm's timer checks limits about every 30 s: a --signal may come up to 60 s before it is due (sbatch(1)).
-SLURM_SIGNAL_EARLY_S = 60
 # sbatch directives of the request that have a submitit parameter of their own.
 _DIRECT = {"partition": "slurm_partition", "account": "slurm_account", "qos": "slurm_qos",
            "constraint": "slurm_constraint", "mem": "slurm_mem", "gpus-per-node": "slurm_gpus_per_node",
@@ -40,14 +39,14 @@ def parameters(request: BatchRequest, cluster: str, sources, signal_chosen: bool
         return ({"timeout_min": minutes, "tasks_per_node": request.tasks_per_node,
                  "cpus_per_task": request.cpus_per_task, "gpus_per_node": request.gpus_per_node,
                  "name": request.slug, "local_setup": setup}, {})
-    if request.requeue_grace + SLURM_SIGNAL_EARLY_S > request.time_s:
+    if request.requeue_grace + SIGNAL_EARLY_S > request.time_s:
         # submitit signals every Slurm job (its timeout/preemption handler), and Slurm may send a signal up
         # to a minute early: at the job's start, submitit takes it for a preemption and requeues a plain
         # callable again and again (a requeue on preemption uses up no attempt).
-        least = request.requeue_grace + SLURM_SIGNAL_EARLY_S
+        least = request.requeue_grace + SIGNAL_EARLY_S
         raise InvalidInput([Problem(sources.of("resources.time"), "resources.time",
                                     f"submitit signals every job {request.requeue_grace} s before its time limit, "
-                                    f"and Slurm may send it up to {SLURM_SIGNAL_EARLY_S} s earlier: with "
+                                    f"and Slurm may send it up to {SIGNAL_EARLY_S} s earlier: with "
                                     f"{request.time_s} s it can come at the start, which submitit takes for a "
                                     "preemption and requeues", request.time_s,
                                     f"use a time limit of at least {least} s (time=\"{-(-least // 60)}\"), or a "
