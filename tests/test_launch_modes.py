@@ -21,6 +21,12 @@ def test_init_writes_a_valid_starter_for_each_mode(run_cli, tmp_path, monkeypatc
     assert code == 0 and f"profile 'testcluster', {launcher}, 2 node(s) x {tasks} rank(s)" in out, (out, err)
     text = (tmp_path / f"{mode}.yaml").read_text()
     assert f"# {mode}: " in text or mode == "torchrun"
+    # the starter's requeue block is the defaults, written out (it once said USR1, which NCCL catches)
+    import yaml
+    from hpclaunch.spec.job import Requeue
+    from hpclaunch.spec.typedload import to_plain
+    defaults = to_plain(Requeue())
+    assert yaml.safe_load(text)["requeue"] == {k: defaults[k] for k in ("max_attempts", "signal", "grace")}
 
 
 def test_ray_on_the_local_backend_ends_with_the_driver(hpc_home, tmp_path):

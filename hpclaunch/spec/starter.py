@@ -81,8 +81,8 @@ monitor:
 
 requeue:
   max_attempts: 3        # attempts in all; 1 turns requeue off
-  signal: USR1           # sent to the batch shell `grace` seconds before the time limit
-  grace: 120
+  signal: USR2           # sent to the batch shell `grace` seconds before the time limit (docs/requeue.md)
+  grace: null            # seconds; null: 120, and no signal for a time limit of 3 minutes or less
 """
 
 
