@@ -106,7 +106,7 @@ def test_bad_settings_are_one_line_errors_and_queue_nothing(slurm, hpc_home, tmp
         (dict(resources={"gpus": 1}), "resources.gpus: unknown key"),
         # submitit signals every job: a signal due before the start would requeue a plain callable forever
         (dict(time="00:02:00"), "resources.time: submitit signals every job 120 s before its time limit, and "
-                                "Slurm may send it up to 60 s earlier: with 120 s it can come at the start, which "
+                                "Slurm may send it up to 60 s earlier: with a time limit of 120 s it can come at the start, which "
                                 "submitit takes for a preemption and requeues (120) \u2014 use a time limit of at "
                                 "least 180 s (time=\"3\"), or a smaller requeue_grace"),
         (dict(time="00:01:00", max_attempts=1), "submitit signals every job 120 s before"),

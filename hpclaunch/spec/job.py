@@ -143,8 +143,10 @@ class Requeue:
                         check=lambda v: None if v in REQUEUE_SIGNALS else
                         ("is not a requeue signal", "use USR1 or USR2"))
     grace: Optional[int] = field(None, help="seconds before the time limit that the signal is sent; null: "
-                                 f"{DEFAULT_GRACE_S}, and no signal for a time limit of {DEFAULT_GRACE_S + SIGNAL_EARLY_S} s or "
-                                 "less (Slurm may signal up to 60 s early: a quick test job would requeue)", minimum=1, maximum=65535)
+                                 f"{DEFAULT_GRACE_S}, and no signal for a time limit of "
+                                 f"{DEFAULT_GRACE_S + SIGNAL_EARLY_S} s or less (Slurm may signal up to "
+                                 f"{SIGNAL_EARLY_S} s early: a quick test job would requeue)",
+                                 minimum=1, maximum=65535)
     signal_ranks: Optional[bool] = field(None, help="also send the signal to every rank process (for programs "
                                          "with their own handler); null: true when `by` is program")
     by: Literal["hpclaunch", "program"] = field("hpclaunch", help="who requeues: hpclaunch (after a signalled "

@@ -46,7 +46,7 @@ def parameters(request: BatchRequest, cluster: str, sources, signal_chosen: bool
         least = request.requeue_grace + SIGNAL_EARLY_S
         raise InvalidInput([Problem(sources.of("resources.time"), "resources.time",
                                     f"submitit signals every job {request.requeue_grace} s before its time limit, "
-                                    f"and Slurm may send it up to {SIGNAL_EARLY_S} s earlier: with "
+                                    f"and Slurm may send it up to {SIGNAL_EARLY_S} s earlier: with a time limit of "
                                     f"{request.time_s} s it can come at the start, which submitit takes for a "
                                     "preemption and requeues", request.time_s,
                                     f"use a time limit of at least {least} s (time=\"{-(-least // 60)}\"), or a "
