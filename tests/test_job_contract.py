@@ -222,6 +222,33 @@ requeue: {max_attempts: 1}
     assert f"==> rank 1 (exit 3) on {HOST}:" in logs
 
 
+def test_summary_shows_the_python_traceback_that_other_lines_followed(hpc_home, tmp_path):
+    """A rank's traceback is often followed by other lines (torch's teardown warnings, Ray's relayed
+    logs): the summary's last lines then miss the error, so it also shows the last traceback."""
+    job = job_file(tmp_path, """
+name: noisy end
+launcher: srun
+command: [bash, -c, 'python3 -c "import json; json.loads(chr(123))"; for i in $(seq 15); do echo "[W] teardown warning $i" >&2; done; exit 1']
+resources: {nodes: 1, tasks_per_node: 1}
+monitor: {interval: 0}
+requeue: {max_attempts: 1}
+""")
+    proc = submit_wait(tmp_path, job)
+    assert proc.returncode == 1, proc.stderr
+    err = proc.stderr
+    assert "| [W] teardown warning 15" in err and "| [W] teardown warning 5" not in err, err  # the last 10 lines
+    tb = err.split("its last Python traceback, before those lines:\n")[1].splitlines()
+    assert tb[0] == "    | Traceback (most recent call last):" and tb[-2].startswith("    | json.decoder.JSONDecodeError: "), tb
+    assert tb[-1].startswith("  more: hpclaunch logs "), tb
+    # a traceback that is among the last lines is not shown twice
+    short = job_file(tmp_path, "name: plain end\nlauncher: srun\ncommand: [python3, -c, 'import json; json.loads(chr(123))']\n"
+                               "resources: {nodes: 1, tasks_per_node: 1}\nmonitor: {interval: 0}\nrequeue: {max_attempts: 1}\n",
+                     "short.yaml")
+    proc = submit_wait(tmp_path, short)
+    assert proc.returncode == 1 and "JSONDecodeError" in proc.stderr and "its last Python traceback" not in proc.stderr, \
+        proc.stderr
+
+
 def test_summary_of_a_rank_that_aborts_in_cxx_names_torchs_teardown_abort(hpc_home, tmp_path):
     job = job_file(tmp_path, """
 name: aborts

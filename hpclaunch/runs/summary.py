@@ -41,7 +41,8 @@ def batch_log(job: Job, task: Optional[int] = None) -> str:
     return os.path.join(logs, f"slurm-{job.id}_{task}.out")
 
 
-def last_lines(path: str, n: int) -> list[str]:
+def _window(path: str) -> list[str]:
+    """The non-blank lines of a log's last 64 KB."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -49,7 +50,33 @@ def last_lines(path: str, n: int) -> list[str]:
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return []
-    return [line for line in text.splitlines() if line.strip()][-n:]
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def last_lines(path: str, n: int) -> list[str]:
+    return _window(path)[-n:]
+
+
+TRACEBACK = "Traceback (most recent call last):"
+
+
+def last_traceback(lines: list[str], limit: int = 12) -> tuple[list[str], int]:
+    """(the last Python traceback among ``lines``: its header, its deepest frames and the exception
+    line, at most ``limit`` lines; the exception line's index), or ([], -1). After a rank's
+    traceback come other lines often enough (torch's and NCCL's teardown warnings, Ray's relayed
+    logs) that a log's last lines miss the error itself."""
+    start = max((i for i, line in enumerate(lines) if line.rstrip() == TRACEBACK), default=-1)
+    if start < 0:
+        return [], -1
+    end = start + 1
+    while end < len(lines) and lines[end][:1] in (" ", "\t"):  # frames are indented; the exception is not
+        end += 1
+    if end == len(lines):  # cut off (the window's end): no exception line to show
+        return [], -1
+    block = lines[start:end + 1]
+    if len(block) > limit:
+        block = [block[0], "  [...]"] + block[-(limit - 2):]
+    return block, end
 
 
 def failure_summary(job: Job, st: JobStatus, tail: int = 10) -> list[str]:
@@ -73,8 +100,13 @@ def failure_summary(job: Job, st: JobStatus, tail: int = 10) -> list[str]:
         lines.append(f"  first failing rank: rank {first.rank} on {first.host or 'an unrecorded host'}, "
                      f"exit code {first.exit_code}")
         lines.append(f"  its last lines ({first.path}):")
-        shown = last_lines(first.path, tail)
+        window = _window(first.path)
+        shown = window[-tail:]
         lines += [f"    | {line}" for line in shown] or ["    | (nothing)"]
+        tb, at = last_traceback(window)
+        if tb and at < len(window) - tail:  # its exception line is not among those: show where it failed
+            lines.append("  its last Python traceback, before those lines:")
+            lines += [f"    | {line}" for line in tb]
         lines += [f"  {hint}" for code, needle, hint in RANK_HINTS
                   if first.exit_code == code and any(needle in text for text in shown)]
         lines.append(f"  more: {where} --rank {first.rank}    (every rank: {where})")
