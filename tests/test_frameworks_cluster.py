@@ -2,6 +2,7 @@
 a program that knows nothing of hpclaunch: Ray (launcher: ray), JAX and Lightning (launcher: srun)."""
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -56,6 +57,26 @@ monitor: {{interval: 1}}
     assert not ray_left(), ray_left()
     assert not [p for p in os.listdir("/tmp") if p.startswith(f"hpclaunch-ray-{os.getuid()}-{job_id}-")]
     assert {"ray-c1.log", "ray-c2.log"} <= set(os.listdir(os.path.join(run_dir, "logs", "attempt0")))
+
+
+def test_ray_train_spreads_its_workers_over_the_nodes(slurm, hpc_home, tmp_path):
+    """Ray Train's TorchTrainer (DDP over gloo), as Ray's docs write it: its two workers on the two
+    nodes, their replicas equal after training on different data, and nothing of Ray left."""
+    proc, run_dir = submit_wait(tmp_path, f"""
+name: ray-train
+profile: testcluster
+launcher: ray
+command: [python, {EXAMPLES}/ray_train.py, "2"]
+resources: {{nodes: 2, tasks_per_node: 1, cpus_per_task: 2, time: "00:05:00"}}
+monitor: {{interval: 0}}
+""")
+    log = rank_log(run_dir, 0)
+    # Ray relays each worker's line (with its colours and "[repeated Nx across cluster]" after it)
+    workers = {m[0]: (m[1], m[2]) for m in re.findall(r"worker rank (\d/2) host (\S+) weights (\[[^\]]*\])", log)}
+    assert set(workers) == {"0/2", "1/2"} and {h for h, _ in workers.values()} == {"c1", "c2"}, log[-3000:]
+    assert len({w for _, w in workers.values()}) == 1, workers     # DDP kept the replicas in step
+    assert "fit done, error: None" in log, log[-3000:]
+    assert not ray_left(), ray_left()
 
 
 def test_ray_driver_that_raises_fails_the_job_with_its_exit_code(slurm, hpc_home, tmp_path):
