@@ -120,3 +120,21 @@ def test_mpi_horovod_and_tensorflow_launchers_on_the_local_backend(hpc_home, tmp
     if launcher == "tensorflow":  # each worker trained on its own data: equal only if all-reduced
         sums = {line.rsplit("checksum", 1)[1].strip() for line in logs.splitlines() if line.startswith("worker ")}
         assert len(sums) == 1, logs[-3000:]
+
+
+def test_mpi4pys_own_helloworld_and_what_srun_tasks_without_mpi_tell_its_user(hpc_home, tmp_path):
+    """mpi4py's program as shipped in its wheel (``python -m mpi4py.bench helloworld``): under the mpi
+    launcher each rank says its place; as plain srun tasks (launcher: srun, no MPI plugin) Open MPI
+    refuses to start, and the summary names the launcher to use, from a line that is not among the
+    rank's last ones."""
+    command = [sys.executable, "-m", "mpi4py.bench", "helloworld"]
+    proc, st, logs = run_two_ranks(tmp_path, "mpi4py hello", "mpi", command)
+    assert proc.returncode == 0 and st["exit_code"] == 0, logs[-3000:] + proc.stderr[-2000:]
+    host = socket.gethostname()
+    for rank in (0, 1):
+        assert f"Hello, World! I am process {rank} of 2 on {host}." in logs, logs[-3000:]
+    proc, st, logs = run_two_ranks(tmp_path, "mpi4py as srun tasks", "srun", command)
+    assert proc.returncode == 1 and st["state"] == "FAILED", proc.stderr[-3000:]
+    assert 'direct launched using "srun"' not in proc.stderr  # not among the last lines the summary shows
+    assert "an MPI program started as plain srun tasks, without an MPI plugin (launcher: srun): use launcher: mpi" \
+        in proc.stderr, proc.stderr[-3000:]

@@ -22,11 +22,16 @@ HINTS = {
     State.UNKNOWN: "the scheduler no longer knows it",
 }
 
-# Known ways for a rank to fail, told by its exit code and a line of its log: (code, line, hint).
+# Known ways for a rank to fail, told by its exit code (None: any) and a line among its last 64 KB
+# of log: (code, line, hint).
 RANK_HINTS = [
     (134, "terminate called without an active exception",
      "a C++ abort: after a finished DDP run, torch's abort in interpreter teardown "
      "(docs/launch-modes.md, \"Ending a DDP program\")"),
+    # Open MPI's own words; its abort lines come after them, so they are rarely among the last lines.
+    (None, 'appears to have been direct launched using "srun"',
+     "an MPI program started as plain srun tasks, without an MPI plugin (launcher: srun): use launcher: mpi, "
+     "which starts its ranks with srun --mpi=<the profile's mpi.srun_mpi> or mpirun (docs/launch-modes.md)"),
 ]
 
 
@@ -108,7 +113,7 @@ def failure_summary(job: Job, st: JobStatus, tail: int = 10) -> list[str]:
             lines.append("  its last Python traceback, before those lines:")
             lines += [f"    | {line}" for line in tb]
         lines += [f"  {hint}" for code, needle, hint in RANK_HINTS
-                  if first.exit_code == code and any(needle in text for text in shown)]
+                  if code in (None, first.exit_code) and any(needle in text for text in window)]
         lines.append(f"  more: {where} --rank {first.rank}    (every rank: {where})")
         return lines
     started = job.rank_logs(task=task)
