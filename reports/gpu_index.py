@@ -41,8 +41,12 @@ def index_gpu_tables(tables: Iterable[readers.Table]):
         n = local.size
         edges = np.concatenate([[0], np.flatnonzero(local[1:] != local[:-1]) + 1, [n]])
         grouped = bool((np.diff(local[edges[:-1]]) > 0).all())
+        sweep = 0 if grouped else _sweep_length(local)
         if grouped:  # each GPU's rows together, in key order (one GPU; a columnar copy): no sort
             uniq, inv = local[edges[:-1]], np.repeat(np.arange(edges.size - 1), np.diff(edges))
+        elif sweep:  # the daemon's usual layout: the first sweep's keys say every row's
+            uniq, inv = np.unique(local[:sweep], return_inverse=True)
+            inv = np.tile(inv, n // sweep)
         else:
             uniq, inv = np.unique(local, return_inverse=True)
         lut = np.empty(uniq.size, np.int32)
@@ -52,12 +56,14 @@ def index_gpu_tables(tables: Iterable[readers.Table]):
         gid_f = lut[inv.reshape(-1)]
         k = uniq.size
         cols = readers.GPU_NUMERIC + tuple(c for c in readers.GPU_OPTIONAL if c in tb.num)
+        # When each GPU's rows are one run: (the (m, k) blocks to transpose, or None; each row's GPU;
+        # the runs' edges). The text columns' values then count by run, not by a sort of every row.
+        runs = (None, gid_f, edges) if grouped else None
         if grouped:  # views, no copy
             fcols.append(dict(tb.num))
             for a_, b_ in zip(edges[:-1].tolist(), edges[1:].tolist()):
                 segs.setdefault(int(gid_f[a_]), []).append((fi, slice(a_, b_)))
-        elif n % k == 0 and np.array_equal(gid_f.reshape(-1, k), np.broadcast_to(gid_f[:k], (n // k, k))):
-            # the daemon's usual layout: one row per GPU per sweep, same order -> strided views
+        elif sweep:
             # the daemon's usual layout: one row per GPU per sweep, same order -> a blocked
             # transpose makes each GPU's rows contiguous (cheaper than a gather or strided views)
             m = n // k
@@ -65,6 +71,7 @@ def index_gpu_tables(tables: Iterable[readers.Table]):
                           for c in cols})
             for j in range(k):
                 segs.setdefault(int(gid_f[j]), []).append((fi, slice(j * m, (j + 1) * m)))
+            runs = ((m, k), np.repeat(gid_f[:k], m), np.arange(0, n + 1, m))
         else:
             order = np.argsort(gid_f.astype(np.int16) if len(key_to_gid) < 32000 else gid_f, kind="stable")
             gs = gid_f[order]
@@ -78,7 +85,13 @@ def index_gpu_tables(tables: Iterable[readers.Table]):
             fcols[-1].setdefault(c, np.full(n, np.nan))
         for c in txt:
             codes, dic = tb.text[c]
-            for gg, code, k_ in _value_counts(codes, gid_f, edges if grouped else None):
+            if runs is None:
+                counts = _value_counts(codes, gid_f, None)
+            else:
+                blocks, run_gid, run_edges = runs
+                counts = _value_counts(codes if blocks is None else codes.reshape(blocks).T.reshape(-1),
+                                       run_gid, run_edges)
+            for gg, code, k_ in counts:
                 val = dic[code] if code >= 0 else ""
                 dd = txt[c].setdefault(gg, {})
                 dd[val] = dd.get(val, 0) + k_
@@ -86,6 +99,17 @@ def index_gpu_tables(tables: Iterable[readers.Table]):
     for k, g in key_to_gid.items():
         keys[g] = k
     return keys, segs, fcols, txt, stats
+
+
+def _sweep_length(local: np.ndarray) -> int:
+    """k when the rows are whole sweeps of the same k different GPUs in the same order (a daemon's
+    file: one row per GPU per sample), else 0."""
+    n = local.size
+    again = np.flatnonzero(local[1:] == local[0])
+    k = int(again[0]) + 1 if again.size else 0
+    if not k or n % k or np.unique(local[:k]).size != k:
+        return 0
+    return k if np.array_equal(local.reshape(-1, k), np.broadcast_to(local[:k], (n // k, k))) else 0
 
 
 def _value_counts(codes: np.ndarray, gid: np.ndarray, edges):

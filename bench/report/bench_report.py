@@ -4,7 +4,7 @@
                                         [--markdown docs/bench/report.md] [--candidates]
 
 For each size (hosts x GPUs x hours at 1 Hz; 16 hosts = 2.76 M GPU rows, 64 = 11.1 M) the run
-directory is generated once (cached under $TMPDIR). Then, interleaved, ``--reps`` rounds of three
+directory is generated once (cached under $TMPDIR). Then, interleaved, ``--reps`` rounds of the
 peers, each a fresh process (so each has its own page cache state, imports excluded, and its own
 peak RSS):
 
@@ -12,7 +12,9 @@ peak RSS):
   user gets it once a job ended (its script's accounting step left a columnar copy of each log,
   reports/columnar.py), or after any earlier report; ``hpclaunch, first report``: the same with no
   copies (removed before the clock), so it parses every CSV and writes the copies: the work the job's
-  accounting step does at its end, or a report of a job run without hpclaunch's script.
+  accounting step does at its end, or a report of a job run without hpclaunch's script;
+  ``hpclaunch, job running``: no copies, and none written (the run's record says the job still
+  runs; its logs grow): what every report on a running job does.
 * ``polars``: the GPU energy per GPU (non-negative counter differences over time-sorted,
   de-duplicated rows), max temperature, mean utilisation, max power and memory per GPU, and the
   CPU (RAPL) energy, with polars' lazy CSV scan.
@@ -42,8 +44,9 @@ sys.path.insert(0, str(HERE))
 import benchlib  # noqa: E402
 
 GPU_COLS = ["time_unix", "host", "gpu_index", "power_w", "energy_mj", "temp_c", "util_pct", "mem_used_mib"]
-PEERS = ("hpclaunch", "hpclaunch, first report", "polars", "pandas")
+PEERS = ("hpclaunch", "hpclaunch, first report", "hpclaunch, job running", "polars", "pandas")
 FIRST = "hpclaunch, first report"
+RUNNING = "hpclaunch, job running"
 
 
 def data_dir(hosts: int, gpus: int, hours: float) -> Path:
@@ -138,13 +141,16 @@ def peer_pandas(d: Path) -> dict:
 
 
 def child(peer: str, d: str) -> None:
-    fn = {"hpclaunch": peer_hpclaunch, FIRST: peer_hpclaunch, "polars": peer_polars, "pandas": peer_pandas}[peer]
+    fn = {"hpclaunch": peer_hpclaunch, FIRST: peer_hpclaunch, RUNNING: peer_hpclaunch, "polars": peer_polars,
+          "pandas": peer_pandas}[peer]
     if peer.startswith("hpclaunch"):  # imports are not the report's work: load them before the clock
-        import hpclaunch.reports.document  # noqa: F401
+        import hpclaunch.reports.document as document
         import pyarrow.csv  # noqa: F401
         import pyarrow.ipc  # noqa: F401
-        if peer == FIRST:
+        if peer in (FIRST, RUNNING):
             drop_copies(Path(d))
+        if peer == RUNNING:  # as the run's record reads while the job runs: no copies made (its logs grow)
+            document.run_ended = lambda run_dir: False
     elif peer == "polars":
         import polars  # noqa: F401
     else:
@@ -230,12 +236,13 @@ def bench_size(hosts: int, gpus: int, hours: float, reps: int, sec: benchlib.Sec
     ok = True
     for who, what in (("hpclaunch", "A report after a job ended, or any later report (columnar copies)"),
                       (FIRST, "A report with no copies yet (CSV parsed, copies written: the job's "
-                              "accounting step does it at the job's end)")):
+                              "accounting step does it at the job's end)"),
+                      (RUNNING, "A report while the job runs (CSV parsed, no copies: the logs still grow)")):
         vs_polars = benchlib.ratio(wall[who], wall["polars"])
         vs_pandas = benchlib.ratio(wall["pandas"], wall[who])
         cpu_polars = benchlib.ratio(cpu[who], cpu["polars"])
         met = vs_polars <= 1.2 and vs_pandas >= 3.0 and exact[who]
-        ok &= met or who == FIRST
+        ok &= met or who in (FIRST, RUNNING)
         sec.para(f"{what}: **{vs_polars:.2f}x polars' time** (CPU seconds: {cpu_polars:.2f}x), **pandas takes "
                  f"{vs_pandas:.2f}x hpclaunch's time**, totals {'exact' if exact[who] else 'NOT exact'}. "
                  f"Goal (issue 20: `build_report` <= 1.2x polars and >= 3x faster than pandas, totals exact): "

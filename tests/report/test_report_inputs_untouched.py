@@ -87,3 +87,46 @@ def test_build_report_leaves_every_table_it_read_as_read(tmp_path, monkeypatch):
     # and a second report on the same files says the same
     monkeypatch.undo()
     assert build_report(tmp_path).data["energy_j"] == rep.data["energy_j"]
+
+
+def test_the_gpu_index_is_the_same_whatever_the_rows_order():
+    """A daemon's file (whole sweeps, GPUs in one order), the same rows shuffled, and grouped by GPU (a
+    columnar copy) take three paths through the indexer; each GPU's rows and text counts must agree,
+    with a GPU whose ranks change mid-run and one error cell, and a file with a sweep cut short."""
+    from hpclaunch.reports.gpu_index import gpu_rows
+
+    sweeps, gpus = 50, 3
+    t = np.repeat(T0 + np.arange(sweeps, dtype=float), gpus)
+    gi = np.tile(np.arange(gpus, dtype=float), sweeps)
+    ranks = np.tile(np.array([0, 1, 2], np.int32), sweeps)
+    ranks[(t >= T0 + 20) & (gi == 1)] = 3                      # GPU 1's ranks change at sweep 20
+    error = np.full(t.size, -1, np.int32)
+    error[7] = 0                                               # one row's error cell
+    power = np.arange(t.size, dtype=float)
+
+    def table(order, name="n1.gpu.csv"):
+        return readers.Table(path=name, n=order.size,
+                             num={c: v[order] for c, v in (("time_unix", t), ("gpu_index", gi), ("power_w", power),
+                                                           ("energy_mj", power * 10))},
+                             text={"host": (np.zeros(order.size, np.int32), ["n1"]),
+                                   "gpu_uuid": ((gi[order] + 0).astype(np.int32), ["U0", "U1", "U2"]),
+                                   "ranks": (ranks[order], ["0", "1", "2", "1,3"]),
+                                   "error": (error[order], ["Xid 79"])})
+
+    rows = np.arange(t.size)
+    orders = {"sweeps": rows, "shuffled": np.random.default_rng(1).permutation(rows),
+              "grouped": np.argsort(gi, kind="stable"), "cut sweep": rows[:-1]}
+    seen = {}
+    for what, order in orders.items():
+        keys, segs, fcols, txt, stats = index_gpu_tables([table(order)])
+        per_gpu = {}
+        for g, key in enumerate(keys):
+            cols, _, _ = gpu_rows(segs[g], fcols)
+            per_gpu[key] = ({c: cols[c].tolist() for c in ("time_unix", "power_w")},
+                            {c: txt[c].get(g) for c in txt})
+        seen[what] = per_gpu
+    assert seen["sweeps"] == seen["shuffled"] == seen["grouped"], seen
+    assert seen["sweeps"][("n1", 1)][1]["ranks"] == {"1": 20, "1,3": 30}
+    assert seen["sweeps"][("n1", 1)][1]["error"] == {"": 49, "Xid 79": 1}
+    assert seen["cut sweep"][("n1", 2)][0]["power_w"] == seen["sweeps"][("n1", 2)][0]["power_w"][:-1]
+    assert seen["cut sweep"][("n1", 0)] == seen["sweeps"][("n1", 0)]
