@@ -62,7 +62,9 @@ def run(name: str, script: str, argv: list[str], python: str, out: str) -> bool:
     """Run one bench (by path: the repository is not on a wheel Python's sys.path) into out/NAME.md."""
     target = os.path.join(out, f"{name}.md")
     if takes_markdown(python, script):
-        cmd = [python, os.path.join(REPO, script), *argv, "--markdown", target]
+        # cwd is the repository: a target inside it by its relative path, which the section then shows
+        rel = os.path.relpath(target, REPO)
+        cmd = [python, os.path.join(REPO, script), *argv, "--markdown", target if rel.startswith("..") else rel]
         print(f"== {name}: {' '.join(cmd)}", flush=True)
         return subprocess.run(cmd, cwd=REPO).returncode == 0
     cmd = [python, os.path.join(REPO, script), *argv]

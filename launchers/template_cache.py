@@ -150,7 +150,8 @@ def environment() -> Any:
         code = compile_all(texts, env)
     except Unsupported:
         return env
-    usercache.store(name, material, code)
+    if usercache.store(name, material, code):  # one per version of the templates: keep the newest few
+        usercache.prune("templates-", 4)
     return rt.Environment(code)
 
 

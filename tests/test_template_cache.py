@@ -128,3 +128,30 @@ def test_help_from_cache_is_argparse_help(cache_home):
         os.environ.pop("COLUMNS") if saved is None else os.environ.__setitem__("COLUMNS", saved)
     assert runs[0] == expected + "True\n"
     assert runs[1] == expected + "False\n"  # the second one loaded no argparse, nor typing (re, enum...)
+
+
+def test_every_cache_keeps_only_its_newest_entries(cache_home, tmp_path, monkeypatch):
+    """Each entry is keyed by what it was made from: a new slurm.conf (every edit), terminal width or
+    template version makes a new one, so each kind keeps only its newest few (as parsed YAML does)."""
+    from hpclaunch.cli import top_help
+    from hpclaunch.launchers.backends import slurm_facts
+
+    def entries(prefix):
+        return sorted(n for n in os.listdir(cache_home / "hpclaunch") if n.startswith(prefix))
+
+    conf = tmp_path / "slurm.conf"
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    texts = {k: f"{k} text\n" for k in slurm_facts.KINDS}
+    for i in range(slurm_facts.CACHED_CONFS + 4):
+        conf.write_text(f"ClusterName=c{i}\n" + "#" * i)  # another size: another slurm.conf version
+        slurm_facts.store(texts)
+    assert len(entries("slurm-facts-")) == slurm_facts.CACHED_CONFS
+    assert slurm_facts.load() == texts  # the newest is among them
+    for width in range(60, 72):
+        monkeypatch.setenv("COLUMNS", str(width))
+        top_help()
+    assert len(entries("help-")) == 8
+    for i in range(6):
+        monkeypatch.setattr(template_cache, "sources", lambda i=i: {"x.j2": f"version {i}"})
+        template_cache.environment()
+    assert len(entries("templates-")) == 4

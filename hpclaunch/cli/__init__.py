@@ -73,7 +73,8 @@ def top_help() -> str:
     if isinstance(cached, str):
         return cached
     text = _load(_PARSER).build().format_help()
-    usercache.store(name, material, text)
+    if usercache.store(name, material, text):  # one per terminal width and hpclaunch version
+        usercache.prune("help-", 8)
     return text
 
 

@@ -22,6 +22,10 @@ KINDS = ("config", "partition", "node")
 DEFAULT_MAX_AGE_S = 300.0
 
 
+# Entries kept: one per slurm.conf version (every edit makes a new one), the oldest go beyond this many.
+CACHED_CONFS = 8
+
+
 def max_age() -> float:
     """Seconds an entry is used for (HPCLAUNCH_SLURM_FACTS_MAX_AGE; 0 turns the cache off)."""
     return envknobs.number("HPCLAUNCH_SLURM_FACTS_MAX_AGE", DEFAULT_MAX_AGE_S, 0, 86400)
@@ -64,7 +68,8 @@ def store(texts: dict) -> None:
     material = _material()
     if not max_age() or material is None or set(texts) != set(KINDS):
         return
-    usercache.store(_name(material), material, (time.time(), *(texts[k] for k in KINDS)))
+    if usercache.store(_name(material), material, (time.time(), *(texts[k] for k in KINDS))):
+        usercache.prune("slurm-facts-", CACHED_CONFS)
 
 
 def forget() -> None:
