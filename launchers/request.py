@@ -85,6 +85,8 @@ class BatchRequest:
     prometheus_port: Optional[int] = None
     # node-exporter's textfile directory on the nodes (the profile's monitor.prometheus_textfile_dir); None: off.
     prometheus_textfile_dir: Optional[str] = None
+    # The local backend's GPU lease folder shared by the machine's users (the profile's local.gpu_lease_dir).
+    gpu_lease_dir: Optional[str] = None
 
     @property
     def world_size(self) -> int:
@@ -201,6 +203,7 @@ def build_request(resolved: Resolved) -> BatchRequest:
         sweep_tasks=sweep_tasks,
         prometheus_port=_prometheus_port(job.monitor.prometheus_port, profile.monitor.prometheus_port),
         prometheus_textfile_dir=profile.monitor.prometheus_textfile_dir,
+        gpu_lease_dir=profile.local.gpu_lease_dir,
     )
 
 

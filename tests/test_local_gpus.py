@@ -376,3 +376,50 @@ def test_a_job_stuck_on_a_lock_file_no_lease_can_take_says_which(hpc_home, tmp_p
     assert _wait_final(sub["job_id"], env)["state"] == "COMPLETED"
     assert _gpus_seen(sub["run_dir"]) == ["0"]
     held1.release()
+
+
+def test_a_profile_can_name_the_machines_shared_lease_folder(hpc_home, tmp_path, shared_dir):
+    """A workstation's site profile says where every user's leases go (local.gpu_lease_dir), so its
+    users need no variable: a job waits while another user holds the GPU there, and takes it once
+    freed. HPCLAUNCH_GPU_LEASE_DIR still wins; a folder that is not there, or a relative path, is one
+    line naming the profile, the field and the value, exit 2."""
+    def job(name, lease_dir):
+        (tmp_path / "site.yaml").write_text(f"name: site\nextends: workstation\nnode: {{gpus: 1}}\n"
+                                            f"local: {{gpu_lease_dir: {json.dumps(lease_dir)}}}\n")
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(f"name: {name}\nprofile: ./site.yaml\nlauncher: srun\n"
+                        "command: [bash, -c, 'echo gpus=$CUDA_VISIBLE_DEVICES']\n"
+                        "resources: {gpus_per_node: 1, cpus_per_task: 1, mem: 1G}\nmonitor: {interval: 0}\n")
+        return str(path)
+
+    env = {k: v for k, v in os.environ.items() if k != "HPCLAUNCH_GPU_LEASE_DIR"}
+    env["HPCLAUNCH_LOCAL_GPUS"] = "0"
+    other, said = _as_nobody(shared_dir, "0", 1)
+    try:
+        assert said == ["held", "0"]
+        sub = json.loads(hl("submit", job("waits", shared_dir), "--backend", "local", "--json",
+                            cwd=str(tmp_path), env=env).stdout)
+        deadline = time.time() + 30
+        while "through " + shared_dir not in ((st := _status(sub["job_id"], env))["reason"] or ""):
+            assert st["state"] == "PENDING" and time.time() < deadline, st
+            time.sleep(0.3)
+        # the variable wins over the profile (whose folder is not there: refused below)
+        mine = json.loads(hl("submit", job("own", str(tmp_path / "nowhere")), "--backend", "local", "--json",
+                             cwd=str(tmp_path), env={**env, "HPCLAUNCH_GPU_LEASE_DIR": shared_dir}).stdout)
+        deadline = time.time() + 30
+        while "through " + shared_dir not in ((st := _status(mine["job_id"], env))["reason"] or ""):
+            assert st["state"] == "PENDING" and time.time() < deadline, st
+            time.sleep(0.3)
+    finally:
+        other.kill()
+        other.wait()
+    assert _wait_final(sub["job_id"], env)["state"] == "COMPLETED"
+    assert _wait_final(mine["job_id"], env)["state"] == "COMPLETED"
+    bad = hl("submit", job("bad", str(tmp_path / "nowhere")), "--backend", "local", cwd=str(tmp_path), env=env,
+             check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert f"profile 'site': local.gpu_lease_dir: '{tmp_path / 'nowhere'}'" in bad.stderr, bad.stderr
+    assert "install -d -m 1777" in bad.stderr, bad.stderr
+    rel = hl("submit", job("rel", "leases"), "--backend", "local", cwd=str(tmp_path), env=env, check=False)
+    assert rel.returncode == 2 and "site.yaml" in rel.stderr and "local.gpu_lease_dir" in rel.stderr \
+        and "not an absolute path" in rel.stderr, rel.stderr

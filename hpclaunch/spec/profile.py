@@ -136,6 +136,18 @@ class MonitorSettings:
 
 
 @model
+class LocalSettings:
+    """How the local backend runs jobs on this machine (--backend local)."""
+
+    gpu_lease_dir: Optional[str] = field(
+        None, help="one folder for the GPU leases of every user of this machine, so that their local jobs take "
+        "turns on its GPUs (an admin makes it once: install -d -m 1777 DIR); HPCLAUNCH_GPU_LEASE_DIR wins; "
+        "null: each user's own",
+        check=lambda v: runs_root_problem(v) or (None if v.startswith("/") else (
+            "is not an absolute path", "give the machine's shared folder, e.g. /var/lib/hpclaunch/gpu-leases")))
+
+
+@model
 class Profile:
     """An hpclaunch cluster profile."""
 
@@ -158,6 +170,7 @@ class Profile:
     training: Training = field(default_factory=Training)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
     container: ContainerRuntime = field(default_factory=ContainerRuntime)
+    local: LocalSettings = field(default_factory=LocalSettings)
     runs_root: str = field("runs", help="where run directories go, relative to the submit directory or absolute",
                            check=lambda v: runs_root_problem(v))
     remote: Optional[Remote] = field(None, help="how to reach this cluster's login node from your own machine "

@@ -55,7 +55,7 @@ class LocalBackend(Backend):
                                  "or submit to Slurm with --backend slurm")
         gpus = self._machine_gpus(request)
         if gpus is not None:
-            checked_lease_dir()
+            checked_lease_dir(profile_dir=request.gpu_lease_dir, profile=request.profile_name)
         if gpus is not None and len(gpus) < request.gpus_per_node:
             raise HpclaunchError(f"{sources.of('resources.gpus_per_node')}: resources.gpus_per_node: "
                                  f"{request.gpus_per_node} asked, this machine has {len(gpus)} GPU(s) "
@@ -120,7 +120,7 @@ class LocalBackend(Backend):
             spec["array"] = {"size": request.array_size, "parallelism": self.array_parallelism(request)}
         gpus = self._machine_gpus(request)
         if gpus is not None:  # leased by the runner; an unknown machine's jobs get no GPU variables
-            shared = shared_setting()  # checked in check(); the runner leases there
+            shared, _ = shared_setting(profile_dir=request.gpu_lease_dir)  # checked in check(); the runner leases there
             spec["gpus"] = {"ids": gpus, "per_node": request.gpus_per_node, **({"lease_dir": shared} if shared else {})}
         write_atomic(os.path.join(run_dir, ".hpclaunch", "local-job.json"), json.dumps(spec, indent=1))
         runner_env = submit_env()

@@ -80,24 +80,33 @@ def lease_dir() -> str:
     return os.path.join(tempfile.gettempdir(), f"hpclaunch-{os.getuid()}", "gpu-leases")
 
 
-def shared_setting(env: Optional[Mapping[str, str]] = None) -> str:
-    """``$HPCLAUNCH_GPU_LEASE_DIR``: one folder every user of the machine shares, made by an admin
-    ("" where unset: each user's own)."""
-    return (env if env is not None else os.environ).get("HPCLAUNCH_GPU_LEASE_DIR", "").strip()
+def shared_setting(env: Optional[Mapping[str, str]] = None, profile_dir: Optional[str] = None,
+                   profile: str = "") -> Tuple[str, str]:
+    """(one folder every user of the machine shares, made by an admin; what set it, for messages):
+    ``$HPCLAUNCH_GPU_LEASE_DIR``, else the profile's ``local.gpu_lease_dir``; ("", "") where neither
+    is set: each user's own."""
+    folder = (env if env is not None else os.environ).get("HPCLAUNCH_GPU_LEASE_DIR", "").strip()
+    if folder:
+        return folder, f"HPCLAUNCH_GPU_LEASE_DIR={folder!r}"
+    if profile_dir:
+        return profile_dir, f"profile {profile!r}: local.gpu_lease_dir: {profile_dir!r}"
+    return "", ""
 
 
-def checked_lease_dir(env: Optional[Mapping[str, str]] = None) -> str:
-    """The lease folder jobs submitted with ``env`` use, checked: the shared one where set, else the
-    user's own (made if missing)."""
-    shared = shared_setting(env)
-    return shared_lease_dir(shared) if shared else private_lease_dir()
+def checked_lease_dir(env: Optional[Mapping[str, str]] = None, profile_dir: Optional[str] = None,
+                      profile: str = "") -> str:
+    """The lease folder jobs submitted with ``env`` (and a profile's setting) use, checked: the
+    shared one where set, else the user's own (made if missing)."""
+    shared, what = shared_setting(env, profile_dir, profile)
+    return shared_lease_dir(shared, what) if shared else private_lease_dir()
 
 
-def shared_lease_dir(folder: str) -> str:
+def shared_lease_dir(folder: str, what: str = "") -> str:
     """A lease folder the machine's users share. It must already be there (``install -d -m 1777
     DIR``, or ``-m 3770 -g GROUP`` for one group), owned by root or by this user, and sticky if others
-    may write in it: else someone could replace the lock files the other users hold."""
-    what = f"HPCLAUNCH_GPU_LEASE_DIR={folder!r}"
+    may write in it: else someone could replace the lock files the other users hold. ``what``: the
+    setting that named it, as messages say it."""
+    what = what or f"HPCLAUNCH_GPU_LEASE_DIR={folder!r}"
     if not os.path.isabs(folder):
         raise HpclaunchError(f"{what}: not an absolute path — e.g. HPCLAUNCH_GPU_LEASE_DIR=/var/lib/hpclaunch/gpu-leases")
     try:
