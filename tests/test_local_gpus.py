@@ -323,6 +323,10 @@ def test_a_shared_lease_folder_others_could_tamper_with_is_refused(shared_dir, t
         with pytest.raises(HpclaunchError) as e:
             shared_lease_dir(folder)
         assert "HPCLAUNCH_GPU_LEASE_DIR=" in str(e.value) and fix in str(e.value), (folder, str(e.value))
+    # the runner names the setting the folder came from (a profile's), should it go bad while a job waits
+    setting = f"profile 'site': local.gpu_lease_dir: '{nosticky}'"
+    with pytest.raises(HpclaunchError, match=f"^{setting}: others may write in it"):
+        try_lease(["0"], 1, str(nosticky), shared=True, what=setting)
 
 
 def test_a_local_job_takes_the_gpu_another_user_left_free(hpc_home, tmp_path, shared_dir):

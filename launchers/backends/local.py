@@ -120,8 +120,10 @@ class LocalBackend(Backend):
             spec["array"] = {"size": request.array_size, "parallelism": self.array_parallelism(request)}
         gpus = self._machine_gpus(request)
         if gpus is not None:  # leased by the runner; an unknown machine's jobs get no GPU variables
-            shared, _ = shared_setting(profile_dir=request.gpu_lease_dir)  # checked in check(); the runner leases there
-            spec["gpus"] = {"ids": gpus, "per_node": request.gpus_per_node, **({"lease_dir": shared} if shared else {})}
+            # checked in check(); the runner leases there
+            shared, what = shared_setting(profile_dir=request.gpu_lease_dir, profile=request.profile_name)
+            spec["gpus"] = {"ids": gpus, "per_node": request.gpus_per_node,
+                            **({"lease_dir": shared, "lease_setting": what} if shared else {})}
         write_atomic(os.path.join(run_dir, ".hpclaunch", "local-job.json"), json.dumps(spec, indent=1))
         runner_env = submit_env()
         with open_private_log(os.path.join(run_dir, "logs", "runner.log")) as log:

@@ -195,11 +195,12 @@ class Lease:
 
 
 def try_lease(ids: List[str], count: int, folder: Optional[str] = None, shared: bool = False,
-              stuck: Optional[List[str]] = None) -> Optional[Lease]:
+              stuck: Optional[List[str]] = None, what: str = "") -> Optional[Lease]:
     """`count` of `ids`, the lowest free first, or None (and nothing held) if fewer are free.
-    ``folder``: the user's own lease folder by default; ``shared``: it is the machine's shared one.
-    ``stuck``: gets each lock file this try found no lease can take (all of them, when it fails)."""
-    folder = shared_lease_dir(folder) if shared and folder else private_lease_dir(folder)
+    ``folder``: the user's own lease folder by default; ``shared``: it is the machine's shared one,
+    named by the setting ``what`` (for messages). ``stuck``: gets each lock file this try found no
+    lease can take (all of them, when it fails)."""
+    folder = shared_lease_dir(folder, what) if shared and folder else private_lease_dir(folder)
     got, fds = [], []
     for gpu in ids:
         if len(got) == count:

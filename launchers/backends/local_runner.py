@@ -95,7 +95,8 @@ def _run_attempts(marker_dir: str, spec: dict, extra_env: dict, log_path: str, c
     said = None
     while True:
         stuck: list = []
-        lease = try_lease(gpus["ids"], gpus["per_node"], folder, shared=bool(folder), stuck=stuck)
+        lease = try_lease(gpus["ids"], gpus["per_node"], folder, shared=bool(folder), stuck=stuck,
+                          what=gpus.get("lease_setting", ""))
         if lease is not None:
             break
         reason = (f"waiting for {gpus['per_node']} GPU(s) of {','.join(gpus['ids'])}: other local jobs hold them"
