@@ -146,6 +146,23 @@ monitor: {{interval: 0}}
     assert hosts == {0: "c1", 1: "c1", 2: "c2", 3: "c2"}, hosts
 
 
+def test_lightning_fabric_two_nodes_two_devices(slurm, hpc_home, tmp_path):
+    """Fabric's loop (launch, setup, backward) finds its 4 ranks on 2 nodes from Slurm's variables; each
+    trains on its own data and all end with the same weights (DDP averaged the gradients)."""
+    _, run_dir = submit_wait(tmp_path, f"""
+name: fabric-two
+profile: testcluster
+launcher: srun
+command: [python, {EXAMPLES}/fabric_ddp.py, "2", "2"]
+resources: {{nodes: 2, tasks_per_node: 2, time: "00:05:00"}}
+monitor: {{interval: 0}}
+""")
+    got = [re.search(r"fabric rank (\d)/4 node (\d) host (\S+) weights (\[.*\])", rank_log(run_dir, r)).groups()
+           for r in range(4)]
+    assert [g[:3] for g in got] == [("0", "0", "c1"), ("1", "0", "c1"), ("2", "1", "c2"), ("3", "1", "c2")], got
+    assert len({g[3] for g in got}) == 1, got
+
+
 def submit_tf_job(tmp_path, name, extra=""):
     """A 2-node MultiWorkerMirroredStrategy job; asserts each worker's host and that the workers'
     variables agree (each trained on its own data: equal only if all-reduced). Returns the run dir."""

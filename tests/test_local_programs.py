@@ -54,6 +54,7 @@ def test_each_local_task_has_the_variables_srun_sets(hpc_home, tmp_path):
 @pytest.mark.parametrize("program, args, expect", [
     ("jax_allgather.py", [], ["process 0/2 host {h} sum 1", "process 1/2 host {h} sum 1"]),
     ("lightning_ddp.py", ["1", "2"], ["world size 2 ok", "rank 1/2 node 0 host {h}"]),
+    ("fabric_ddp.py", ["1", "2"], ["fabric rank 0/2 node 0 host {h} ", "fabric rank 1/2 node 0 host {h} "]),
 ])
 def test_frameworks_find_their_slurm_cluster_in_a_local_job(hpc_home, tmp_path, program, args, expect):
     """JAX's jax.distributed.initialize() and Lightning's SLURMEnvironment, with no arguments and no
