@@ -27,18 +27,31 @@ def rank_log(run_dir, rank):
     return open(os.path.join(run_dir, "logs", "attempt0", f"rank{rank}.log")).read()
 
 
-def ray_left():
-    """Ray processes still on this machine (the test nodes are namespaces of it)."""
-    out = subprocess.run(["pgrep", "-af", r"raylet|gcs_server|ray::|ray start|hpclaunch-ray-"],
-                         capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "pgrep" not in line]
+def ray_left(wait: float = 0.0):
+    """Ray processes still on this machine (the test nodes are namespaces of it). ``wait``: up to that
+    many seconds for the ones already on their way out (a stopped raylet's workers exit on their own,
+    a moment after the job: on a loaded machine, after `submit --wait` has returned)."""
+    deadline = time.time() + wait
+    while True:
+        out = subprocess.run(["pgrep", "-af", r"raylet|gcs_server|ray::|ray start|hpclaunch-ray-"],
+                             capture_output=True, text=True).stdout
+        left = [line for line in out.splitlines() if "pgrep" not in line]
+        if not left or time.time() >= deadline:
+            return left
+        time.sleep(0.5)
 
 
 def completed_after_driver(run_dir, job_id) -> float:
-    """Seconds from the driver's end (rank0.exit: its exit code and time) to the job's COMPLETED in sacct."""
+    """Seconds from the driver's end (rank0.exit: its exit code and time) to the job's COMPLETED in sacct
+    (asked again for up to 10 s while slurmdbd has not recorded the end yet)."""
     rc, driver_end = open(os.path.join(run_dir, "logs", "attempt0", "rank0.exit")).read().split()
-    end = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,End", "--noconvert"],
-                         capture_output=True, text=True).stdout.strip().split("|")
+    deadline = time.time() + 10
+    while True:
+        end = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,End", "--noconvert"],
+                             capture_output=True, text=True).stdout.strip().split("|")
+        if end[0] == "COMPLETED" and end[-1][:1].isdigit() or time.time() >= deadline:
+            break
+        time.sleep(0.5)
     assert rc == "0" and end[0] == "COMPLETED", end
     return time.mktime(time.strptime(end[1], "%Y-%m-%dT%H:%M:%S")) - float(driver_end)
 
@@ -57,7 +70,8 @@ monitor: {{interval: 1}}
     assert "cpus 4 nodes 2 hosts c1 c2 driver c1" in log, log
     job_id = json.loads(hl("status", run_dir, "--json").stdout)["job_id"]
     assert completed_after_driver(run_dir, job_id) < 15
-    assert not ray_left(), ray_left()
+    left = ray_left(wait=10)
+    assert not left, left
     assert not [p for p in os.listdir("/tmp") if p.startswith(f"hpclaunch-ray-{os.getuid()}-{job_id}-")]
     assert {"ray-c1.log", "ray-c2.log"} <= set(os.listdir(os.path.join(run_dir, "logs", "attempt0")))
 
@@ -79,7 +93,8 @@ monitor: {{interval: 0}}
     assert set(workers) == {"0/2", "1/2"} and {h for h, _ in workers.values()} == {"c1", "c2"}, log[-3000:]
     assert len({w for _, w in workers.values()}) == 1, workers     # DDP kept the replicas in step
     assert "fit done, error: None" in log, log[-3000:]
-    assert not ray_left(), ray_left()
+    left = ray_left(wait=10)
+    assert not left, left
 
 
 def test_ray_trains_own_example_as_shipped_ends_with_its_driver(slurm, hpc_home, tmp_path):
@@ -99,7 +114,8 @@ monitor: {interval: 0}
     assert "Reporting training result 2" in log, log[-3000:]
     job_id = json.loads(hl("status", run_dir, "--json").stdout)["job_id"]
     assert completed_after_driver(run_dir, job_id) < 15
-    assert not ray_left(), ray_left()
+    left = ray_left(wait=10)
+    assert not left, left
 
 
 def test_ray_driver_that_raises_fails_the_job_with_its_exit_code(slurm, hpc_home, tmp_path):
@@ -116,7 +132,8 @@ monitor: {{interval: 0}}
     st = json.loads(hl("status", run_dir, "--json").stdout)
     assert st["state"] == "FAILED" and st["exit_code"] == 7, st
     assert "about to fail" in rank_log(run_dir, 0)
-    assert not ray_left(), ray_left()
+    left = ray_left(wait=10)
+    assert not left, left
 
 
 def test_jax_distributed_initialize_with_no_arguments(slurm, hpc_home, tmp_path):
