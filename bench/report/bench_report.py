@@ -80,6 +80,22 @@ def ensure_ended(d: Path, hours: float) -> None:
         state.write_text(f"{int(gen.T0)} attempt=0 start\n{int(gen.T0 + hours * 3600) + 2} attempt=0 end\n")
 
 
+def running_dir(d: Path) -> Path:
+    """A run directory of the same logs whose record says the job still runs (a start, no end), as a
+    report on a running job reads it: its logs are ``d``'s (links), so it writes no copies."""
+    r = d.parent / (d.name + "-running")
+    if not (r / ".hpclaunch" / "state").exists():
+        (r / ".hpclaunch").mkdir(parents=True, exist_ok=True)
+        for sub in ("monitor", "metrics"):
+            if not (r / sub).exists():
+                (r / sub).symlink_to(d / sub)
+        start = (d / ".hpclaunch" / "state").read_text().splitlines()[0]
+        tmp = r / ".hpclaunch" / "state.tmp"
+        tmp.write_text(start + "\n")
+        os.replace(tmp, r / ".hpclaunch" / "state")
+    return r
+
+
 def drop_copies(d: Path) -> None:
     import shutil
 
@@ -144,13 +160,13 @@ def child(peer: str, d: str) -> None:
     fn = {"hpclaunch": peer_hpclaunch, FIRST: peer_hpclaunch, RUNNING: peer_hpclaunch, "polars": peer_polars,
           "pandas": peer_pandas}[peer]
     if peer.startswith("hpclaunch"):  # imports are not the report's work: load them before the clock
-        import hpclaunch.reports.document as document
+        import hpclaunch.reports.document  # noqa: F401
         import pyarrow.csv  # noqa: F401
         import pyarrow.ipc  # noqa: F401
         if peer in (FIRST, RUNNING):
             drop_copies(Path(d))
-        if peer == RUNNING:  # as the run's record reads while the job runs: no copies made (its logs grow)
-            document.run_ended = lambda run_dir: False
+        if peer == RUNNING:  # the same logs, the run's record saying the job still runs: no copies made
+            d = str(running_dir(Path(d)))
     elif peer == "polars":
         import polars  # noqa: F401
     else:
