@@ -49,7 +49,7 @@ def completed_after_driver(run_dir, job_id) -> float:
     while True:
         end = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,End", "--noconvert"],
                              capture_output=True, text=True).stdout.strip().split("|")
-        if end[0] == "COMPLETED" and end[-1][:1].isdigit() or time.time() >= deadline:
+        if (end[0] == "COMPLETED" and end[-1][:1].isdigit()) or time.time() >= deadline:
             break
         time.sleep(0.5)
     assert rc == "0" and end[0] == "COMPLETED", end
