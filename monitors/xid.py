@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 from typing import Dict, List, Optional
 
+from .nvml_batch import direct
 from .nvml_errors import err_text
 
 XID_EVENT = 0x8          # nvmlEventTypeXidCriticalError (nvml.h); not every binding version names it
@@ -47,6 +48,34 @@ def _device_key(handle):
         return handle
 
 
+class _RawWait:
+    """``nvmlEventSetWait[_v2](set, &data, 0)`` called as pynvml's own wrapper calls it (the C function
+    looked up by name at each call), without the wrapper's NVMLError for the common answer: every
+    sample asks, and nearly always hears NVML_ERROR_TIMEOUT. Raising and catching that was about
+    half of a poll's cost on the real binding (bench/monitor). One answer structure is reused: an
+    event's fields are read before the next call."""
+
+    def __init__(self, lookup, error, name: str, ctype):
+        self._lookup, self.error, self._name = lookup, error, name
+        self.data = ctype()
+        self._ref = ctypes.byref(self.data)
+
+    @classmethod
+    def of(cls, nv, name: str) -> Optional["_RawWait"]:
+        """For pynvml's own wait function; None for any other binding (a fake, a wrapper)."""
+        found = direct(nv, name)
+        if found is None:
+            return None
+        lookup, error, scope = found
+        ctype = scope.get("c_nvmlEventData_t")
+        if not (isinstance(ctype, type) and issubclass(ctype, ctypes.Structure)):
+            return None
+        return cls(lookup, error, name, ctype)
+
+    def __call__(self, event_set) -> int:
+        return self._lookup(self._name)(event_set, self._ref, 0)
+
+
 class XidWatcher:
     """XID events of the GPUs passed to :meth:`start` (objects with index, uuid, ranks, handle)."""
 
@@ -61,6 +90,7 @@ class XidWatcher:
         self._gpus: List[object] = []
         self._waits: List[str] = []        # wait functions still to try, preferred first
         self._wait_fn = None               # the first of them, looked up once
+        self._raw: Optional[_RawWait] = None  # the same through pynvml's C lookup: no exception a poll
         self.last_poll: Optional[float] = None
         self._kept: Dict[int, int] = {}    # counts when collection stopped, continued on a new set
         self._stopped_at: Optional[float] = None
@@ -112,6 +142,7 @@ class XidWatcher:
             return []
         self._waits = [n for n in ("nvmlEventSetWait_v2", "nvmlEventSetWait") if hasattr(nv, n)]
         self._wait_fn = getattr(nv, self._waits[0]) if self._waits else None
+        self._raw = _RawWait.of(nv, self._waits[0]) if self._waits else None
         self.last_poll = now
         return sorted(self.counts)
 
@@ -137,12 +168,20 @@ class XidWatcher:
                 return 0
         since, self.last_poll = self.last_poll, now
         n = 0
-        wait, es = self._wait_fn, self.set
+        wait, es, raw = self._wait_fn, self.set, self._raw
         for _ in range(MAX_PER_POLL):
             try:
-                if wait is None:
+                if raw is not None:  # pynvml: the C function's answer, no NVMLError raised for a timeout
+                    ret = raw(es)
+                    if ret == _TIMEOUT:
+                        break
+                    if ret:
+                        raise raw.error(ret)
+                    data = raw.data
+                elif wait is None:
                     raise AttributeError("the NVML binding has no nvmlEventSetWait")
-                data = wait(es, 0)
+                else:
+                    data = wait(es, 0)
                 if int(data.eventType) & XID_EVENT:  # the only type registered; others are not ours
                     self._record(data, now, since)
                     n += 1
@@ -154,6 +193,7 @@ class XidWatcher:
                     # an absent _v2 (old driver or binding): the legacy name, once and for all
                     self._waits.pop(0)
                     wait = self._wait_fn = getattr(self.nv, self._waits[0])
+                    raw = self._raw = _RawWait.of(self.nv, self._waits[0])
                     continue
                 self._stop(f"{self._waits[0] if self._waits else 'nvmlEventSetWait'} failed: "
                            f"{err_text(e)}; XID collection stopped", now, retry=bool(self._waits))

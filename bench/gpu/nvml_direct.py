@@ -13,6 +13,8 @@ them over a fake library. Here each is asked beside the pynvml wrapper it stands
   direct <= wrapper <= direct read after, instant values within a tolerance;
 - power samples since one time stamp: the samples both answered (same time stamps) have the same
   values;
+- the XID wait (monitors/xid.py) on an event set of every GPU: the same answer as
+  ``nvmlEventSetWait_v2(set, 0)`` (NVML_ERROR_TIMEOUT when no XID is pending);
 - the CPU per call of each path (median of ``--calls``, 20 ms apart: cold, as at 1 Hz).
 
 Exit 0 when everything agreed; 1 with the disagreements listed. Needs a GPU (or the tests' fake
@@ -162,6 +164,33 @@ def check_gpu(nv, i: int, calls: int) -> dict:
     return timing
 
 
+def check_xid_wait(nv, calls: int) -> dict:
+    """The XID poll's direct wait beside pynvml's wrapper, on one event set of every GPU."""
+    from hpclaunch.monitors.xid import _TIMEOUT, XID_EVENT, _RawWait
+
+    raw = _RawWait.of(nv, "nvmlEventSetWait_v2")
+    if raw is None:
+        bad("the XID wait took no direct path with this binding")
+        return {}
+    es = nv.nvmlEventSetCreate()
+    try:
+        for i in range(nv.nvmlDeviceGetCount()):
+            try:
+                nv.nvmlDeviceRegisterEvents(nv.nvmlDeviceGetHandleByIndex(i), XID_EVENT, es)
+            except nv.NVMLError as e:
+                print(f"\n GPU {i}: no XID registration ({e})")
+        pe = code(nv, lambda: nv.nvmlEventSetWait_v2(es, 0))[1]
+        ret = raw(es)
+        print(f"\n XID wait: pynvml {'event' if pe is None else 'raises ' + str(pe)}, direct answers {ret}")
+        if pe is not None and ret != pe or pe is None and ret not in (0, _TIMEOUT):
+            bad(f"XID wait: pynvml error {pe}, direct return {ret}")
+        t = (cpu_us(lambda: raw(es), calls), cpu_us(lambda: code(nv, lambda: nv.nvmlEventSetWait_v2(es, 0)), calls))
+        print(f"   {'XID wait':22s} direct {t[0]:7.1f} µs  pynvml {t[1]:7.1f} µs")
+        return {"XID wait": t}
+    finally:
+        nv.nvmlEventSetFree(es)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", type=int, default=30)
@@ -171,6 +200,7 @@ def main(argv=None) -> int:
     nv.nvmlInit()
     print(f"driver {nv.nvmlSystemGetDriverVersion()}, nvidia-ml-py {getattr(nv, '__version__', '?')}")
     timings = {i: check_gpu(nv, i, a.calls) for i in range(nv.nvmlDeviceGetCount())}
+    timings["all"] = check_xid_wait(nv, a.calls)
     nv.nvmlShutdown()
     if a.json:
         with open(a.json, "w") as f:

@@ -16,7 +16,11 @@
  * NVML_ERROR_INVALID_ARGUMENT in their nvmlFieldValue_t, as a driver older than the field does.
  * Field 9998 (no NVML field) is answered (7) in a GPU's first batch only and its entry left unwritten
  * after: a driver that skips an entry, so a test sees whether an earlier call's answer survives.
- * Events: XIDs can be registered and none ever comes (the wait times out at once).
+ * Events: XIDs can be registered; none comes (the wait times out at once) unless FAKE_LIBNVML_XIDS
+ * lists some, "WAIT:GPU:XID[:GI],...": the event is answered by the WAIT-th call of the wait (1 is
+ * the first), GPU -1 answers that call with error XID instead (999: NVML_ERROR_UNKNOWN), GI the
+ * event's gpuInstanceId (default 0xFFFFFFFF, the whole GPU). Built with -DFAKE_NO_WAIT_V2 the
+ * library has only the legacy nvmlEventSetWait, as a driver older than MIG.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,11 +224,47 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, 
     (void)types; (void)set;
     return bad(d) ? INVALID_ARGUMENT : OK;
 }
-nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms) {
-    (void)set; (void)data; (void)timeout_ms;
-    return TIMEOUT;
+static unsigned long wait_calls;
+/* The event the n-th wait call answers, from FAKE_LIBNVML_XIDS: 1 (event), -1 (error *err), 0 (none). */
+static int queued(unsigned long n, nvmlEventData_t *data, nvmlReturn_t *err) {
+    const char *p = getenv("FAKE_LIBNVML_XIDS");
+    while (p && *p) {
+        unsigned long wait = strtoul(p, (char **)&p, 10);
+        long gpu = 0, xid = 0;
+        unsigned long gi = 0xFFFFFFFFul;
+        if (*p == ':') gpu = strtol(p + 1, (char **)&p, 10);
+        if (*p == ':') xid = strtol(p + 1, (char **)&p, 10);
+        if (*p == ':') gi = strtoul(p + 1, (char **)&p, 10);
+        if (wait == n) {
+            if (gpu < 0) { *err = (nvmlReturn_t)xid; return -1; }
+            if (gpu >= (long)n_gpus) return 0;
+            data->device = &devices[gpu];
+            data->eventType = 0x8ULL;
+            data->eventData = (unsigned long long)xid;
+            data->gpuInstanceId = (unsigned int)gi;
+            data->computeInstanceId = 0xFFFFFFFFu;
+            return 1;
+        }
+        while (*p && *p != ',') p++;
+        if (*p == ',') p++;
+    }
+    return 0;
 }
+static nvmlReturn_t event_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms) {
+    nvmlReturn_t err = OK;
+    (void)set; (void)timeout_ms;
+    switch (queued(++wait_calls, data, &err)) {
+    case 1: return OK;
+    case -1: return err;
+    default: return TIMEOUT;
+    }
+}
+#ifndef FAKE_NO_WAIT_V2
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms) {
+    return event_wait(set, data, timeout_ms);
+}
+#endif
 nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms) {
-    return nvmlEventSetWait_v2(set, data, timeout_ms);
+    return event_wait(set, data, timeout_ms);
 }
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) { (void)set; return OK; }

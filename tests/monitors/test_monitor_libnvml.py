@@ -168,3 +168,47 @@ def test_the_gpu_benches_run_over_the_fake_library(libdir, tmp_path, script, arg
     proc = subprocess.run([sys.executable, os.path.join(GPU_BENCH, script), *args], cwd=str(tmp_path),
                           env=_env(libdir, 2), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and said in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def _xid_daemon(libdir, tmp_path, xids, samples=6):
+    env = dict(_env(libdir, 2), FAKE_LIBNVML_XIDS=xids)
+    proc = subprocess.run([sys.executable, "-m", "hpclaunch.monitors", "--interval", "0.2", "--duration",
+                           str(0.2 * samples), "--run-dir", str(tmp_path), "--host", "lib"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rows = read_csv(str(tmp_path / "monitor" / "lib.gpu.csv"))[2]
+    return rows, read_events(str(tmp_path / "monitor" / "lib.events.jsonl"))
+
+
+def test_xids_through_the_real_binding_without_an_exception_a_sample(libdir, tmp_path):
+    """The wait is pynvml's C function called directly (monitors/xid.py): its events reach the
+    logs as through pynvml's wrapper -- GPU, XID, MIG instance, counts in the rows -- and an error
+    of the wait stops the collection as before."""
+    rows, events = _xid_daemon(libdir, tmp_path, "2:1:79,3:0:48:5,6:-1:999")
+    xids = [e["detail"] for e in events if e["kind"] == "xid"]
+    assert [(x["gpu_index"], x["xid"], x["xid_count"]) for x in xids] == [(1, 79, 1), (0, 48, 1)]
+    assert xids[1]["gpu_instance_id"] == 5 and "gpu_instance_id" not in xids[0]
+    assert xids[0]["uuid"] == "GPU-fa4e11b0-0000-4000-8000-000000000001"
+    stop = [e["detail"] for e in events if e["kind"] == "source_unavailable"
+            and e["detail"].get("capability") == "xid_events"]
+    assert len(stop) == 1 and stop[0]["capability"] == "xid_events", stop
+    assert "nvmlEventSetWait_v2 failed" in stop[0]["reason"] and "Unknown" in stop[0]["reason"], stop
+    by_time = sorted({float(r["time_unix"]) for r in rows})
+    counts = [[r["xid_count"] for r in rows if float(r["time_unix"]) == t] for t in by_time]
+    # wait calls: 1 (sample 1), 2-4 (sample 2: two events), 5, then 6 (sample 4: the error); from it on: not collected (empty)
+    assert counts[0] == ["0", "0"] and counts[1] == counts[2] == ["1", "1"], counts
+    assert all(c == ["", ""] for c in counts[3:]) and len(counts) >= 5, counts
+
+
+def test_xids_of_a_driver_with_only_the_legacy_wait(tmp_path):
+    """A library without nvmlEventSetWait_v2 (a driver older than MIG): the legacy C function
+    answers. pynvml's own legacy wrapper calls _v2 again, so through it the collection stopped."""
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-DFAKE_NO_WAIT_V2", "-shared", "-fPIC",
+                    "-o", str(libdir / "libnvidia-ml.so.1"), SOURCE], check=True, capture_output=True, text=True)
+    rows, events = _xid_daemon(libdir, tmp_path, "2:1:31")
+    assert [(e["detail"]["gpu_index"], e["detail"]["xid"]) for e in events if e["kind"] == "xid"] == [(1, 31)]
+    assert not [e for e in events if e["kind"] == "source_unavailable"
+                and e["detail"].get("capability") == "xid_events"], events
+    assert rows[-1]["xid_count"] == "1" and rows[-2]["xid_count"] == "0"
