@@ -15,6 +15,12 @@ readers made of them:
 * Written atomically (a temporary file renamed over), only when the caller says the source is settled,
   and only when the source did not change while it was read. A run directory the reader cannot write
   (an admin reading a user's run) simply gets no copy.
+* A log still being written (a running job's) gets a copy of its first part instead, up to a line's
+  end (:class:`Growing`): the monitor only appends, so a later report reads that part from the copy
+  and parses only the lines appended since. Such a copy names the part it holds by its length, the
+  file's inode and a CRC of its first and last PREFIX_CHECK bytes, and is used only while the file
+  still begins with those bytes. It is written for logs of MIN_PREFIX bytes or more, and again
+  once the lines after it reach REWRITE_SHARE of it, so no report parses more than that share anew.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import json
 import os
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -36,6 +43,9 @@ SETTLE_S = 120.0
 # Types a copy may hold (anything else in a copy makes it ignored).
 # numpy's name -> Arrow's.
 DTYPES = {"float64": "double", "int32": "int32", "bool": "bool"}
+PREFIX_CHECK = 4096      # bytes at each end of a copied first part whose CRC must still match
+MIN_PREFIX = 1 << 20     # a growing log smaller than this is parsed whole: cheaper than a copy
+REWRITE_SHARE = 0.25     # a new copy of a growing log once its unread rest is this share of the copy
 
 Arrays = Dict[str, np.ndarray]
 
@@ -64,8 +74,29 @@ class Policy:
         return st.st_mtime < (time.time() if now is None else now) - SETTLE_S
 
 
+@dataclass(frozen=True)
+class Growing:
+    """How a reader reads a log by parts while it is being written (``through``'s ``growing``).
+
+    ``complete()``: (bytes through the file's last newline now, what a cut line after it adds to the
+    value's count of skipped rows); ``parse(start, end)``: the rows of bytes ``start`` to ``end`` (0:
+    from the file's beginning, its header included); ``merge(a, b)``: the value of two consecutive
+    parts; ``finish(value, cut)``: the value with the cut line counted; ``kind``, ``to_copy`` and
+    ``from_copy`` as ``through``'s, for a copy that keeps the file's row order (the part after it
+    is appended in that order)."""
+
+    kind: str
+    complete: Callable[[], Tuple[int, int]]
+    parse: Callable[[int, int], Any]
+    merge: Callable[[Any, Any], Any]
+    finish: Callable[[Any, int], Any]
+    to_copy: Callable[[Any], Tuple[Arrays, dict]]
+    from_copy: Callable[[Arrays, dict], Any]
+
+
 def through(src, kind: str, policy: Policy, parse: Callable[[], Any],
-            to_copy: Callable[[Any], Tuple[Arrays, dict]], from_copy: Callable[[Arrays, dict], Any]) -> Any:
+            to_copy: Callable[[Any], Tuple[Arrays, dict]], from_copy: Callable[[Arrays, dict], Any],
+            growing: Optional[Growing] = None) -> Any:
     """What a reader returns for ``src``: from its valid copy of ``kind`` when there is one, else
     ``parse()``, kept as a copy (``to_copy``) when the policy allows. Once ``to_copy`` has run, the
     value returned is the copy's (``from_copy`` of it, in memory), stored or not: the first report
@@ -76,17 +107,89 @@ def through(src, kind: str, policy: Policy, parse: Callable[[], Any],
     hit = load(src, kind, st)
     if hit is not None:
         return from_copy(*hit)
-    value = parse()
-    if policy.may_write(st):
+    settled = policy.may_write(st)
+    value = _by_parts(src, st, growing, copy_part=not settled) if growing is not None else None
+    if value is None:
+        value = parse()
+    if settled:
         arrays, data = to_copy(value)
         store(src, kind, st, arrays, data)
         return from_copy(arrays, data)
     return value
 
 
+def _by_parts(src, st: os.stat_result, g: Growing, copy_part: bool) -> Any:
+    """A log's value from the copy of its first part and the lines after it (the copy made while its
+    job ran, also the quickest way to the whole file's copy once it ended); ``copy_part``: it still
+    grows, so copy the part written so far, first and when the rest after the copy is large enough.
+    None where there is no such copy and none is to be made (the caller parses the file whole)."""
+    end, cut = g.complete()
+    hit = load_prefix(src, g.kind, st)
+    if hit is None and (end < MIN_PREFIX or not copy_part):
+        return None
+    if hit is not None:
+        arrays, data, start = hit
+        value = g.from_copy(arrays, data)
+        if end > start:
+            value = g.merge(value, g.parse(start, end))
+    else:
+        start, value = 0, g.parse(0, end)
+    if copy_part and end >= MIN_PREFIX and (start == 0 or end - start >= REWRITE_SHARE * start):
+        source = prefix_identity(src, end)
+        if source is not None:
+            arrays, data = g.to_copy(value)
+            store(src, g.kind, st, arrays, data, source=source)
+    return g.finish(value, cut)
+
+
+def prefix_identity(src, end: int) -> Optional[list]:
+    """What names the first ``end`` bytes of ``src``: ["prefix", end, inode, CRC of the first and of
+    the last PREFIX_CHECK of them]; None when the file is shorter (rewritten) or unreadable."""
+    try:
+        fd = os.open(src, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_size < end:
+            return None
+        head = os.pread(fd, min(end, PREFIX_CHECK), 0)
+        tail = os.pread(fd, min(end, PREFIX_CHECK), max(0, end - PREFIX_CHECK))
+        if len(head) != min(end, PREFIX_CHECK) or len(tail) != len(head):
+            return None
+        return ["prefix", end, st.st_ino, zlib.crc32(head), zlib.crc32(tail)]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def load_prefix(src, kind: str, st: os.stat_result) -> Optional[Tuple[Arrays, dict, int]]:
+    """(arrays, the stored results, bytes it covers) of ``src``'s copy of its first part, if the file
+    still begins with that part; None otherwise."""
+    got = _read(src, kind)
+    if got is None:
+        return None
+    desc, arrays = got
+    source = desc.get("source")
+    if not (isinstance(source, list) and len(source) == 5 and source[0] == "prefix"
+            and type(source[1]) is int and source[2] == st.st_ino and 0 < source[1] <= st.st_size):
+        return None
+    if prefix_identity(src, source[1]) != source:
+        return None
+    return arrays, desc["data"], source[1]
+
+
 def load(src, kind: str, st: os.stat_result) -> Optional[Tuple[Arrays, dict]]:
     """(arrays, the stored results) of ``src``'s copy if it is a valid copy of ``src`` as ``st`` shows
     it, read by ``kind``; None otherwise (no copy, stale, foreign or damaged)."""
+    got = _read(src, kind, identity(st))
+    return None if got is None else (got[1], got[0]["data"])
+
+
+def _read(src, kind: str, source: Optional[list] = None) -> Optional[Tuple[dict, Arrays]]:
+    """(description, arrays) of ``src``'s copy read by ``kind`` (and of ``source``, when given), its
+    arrays checked against the description; None when there is none or it does not hold."""
     path = copy_path(src)
     try:
         import pyarrow as pa
@@ -98,13 +201,13 @@ def load(src, kind: str, st: os.stat_result) -> Optional[Tuple[Arrays, dict]]:
             table = ipc.open_file(mm).read_all()
         desc = json.loads((table.schema.metadata or {}).get(META_KEY, b"null"))
         if not isinstance(desc, dict) or desc.get("format") != FORMAT or desc.get("kind") != kind \
-                or desc.get("source") != identity(st):
+                or (source is not None and desc.get("source") != source) or not isinstance(desc.get("data"), dict):
             return None
         n, types = desc["rows"], desc["types"]
         if table.num_rows != n or sorted(table.column_names) != sorted(types):
             return None
         arrays = {name: _column(table.column(name), types[name], n) for name in table.column_names}
-        return arrays, desc["data"]
+        return desc, arrays
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
 
@@ -135,23 +238,27 @@ def _arrow(pa, a: np.ndarray):
     return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), a.size, [None, pa.py_buffer(np.ascontiguousarray(a))])
 
 
-def store(src, kind: str, st: os.stat_result, arrays: Arrays, data: dict) -> bool:
+def store(src, kind: str, st: os.stat_result, arrays: Arrays, data: dict, source: Optional[list] = None) -> bool:
     """Writes ``src``'s copy from what its reader made of it (``arrays`` of one length, JSON-able
-    ``data``) if ``src`` is still as ``st`` shows it. False when it cannot (no pyarrow, a directory
-    it may not write, a source that changed meanwhile): the report goes on without a copy."""
+    ``data``) if ``src`` is still as ``st`` shows it (``source``: a copy of its first part, if the
+    file still begins with what ``prefix_identity`` named). False when it cannot (no pyarrow, a
+    directory it may not write, a source that changed meanwhile): the report goes on without a copy."""
     try:
         import pyarrow as pa
         import pyarrow.ipc as ipc
     except ImportError:
         return False
     try:
-        if identity(os.stat(src)) != identity(st):
+        if source is None and identity(os.stat(src)) != identity(st):
             return False  # written to while it was read: that copy would describe neither version
+        if source is not None and prefix_identity(src, source[1]) != source:
+            return False  # rewritten while it was read
         lengths = {a.size for a in arrays.values()}
         types = {name: a.dtype.name for name, a in arrays.items()}
         if len(lengths) > 1 or any(t not in DTYPES for t in types.values()):
             raise ValueError(f"cannot copy columns {types}")
-        desc = {"format": FORMAT, "kind": kind, "source": identity(st), "rows": lengths.pop() if lengths else 0,
+        desc = {"format": FORMAT, "kind": kind, "source": identity(st) if source is None else source,
+                "rows": lengths.pop() if lengths else 0,
                 "types": types, "data": data}
         table = pa.Table.from_arrays([_arrow(pa, a) for a in arrays.values()], names=list(arrays))
         table = table.replace_schema_metadata({META_KEY: json.dumps(desc, separators=(",", ":"))})

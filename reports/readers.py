@@ -26,15 +26,16 @@ import csv
 import io
 import json
 import math
+import os
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from hpclaunch.monitors import schema
-from hpclaunch.reports import columnar, csv_arrow
+from hpclaunch.reports import columnar, csv_arrow, table
+from hpclaunch.reports.table import TABLE_COPY_FORMAT, Table
 
 # Columns the reports read (others are ignored; a newer schema may add columns at the end).
 GPU_NUMERIC = (
@@ -53,39 +54,6 @@ HOST_NUMERIC = (
 HOST_TEXT = ("host",)
 TRACE_NUMERIC = ("time_unix", "gpu_index", "power_w")
 TRACE_TEXT = ("host",)
-
-
-@dataclass
-class Table:
-    """One log file (or several concatenated): columns as numpy arrays."""
-
-    path: str
-    n: int = 0
-    num: Dict[str, np.ndarray] = field(default_factory=dict)
-    # text column -> (codes int32 with -1 for empty, dictionary list)
-    text: Dict[str, Tuple[np.ndarray, List[str]]] = field(default_factory=dict)
-    schema_line: Optional[str] = None
-    missing_columns: List[str] = field(default_factory=list)
-    skipped_rows: int = 0
-    engine: str = ""
-    warnings: List[str] = field(default_factory=list)
-    # (min, max) of float columns, NaN ignored (None: all missing), where known: a table read from a
-    # copy has them (computed once, when the copy was written), so the plausibility checks
-    # (reports/plausible.py) skip columns that cannot hold what they look for.
-    bounds: Dict[str, Tuple[Optional[float], Optional[float]]] = field(default_factory=dict)
-
-    def col(self, name: str) -> np.ndarray:
-        """Numeric column; all-NaN if the file lacks it."""
-        a = self.num.get(name)
-        if a is None:
-            a = np.full(self.n, np.nan)
-        return a
-
-    def text_values(self, name: str) -> np.ndarray:
-        """Text column decoded to an object array ('' for empty); for small tables / tests."""
-        codes, dic = self.text.get(name, (np.full(self.n, -1, np.int32), []))
-        lut = np.array(list(dic) + [""], dtype=object)
-        return lut[codes]
 
 
 def have_pyarrow() -> bool:
@@ -157,10 +125,6 @@ def _check_schema(t: Table, expected: str) -> None:
         t.warnings.append(f"{t.path}: schema version {ver} (reader knows {ever}); reading known columns")
 
 
-# What a table's copy holds; 2: with its float columns' bounds. A copy of another format is rewritten.
-TABLE_COPY_FORMAT = 2
-
-
 def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequence[str],
                engine: str = "auto", optional: Sequence[str] = (),
                copies: Optional[columnar.Policy] = None, group_by: Sequence[str] = ()) -> Table:
@@ -173,73 +137,54 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
     path = str(path)
     if copies is None or engine != "auto":
         return _read_csv_table(path, expected_schema, numeric, text, engine, optional)
-    kind = json.dumps(["csv", TABLE_COPY_FORMAT, expected_schema, list(numeric), list(text), list(optional),
-                       list(group_by)])
-    return columnar.through(path, kind, copies,
+    def kind(order):
+        return json.dumps(["csv", TABLE_COPY_FORMAT, expected_schema, list(numeric), list(text), list(optional),
+                           list(order)])
+
+    def from_copy(arrays, data):
+        return table.table_of_copy(path, arrays, data)
+
+    return columnar.through(path, kind(group_by), copies,
                             lambda: _read_csv_table(path, expected_schema, numeric, text, engine, optional),
-                            lambda t: _copy_of_table(t, group_by),
-                            lambda arrays, data: _table_of_copy(path, arrays, data))
+                            lambda t: table.copy_of_table(t, group_by), from_copy,
+                            _growing(path, kind(["file order"]), expected_schema, numeric, text, engine, optional,
+                                     from_copy))
 
 
-# A copy holds the warnings with the file's path cut out: the run directory may have moved since.
-_PATH = "\0"
+def _growing(path: str, kind: str, expected_schema: str, numeric, text, engine, optional, from_copy):
+    """A CSV log read by parts while its job runs (columnar.Growing): rows in file order."""
+    def complete():
+        size, end, partial = _complete_end(path)
+        return end, int(partial)
 
+    def parse(start, end):
+        if start == 0:
+            return _read_csv_table(path, expected_schema, numeric, text, engine, optional, upto=end)
+        _, header, _ = _read_head(path)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            data = os.pread(fd, end - start, start)
+        finally:
+            os.close(fd)
+        return read_rows(path, data, header or [], 0, numeric, text, engine, optional)
 
-def _copy_of_table(t: Table, group_by: Sequence[str]):
-    arrays = {"n:" + c: a for c, a in t.num.items()}
-    arrays.update(("t:" + c, codes) for c, (codes, _) in t.text.items())
-    if group_by and t.n:
-        # last key first for lexsort; text columns by code (one code per value within a table)
-        order = np.lexsort([t.text[c][0] if c in t.text else t.col(c) for c in reversed(group_by)])
-        arrays = {name: a[order] for name, a in arrays.items()}
-    data = {"n": t.n, "values": {c: values for c, (_, values) in t.text.items()}, "schema_line": t.schema_line,
-            "missing_columns": t.missing_columns, "skipped_rows": t.skipped_rows, "engine": t.engine,
-            "warnings": [w.replace(t.path, _PATH) for w in t.warnings], "bounds": column_bounds(t)}
-    return arrays, data
+    def finish(t, cut):
+        t.skipped_rows += cut
+        return t
 
-
-def column_bounds(t: Table) -> Dict[str, list]:
-    """[min, max] of each float column, NaN ignored ([None, None]: all missing), infinities kept."""
-    out = {}
-    for c, a in t.num.items():
-        if a.dtype.kind == "f" and a.size:
-            lo, hi = float(np.fmin.reduce(a)), float(np.fmax.reduce(a))  # fmin/fmax skip NaN
-            out[c] = [None, None] if lo != lo else [lo, hi]
-    return out
-
-
-def _bounds_of_copy(data: dict) -> Dict[str, Tuple[Optional[float], Optional[float]]]:
-    """The copy's bounds when well formed, else none (every check then runs in full)."""
-    got = data.get("bounds")
-    if not isinstance(got, dict):
-        return {}
-    out = {}
-    for c, b in got.items():
-        if not (isinstance(b, list) and len(b) == 2 and all(x is None or type(x) is float for x in b)
-                and (b[0] is None) == (b[1] is None)):
-            return {}
-        out[str(c)] = (b[0], b[1])
-    return out
-
-
-def _table_of_copy(path: str, arrays, data) -> Table:
-    t = Table(path=path, n=int(data["n"]), schema_line=data["schema_line"],
-              missing_columns=list(data["missing_columns"]), skipped_rows=int(data["skipped_rows"]),
-              engine=str(data["engine"]), warnings=[str(w).replace(_PATH, path) for w in data["warnings"]],
-              bounds=_bounds_of_copy(data))
-    for key, a in arrays.items():
-        kind, _, name = key.partition(":")
-        if kind == "n":
-            t.num[name] = a
-        else:
-            t.text[name] = (a, [str(v) for v in data["values"][name]])
-    return t
+    return columnar.Growing(kind, complete, parse, table.concat, finish, lambda t: table.copy_of_table(t, ()),
+                            from_copy)
 
 
 def _read_csv_table(path: str, expected_schema: str, numeric: Sequence[str], text: Sequence[str],
-                    engine: str, optional: Sequence[str]) -> Table:
+                    engine: str, optional: Sequence[str], upto: Optional[int] = None) -> Table:
+    """The file's rows; ``upto``: those of its first ``upto`` bytes (a line's end), nothing said of
+    what follows them."""
     t = Table(path=path)
-    size, end, partial = _complete_end(path)
+    if upto is None:
+        size, end, partial = _complete_end(path)
+    else:
+        size, end, partial = None, upto, False
     schema_line, header, skip = _read_head(path)
     t.schema_line = schema_line
     _check_schema(t, expected_schema)

@@ -122,6 +122,7 @@ def _gpu_kind():
 
 
 def test_no_copy_of_a_running_job_nor_of_a_fresh_log_without_a_record(tmp_path):
+    # logs under columnar.MIN_PREFIX: no copy of their part written so far either (test_growing_logs.py)
     ended_run(tmp_path / "running", ended=False)
     build_report(tmp_path / "running")
     assert copies(tmp_path / "running") == []

@@ -120,7 +120,7 @@ def test_a_later_report_from_the_copies_drops_and_says_the_same(tmp_path):
 
 
 def test_malformed_bounds_in_a_copy_are_ignored():
-    from hpclaunch.reports.readers import _bounds_of_copy
+    from hpclaunch.reports.table import bounds_of_copy as _bounds_of_copy
 
     assert _bounds_of_copy({"bounds": {"a": [1.0, 2.0], "b": [None, None]}}) == {"a": (1.0, 2.0), "b": (None, None)}
     for bad in ({"a": [1.0]}, {"a": ["1", 2.0]}, {"a": [None, 2.0]}, {"a": (1.0, 2.0)}, ["a"], None):
