@@ -102,7 +102,8 @@ def through(src, kind: str, policy: Policy, parse: Callable[[], Any],
     value returned is the copy's (``from_copy`` of it, in memory), stored or not: the first report
     then sees what every later one reads (the rows in the copy's order, its stored results), and
     gets that order's work for free (a GPU log's copy groups its rows by GPU; the reader runs in a
-    thread beside the report's own work)."""
+    thread beside the report's own work). ``growing``: how to read the log by parts (:class:`Growing`),
+    for a log still being written and for the copy of one that has just settled."""
     st = os.stat(src)
     hit = load(src, kind, st)
     if hit is not None:
