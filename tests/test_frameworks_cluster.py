@@ -86,9 +86,11 @@ launcher: ray
 command: [python, {EXAMPLES}/ray_train.py, "2"]
 resources: {{nodes: 2, tasks_per_node: 1, cpus_per_task: 2, time: "00:05:00"}}
 monitor: {{interval: 0}}
+env: {{RAY_DEDUP_LOGS: "0"}}
 """)
     log = rank_log(run_dir, 0)
-    # Ray relays each worker's line (with its colours and "[repeated Nx across cluster]" after it)
+    # Ray relays each worker's line (with its colours). Without RAY_DEDUP_LOGS=0 it folds lines that
+    # differ only in words with digits into one "[repeated Nx across cluster]": one worker's went.
     workers = {m[0]: (m[1], m[2]) for m in re.findall(r"worker rank (\d/2) host (\S+) weights (\[[^\]]*\])", log)}
     assert set(workers) == {"0/2", "1/2"} and {h for h, _ in workers.values()} == {"c1", "c2"}, log[-3000:]
     assert len({w for _, w in workers.values()}) == 1, workers     # DDP kept the replicas in step
