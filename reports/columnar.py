@@ -135,12 +135,22 @@ def _by_parts(src, st: os.stat_result, g: Growing, copy_part: bool) -> Any:
             value = g.merge(value, g.parse(start, end))
     else:
         start, value = 0, g.parse(0, end)
-    if copy_part and end >= MIN_PREFIX and (start == 0 or end - start >= REWRITE_SHARE * start):
+    if copy_part and end >= MIN_PREFIX and (start == 0 or end - start >= REWRITE_SHARE * start) \
+            and can_store(src):  # an admin reading a user's running job: no copy made at every report
         source = prefix_identity(src, end)
         if source is not None:
             arrays, data = g.to_copy(value)
             store(src, g.kind, st, arrays, data, source=source)
     return g.finish(value, cut)
+
+
+def can_store(src) -> bool:
+    """Whether a copy of ``src`` could be written: its folder of copies is one this process may write,
+    or may be made in the log's folder."""
+    d = copy_path(src).parent
+    if d.is_dir():
+        return os.access(d, os.W_OK | os.X_OK)
+    return not d.exists() and os.access(d.parent, os.W_OK | os.X_OK)
 
 
 def prefix_identity(src, end: int) -> Optional[list]:

@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_columnar_copies import copies, ended_run  # noqa: E402
 
-from hpclaunch.reports import build_report, columnar, readers  # noqa: E402
+from hpclaunch.reports import build_report, columnar, readers, table  # noqa: E402
 
 pytest.importorskip("pyarrow")
 RUNNING = columnar.Policy(run_ended=False)
@@ -158,6 +158,15 @@ def test_a_running_jobs_report_says_what_a_report_without_copies_says(log, tmp_p
     third = build_report(run, engine="pyarrow").data  # the CSVs only
     assert second["energy_j"] == third["energy_j"] and second["gpus"] == third["gpus"]
     assert second["energy_j"]["gpu"] > first["energy_j"]["gpu"]
+
+
+def test_a_folder_it_cannot_write_gets_no_copy_nor_the_work_of_one(log, monkeypatch):
+    (log.parent / columnar.SUBDIR).write_text("not a directory")
+    made = []
+    real = table.copy_of_table
+    monkeypatch.setattr(table, "copy_of_table", lambda *a: made.append(1) or real(*a))
+    same(readers.read_gpu_log(log, copies=RUNNING), readers.read_gpu_log(log))
+    assert made == [] and (log.parent / columnar.SUBDIR).read_text() == "not a directory"
 
 
 def test_a_small_running_log_is_parsed_whole_without_a_copy(tmp_path):
