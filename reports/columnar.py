@@ -178,29 +178,28 @@ def prefix_identity(src, end: int) -> Optional[list]:
 def load_prefix(src, kind: str, st: os.stat_result) -> Optional[Tuple[Arrays, dict, int]]:
     """(arrays, the stored results, bytes it covers) of ``src``'s copy of its first part, if the file
     still begins with that part; None otherwise."""
-    got = _read(src, kind)
-    if got is None:
-        return None
-    desc, arrays = got
-    source = desc.get("source")
-    if not (isinstance(source, list) and len(source) == 5 and source[0] == "prefix"
-            and type(source[1]) is int and source[2] == st.st_ino and 0 < source[1] <= st.st_size):
-        return None
-    if prefix_identity(src, source[1]) != source:
-        return None
-    return arrays, desc["data"], source[1]
+    def holds(desc: dict) -> bool:
+        source = desc.get("source")
+        return (desc.get("kind") == kind and isinstance(source, list) and len(source) == 5
+                and source[0] == "prefix" and type(source[1]) is int and source[2] == st.st_ino
+                and 0 < source[1] <= st.st_size and prefix_identity(src, source[1]) == source)
+
+    got = _read(src, holds)
+    return None if got is None else (got[1], got[0]["data"], got[0]["source"][1])
 
 
 def load(src, kind: str, st: os.stat_result) -> Optional[Tuple[Arrays, dict]]:
     """(arrays, the stored results) of ``src``'s copy if it is a valid copy of ``src`` as ``st`` shows
     it, read by ``kind``; None otherwise (no copy, stale, foreign or damaged)."""
-    got = _read(src, kind, identity(st))
+    source = identity(st)
+    got = _read(src, lambda desc: desc.get("kind") == kind and desc.get("source") == source)
     return None if got is None else (got[1], got[0]["data"])
 
 
-def _read(src, kind: str, source: Optional[list] = None) -> Optional[Tuple[dict, Arrays]]:
-    """(description, arrays) of ``src``'s copy read by ``kind`` (and of ``source``, when given), its
-    arrays checked against the description; None when there is none or it does not hold."""
+def _read(src, holds: Callable[[dict], bool]) -> Optional[Tuple[dict, Arrays]]:
+    """(description, arrays) of ``src``'s copy when its description ``holds`` (asked before any column
+    is read: a copy of another kind or version costs no decompression), its arrays checked against
+    the description; None when there is none or it does not hold."""
     path = copy_path(src)
     try:
         import pyarrow as pa
@@ -209,11 +208,12 @@ def _read(src, kind: str, source: Optional[list] = None) -> Optional[Tuple[dict,
         return None
     try:
         with pa.memory_map(str(path)) as mm:
-            table = ipc.open_file(mm).read_all()
-        desc = json.loads((table.schema.metadata or {}).get(META_KEY, b"null"))
-        if not isinstance(desc, dict) or desc.get("format") != FORMAT or desc.get("kind") != kind \
-                or (source is not None and desc.get("source") != source) or not isinstance(desc.get("data"), dict):
-            return None
+            reader = ipc.open_file(mm)
+            desc = json.loads((reader.schema.metadata or {}).get(META_KEY, b"null"))
+            if not isinstance(desc, dict) or desc.get("format") != FORMAT or not isinstance(desc.get("data"), dict) \
+                    or not holds(desc):
+                return None
+            table = reader.read_all()
         n, types = desc["rows"], desc["types"]
         if table.num_rows != n or sorted(table.column_names) != sorted(types):
             return None
