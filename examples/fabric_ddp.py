@@ -5,8 +5,11 @@ reads Slurm's variables; nothing here knows about hpclaunch.
     python fabric_ddp.py NODES DEVICES
 
 Each rank trains on its own data; prints `fabric rank R/W node N host H weights [...]`. DDP averages
-the gradients, so every rank ends with the same weights.
+the gradients, so every rank ends with the same weights. It ends as docs/launch-modes.md ("Ending a DDP
+program") says a DDP program on gloo must: the model freed before the last barrier, then the process
+group destroyed; else a rank may abort at exit (SIGABRT), as this one did once in CI.
 """
+import gc
 import socket
 import sys
 
@@ -32,6 +35,10 @@ def main() -> int:
     weights = [round(v, 6) for v in model.weight.detach().flatten().tolist()[:3]]
     print(f"fabric rank {fabric.global_rank}/{fabric.world_size} node {fabric.node_rank} "
           f"host {socket.gethostname()} weights {weights}", flush=True)
+    del model, optimizer, loss  # DDP's last all-reduce must not outlive the process group's threads
+    gc.collect()
+    fabric.barrier()
+    torch.distributed.destroy_process_group()
     return 0
 
 
