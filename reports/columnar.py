@@ -124,9 +124,11 @@ def _by_parts(src, st: os.stat_result, g: Growing, copy_part: bool) -> Any:
     job ran, also the quickest way to the whole file's copy once it ended); ``copy_part``: it still
     grows, so copy the part written so far, first and when the rest after the copy is large enough.
     None where there is no such copy and none is to be made (the caller parses the file whole)."""
-    end, cut = g.complete()
     hit = load_prefix(src, g.kind, st)
-    if hit is None and (end < MIN_PREFIX or not copy_part):
+    if hit is None and (st.st_size < MIN_PREFIX or not copy_part):
+        return None  # before complete()'s read of the file's tail: the caller parses it whole anyway
+    end, cut = g.complete()
+    if hit is None and end < MIN_PREFIX:
         return None
     if hit is not None:
         arrays, data, start = hit

@@ -2,6 +2,7 @@
 first part of each large log, and a later one reads that part from the copy and parses only the lines
 appended since. Whatever it read from, a table equals the plain parse of the file as it is now, and a
 copy of a part the file no longer begins with is never used."""
+import dataclasses
 import json
 import os
 import sys
@@ -169,8 +170,15 @@ def test_a_folder_it_cannot_write_gets_no_copy_nor_the_work_of_one(log, monkeypa
     assert made == [] and (log.parent / columnar.SUBDIR).read_text() == "not a directory"
 
 
-def test_a_small_running_log_is_parsed_whole_without_a_copy(tmp_path):
+def test_a_small_running_log_is_parsed_whole_without_a_copy(tmp_path, monkeypatch):
     ended_run(tmp_path, ended=False)
     assert os.path.getsize(tmp_path / "monitor" / "n1.gpu.csv") < columnar.MIN_PREFIX
+    tails = []  # nor a read of its tail for a part that will not be copied
+    real = readers._growing
+
+    def spied(*a):
+        g = real(*a)
+        return dataclasses.replace(g, complete=lambda: tails.append(1) or g.complete())
+    monkeypatch.setattr(readers, "_growing", spied)
     build_report(tmp_path)
-    assert copies(tmp_path) == []
+    assert copies(tmp_path) == [] and tails == []
