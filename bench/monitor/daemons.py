@@ -26,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 BENCH = os.path.join(HERE, "bench_monitor.py")  # its --child codecarbon runs the tracker alone
 FAKE = os.path.join(REPO, "tests", "monitors", "fake_nvml.py")
 FLOOR = os.path.join(HERE, "floor.py")
-FLOORS = ("wake", "host")  # floor.py's modes, run beside a host-only daemon
+FLOORS = ("wake", "host", "row")  # floor.py's modes, run beside a host-only daemon
 LIBNVML_SRC = os.path.join(REPO, "tests", "monitors", "fake_libnvml.c")
 LIB = "libnvml"  # key prefix of the daemons on the real binding over the fake C library
 
@@ -158,7 +158,8 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
 def _label(n, base_name: str = "baseline") -> str:
     if isinstance(n, tuple) and n[0] == "floor":
         return {"wake": "floor: Python waking at 1 Hz, nothing else",
-                "host": "floor: + the host row's syscalls, no Python work"}[n[1]]
+                "host": "floor: + the host row's syscalls, no Python work",
+                "row": "floor: + the least Python that makes the row"}[n[1]]
     if isinstance(n, tuple) and n[0] == LIB:
         return f"hpclaunch, {n[1]} GPU{'s' if n[1] > 1 else ''}, pynvml + fake libnvidia-ml"
     if isinstance(n, tuple):
@@ -191,6 +192,9 @@ def whole_daemon(seconds: float, gpu_counts, rounds: int, codecarbon: bool, sect
     rows, verdicts = [], []
     if base:
         verdicts.append(goal("host only", statistics.median(base), 0.25))
+        if floor.get("row"):  # the bound a Python daemon meets at best, from the same rounds
+            verdicts.append(goal("floor: + the least Python that makes the row (no daemon, a bound)",
+                                 statistics.median(floor["row"]), 0.25))
     per_gpu: dict = {}
     for driver in ("fake pynvml", LIB):
         gpus = sorted(n for n in per if n not in (0, "codecarbon") and isinstance(n, tuple) == (driver == LIB))
@@ -251,7 +255,9 @@ def _against_floor(base: list, floor: dict, section=None) -> None:
                      "the daemon's grid and doing nothing, and the same doing only the host row's syscalls "
                      "(three `pread`s of kept-open /proc files, `getloadavg`, `process_time`, one 100-byte "
                      "append), without parsing or formatting. What a host-only daemon costs above it is its "
-                     "Python work:")
+                     "Python work. The third also makes the row, with the least Python it takes, in one "
+                     "function (fields by position, one `%` format): what a Python daemon that did nothing "
+                     "but this row would cost, a bound under which no daemon written in Python gets here:")
         section.table(("process", "CPU per sample, median [min–max]", "hpclaunch host only over it",
                        "hpclaunch host only / it"), rows)
 
