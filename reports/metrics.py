@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from hpclaunch.reports import columnar, readers
+from hpclaunch.reports import columnar, metrics_log, readers
 
 
 def metrics_summary(run_dir, warnings, copies: Optional[columnar.Policy] = None) -> Optional[dict]:
@@ -23,7 +23,7 @@ def metrics_summary(run_dir, warnings, copies: Optional[columnar.Policy] = None)
         if not m:
             continue
         rank = int(m.group(1))
-        a, bad = readers.read_metrics_arrays(f, copies=copies)
+        a, bad = metrics_log.read_metrics_arrays(f, copies=copies)
         bad_total += bad
         st = a["is_step"]
         # a record stands for `steps` optimizer steps (train_entry --log-every N; absent: 1)

@@ -1,4 +1,4 @@
-"""Readers for the monitor log contract (``monitors/schema.py``) and the metrics files.
+"""Readers for the monitor log contract (``monitors/schema.py``) and JSON lines (the metrics files: reports/metrics_log.py).
 
 Used by the reports. A CSV log is read into a :class:`Table`: numeric columns become float64
 numpy arrays (an empty cell — "not measured" — becomes NaN, never 0), text columns become
@@ -64,7 +64,7 @@ def have_pyarrow() -> bool:
         return False
 
 
-def _complete_end(path: str, chunk: int = 1 << 16) -> Tuple[int, int, bool]:
+def complete_end(path: str, chunk: int = 1 << 16) -> Tuple[int, int, bool]:
     """(size, end, partial) of a file: ``end`` = bytes up to and including its last newline,
     ``partial`` = something other than whitespace follows it (a killed writer's cut line)."""
     with open(path, "rb") as f:
@@ -154,7 +154,7 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
 def _growing(path: str, kind: str, expected_schema: str, numeric, text, engine, optional, from_copy):
     """A CSV log read by parts while its job runs (columnar.Growing): rows in file order."""
     def complete():
-        size, end, partial = _complete_end(path)
+        size, end, partial = complete_end(path)
         return end, int(partial)
 
     def parse(start, end):
@@ -182,7 +182,7 @@ def _read_csv_table(path: str, expected_schema: str, numeric: Sequence[str], tex
     what follows them."""
     t = Table(path=path)
     if upto is None:
-        size, end, partial = _complete_end(path)
+        size, end, partial = complete_end(path)
     else:
         size, end, partial = None, upto, False
     schema_line, header, skip = _read_head(path)
@@ -372,67 +372,3 @@ def metrics_files(run_dir) -> List[Path]:
     if not d.is_dir():
         return []
     return sorted(p for p in d.iterdir() if p.name.startswith("rank") and p.name.endswith(".jsonl"))
-
-
-METRIC_FLOATS = ("time_unix", "step", "epoch", "loss", "samples_per_s", "step_time_s", "samples",
-                 "val_loss", "val_accuracy", "steps")
-
-
-def read_metrics_arrays(path, engine: str = "auto", copies: Optional[columnar.Policy] = None
-                        ) -> Tuple[Dict[str, np.ndarray], int]:
-    """A metrics file as arrays: ``is_step``/``is_epoch`` masks and float columns (NaN = absent).
-
-    pyarrow's JSON reader when available (an unterminated last line is cut off first); the json module
-    line by line otherwise or when pyarrow refuses the file (e.g. a field changing type). ``copies``:
-    as for read_table, with engine "auto". Returns (arrays, number of unparsable lines skipped)."""
-    if copies is None or engine != "auto":
-        return _read_metrics_text(path, engine)
-    return columnar.through(path, json.dumps(["metrics", list(METRIC_FLOATS)]), copies,
-                            lambda: _read_metrics_text(path, engine), lambda got: (got[0], {"bad": got[1]}),
-                            lambda arrays, data: (arrays, int(data["bad"])))
-
-
-def _read_metrics_text(path, engine: str) -> Tuple[Dict[str, np.ndarray], int]:
-    if engine in ("auto", "pyarrow") and have_pyarrow():
-        try:
-            return _metrics_pyarrow(path)
-        except Exception:  # noqa: BLE001 - fall back to the tolerant reader
-            pass
-    recs, bad = read_jsonl(path)
-    kinds = [r.get("kind") for r in recs]
-    out: Dict[str, np.ndarray] = {
-        "is_step": np.array([k == "step" for k in kinds], dtype=bool),
-        "is_epoch": np.array([k == "epoch" for k in kinds], dtype=bool),
-    }
-    for c in METRIC_FLOATS:
-        vals = []
-        for r in recs:
-            v = r.get(c)
-            vals.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan)
-        out[c] = np.array(vals, dtype=np.float64)
-    return out, bad
-
-
-def _metrics_pyarrow(path) -> Tuple[Dict[str, np.ndarray], int]:
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    with open(path, "rb") as f:
-        data = f.read()
-    bad = 0
-    if data and not data.endswith(b"\n"):  # same rule as read_jsonl: unterminated = not a record
-        cut = data.rfind(b"\n")
-        bad = int(bool(data[cut + 1:].strip()))
-        data = data[:cut + 1]
-    fields = [pa.field("kind", pa.string())] + [pa.field(c, pa.float64()) for c in METRIC_FLOATS]
-    tbl = pj.read_json(io.BytesIO(data), parse_options=pj.ParseOptions(
-        explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore", newlines_in_values=False))
-    out: Dict[str, np.ndarray] = {}
-    kind = tbl.column("kind")
-    codes, values = csv_arrow.codes_column(pa.chunked_array([ch.dictionary_encode() for ch in kind.chunks],
-                                                            pa.dictionary(pa.int32(), pa.string())), tbl.num_rows)
-    for name, value in (("is_step", "step"), ("is_epoch", "epoch")):
-        out[name] = codes == values.index(value) if value in values else np.zeros(tbl.num_rows, bool)
-    for c in METRIC_FLOATS:
-        out[c] = csv_arrow.float_column(tbl.column(c), tbl.num_rows)
-    return out, bad

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from synth import GpuSpec, HostSpec, T0, write_run  # noqa: E402
 
 from hpclaunch.monitors import schema  # noqa: E402
-from hpclaunch.reports import build_report, columnar, csv_arrow, readers, render, to_json  # noqa: E402
+from hpclaunch.reports import build_report, columnar, csv_arrow, metrics_log, readers, render, to_json  # noqa: E402
 
 pytest.importorskip("pyarrow")
 
@@ -38,7 +38,7 @@ class Parses:
 
     def __init__(self, monkeypatch):
         self.csv = self.metrics = 0
-        real_csv, real_metrics = csv_arrow.parse, readers._read_metrics_text
+        real_csv, real_metrics = csv_arrow.parse, metrics_log._read_metrics_text
 
         def csv(*a, **k):
             self.csv += 1
@@ -48,7 +48,7 @@ class Parses:
             self.metrics += 1
             return real_metrics(*a, **k)
         monkeypatch.setattr(csv_arrow, "parse", csv)
-        monkeypatch.setattr(readers, "_read_metrics_text", metrics)
+        monkeypatch.setattr(metrics_log, "_read_metrics_text", metrics)
 
 
 def test_a_later_report_reads_the_copies_and_says_the_same(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ import synth  # noqa: E402
 from synth import GpuSpec, HostSpec, T0, write_run  # noqa: E402
 
 from hpclaunch.monitors import schema  # noqa: E402
-from hpclaunch.reports import readers  # noqa: E402
+from hpclaunch.reports import metrics_log, readers  # noqa: E402
 
 ENGINES = ["csv"] + (["pyarrow"] if readers.have_pyarrow() else [])
 
@@ -76,7 +76,7 @@ def test_metrics_unterminated_last_record_is_skipped(tmp_path, engine):
     p = tmp_path / "rank0.jsonl"
     step = {"kind": "step", "time_unix": T0, "step": 0, "loss": 1.0}
     p.write_text(json.dumps(step) + "\n" + json.dumps(dict(step, step=1, loss=123.0)))
-    a, bad = readers.read_metrics_arrays(p, engine="auto" if engine == "pyarrow" else "csv")
+    a, bad = metrics_log.read_metrics_arrays(p, engine="auto" if engine == "pyarrow" else "csv")
     assert bad == 1 and a["step"].tolist() == [0.0] and not np.isin(123.0, a["loss"])
 
 
