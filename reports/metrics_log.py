@@ -1,4 +1,4 @@
-"""A rank's metrics file (``metrics/rank<R>.jsonl``, docs/train-entry.md) read into arrays: ``is_step`` /
+"""A rank's metrics file (``metrics/rank<R>.jsonl``, docs/run-directory.md) read into arrays: ``is_step`` /
 ``is_epoch`` masks and one float column per METRIC_FLOATS name (NaN = absent).
 
 pyarrow's JSON reader where it is installed; the json module line by line otherwise, or for a part of
