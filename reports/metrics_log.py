@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -53,16 +52,8 @@ def _growing(path) -> columnar.Growing:
     def merge(a: Metrics, b: Metrics) -> Metrics:
         return {k: np.concatenate((a[0][k], b[0][k])) for k in a[0]}, a[1] + b[1]
 
-    return columnar.Growing(KIND, complete, lambda start, end: _parse(_read(path, start, end), "auto"), merge,
+    return columnar.Growing(KIND, complete, lambda start, end: _parse(readers.read_range(path, start, end), "auto"), merge,
                             lambda value, cut: (value[0], value[1] + cut), _to_copy, _from_copy)
-
-
-def _read(path, start: int, end: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.pread(fd, end - start, start)
-    finally:
-        os.close(fd)
 
 
 def _read_metrics_text(path, engine: str) -> Metrics:

@@ -87,6 +87,15 @@ def complete_end(path: str, chunk: int = 1 << 16) -> Tuple[int, int, bool]:
         return size, 0, bool(tail.strip())
 
 
+def read_range(path, start: int, end: int) -> bytes:
+    """Bytes ``start`` to ``end`` of a file (the part of a growing log after its copied part)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, end - start, start)
+    finally:
+        os.close(fd)
+
+
 def _read_head(path: str) -> Tuple[Optional[str], Optional[List[str]], int]:
     with open(path, "r", newline="", errors="replace") as f:
         return head_of(f)
@@ -161,12 +170,7 @@ def _growing(path: str, kind: str, expected_schema: str, numeric, text, engine, 
         if start == 0:
             return _read_csv_table(path, expected_schema, numeric, text, engine, optional, upto=end)
         _, header, _ = _read_head(path)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            data = os.pread(fd, end - start, start)
-        finally:
-            os.close(fd)
-        return read_rows(path, data, header or [], 0, numeric, text, engine, optional)
+        return read_rows(path, read_range(path, start, end), header or [], 0, numeric, text, engine, optional)
 
     def finish(t, cut):
         t.skipped_rows += cut
