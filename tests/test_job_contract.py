@@ -132,6 +132,33 @@ def test_slurm_extra_signal_points_at_the_requeue_keys(tmp_path):
     assert proc.returncode == 2 and "requeue.signal_ranks" in proc.stderr and "docs/requeue.md" in proc.stderr
 
 
+def _rank_wrapper(text: str) -> str:
+    """The body of the rendered script's rank wrapper (``hl_rank_log=(bash -c '...' hpclaunch-rank)``)."""
+    m = re.search(r"^hl_rank_log=\(bash -c '(.*?)' hpclaunch-rank\)$", text, re.S | re.M)
+    assert m, "no rank wrapper in the script"
+    return m.group(1)
+
+
+def test_a_rank_killed_by_a_signal_its_wrapper_also_got_records_128_plus_n(tmp_path):
+    """Slurm signals every process of a step, so the wrapper and its rank get the signal at once. Where
+    the rank dies of it while the trap runs, bash 5.2 loses the rank's status (its `wait` said -1, and
+    rank<R>.exit said "-1" in about a third of tries): the wrapper must record 143, and exit with it."""
+    body = _rank_wrapper(render_job(resolve_job(JOB, ["profile=testcluster"])))
+    codes = []
+    for i in range(24):
+        logs = tmp_path / f"t{i}"
+        logs.mkdir()
+        env = dict(os.environ, HPCLAUNCH_LOG_DIR=str(logs), RANK="0")
+        p = subprocess.Popen(["bash", "-c", body, "hpclaunch-rank", "sleep", "30"], env=env, start_new_session=True)
+        until(lambda: (logs / "ranks.tsv").exists(), timeout=10, poll=0.01)  # the rank is started
+        time.sleep(0.02)
+        os.killpg(p.pid, signal.SIGTERM)
+        wrapper_rc = p.wait(timeout=10)
+        code = int((logs / "rank0.exit").read_text().split()[0])
+        codes.append((code, wrapper_rc))
+    assert set(codes) == {(143, 143)}, codes
+
+
 # --- the local backend: the same contract as Slurm ----------------------------------------------------
 
 def test_success_after_the_signal_is_never_requeued(hpc_home, tmp_path):
