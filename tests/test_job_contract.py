@@ -292,6 +292,27 @@ requeue: {max_attempts: 1}
     assert '"Ending a DDP program"' in proc.stderr
 
 
+def test_summary_of_an_mpi_rank_dead_of_a_null_call_points_at_open_mpis_init_race(hpc_home, tmp_path):
+    """Open MPI's own report of the crash, made for real: a call through a null function pointer ends
+    its backtrace at the signal's frame, as the MPI_Init race does (docs/launch-modes.md); a segfault
+    with frames (a program's own bad read) gets no such hint."""
+    hint = "most likely its MPI_Init race"
+    for name, call, hinted in (("null call", "ctypes.CFUNCTYPE(None)(0)()", True),
+                               ("bad read", "ctypes.string_at(0)", False)):
+        job = job_file(tmp_path, f"""
+name: {name}
+launcher: mpi
+command: [python, -c, "from mpi4py import MPI; import ctypes; {call}"]
+resources: {{nodes: 1, tasks_per_node: 1}}
+monitor: {{interval: 0}}
+requeue: {{max_attempts: 1}}
+""")
+        proc = submit_wait(tmp_path, job)
+        assert proc.returncode == 139 and "Failing at address: (nil)" in proc.stderr + \
+            open(re.search(r"its last lines \((.*)\):", proc.stderr).group(1)).read(), proc.stderr
+        assert (hint in proc.stderr) == hinted, (name, proc.stderr)
+
+
 def test_summary_when_no_rank_started_points_at_the_batch_log(hpc_home, tmp_path):
     job = job_file(tmp_path, """
 name: no start

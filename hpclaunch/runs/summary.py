@@ -22,8 +22,15 @@ HINTS = {
     State.UNKNOWN: "the scheduler no longer knows it",
 }
 
+def _null_call(window: list[str]) -> bool:
+    """Open MPI's report of a SIGSEGV at address 0 whose backtrace ends at the signal's own frame: a call
+    through a null function pointer, which is how Open MPI 4.1's MPI_Init race ends."""
+    return any(line.endswith("Failing at address: (nil)") for line in window) and \
+        any("] [ 0] " in line for line in window) and not any("] [ 1] " in line for line in window)
+
+
 # Known ways for a rank to fail, told by its exit code (None: any) and a line among its last 64 KB
-# of log: (code, line, hint).
+# of log (or a test of those lines): (code, line or test, hint).
 RANK_HINTS = [
     (134, "terminate called without an active exception",
      "a C++ abort: after a finished DDP run, torch's abort in interpreter teardown "
@@ -32,6 +39,9 @@ RANK_HINTS = [
     (None, 'appears to have been direct launched using "srun"',
      "an MPI program started as plain srun tasks, without an MPI plugin (launcher: srun): use launcher: mpi, "
      "which starts its ranks with srun --mpi=<the profile's mpi.srun_mpi> or mpirun (docs/launch-modes.md)"),
+    (139, _null_call,
+     "a call through a null function pointer, with no frame to show: in an MPI program on Open MPI 4.1 over "
+     "TCP, most likely its MPI_Init race; submit again, or use the UCX PML (docs/launch-modes.md, \"MPI over TCP\")"),
 ]
 
 
@@ -112,8 +122,8 @@ def failure_summary(job: Job, st: JobStatus, tail: int = 10) -> list[str]:
         if tb and at < len(window) - tail:  # its exception line is not among those: show where it failed
             lines.append("  its last Python traceback, before those lines:")
             lines += [f"    | {line}" for line in tb]
-        lines += [f"  {hint}" for code, needle, hint in RANK_HINTS
-                  if code in (None, first.exit_code) and any(needle in text for text in window)]
+        lines += [f"  {hint}" for code, needle, hint in RANK_HINTS if code in (None, first.exit_code) and
+                  (needle(window) if callable(needle) else any(needle in text for text in window))]
         lines.append(f"  more: {where} --rank {first.rank}    (every rank: {where})")
         return lines
     started = job.rank_logs(task=task)
