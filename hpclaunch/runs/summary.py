@@ -22,6 +22,7 @@ HINTS = {
     State.UNKNOWN: "the scheduler no longer knows it",
 }
 
+
 def _null_call(window: list[str]) -> bool:
     """Open MPI's report of a SIGSEGV at address 0 whose backtrace ends at the signal's own frame: a call
     through a null function pointer, which is how Open MPI 4.1's MPI_Init race ends."""
