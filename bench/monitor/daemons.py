@@ -27,6 +27,7 @@ BENCH = os.path.join(HERE, "bench_monitor.py")  # its --child codecarbon runs th
 FAKE = os.path.join(REPO, "tests", "monitors", "fake_nvml.py")
 FLOOR = os.path.join(HERE, "floor.py")
 FLOORS = ("wake", "host", "row")  # floor.py's modes, run beside a host-only daemon
+C_FLOORS = ("c-wake", "c-host")  # floor.c's, beside them: the same wake-up and syscalls without Python
 LIBNVML_SRC = os.path.join(REPO, "tests", "monitors", "fake_libnvml.c")
 LIB = "libnvml"  # key prefix of the daemons on the real binding over the fake C library
 
@@ -39,6 +40,18 @@ def build_libnvml() -> tuple:
     p = subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", os.path.join(d, "libnvidia-ml.so.1"), LIBNVML_SRC],
                        capture_output=True, text=True)
     return (d, None) if p.returncode == 0 else (None, f"cc failed: {p.stderr.strip()[-300:]}")
+
+
+def build_floor_c() -> Optional[str]:
+    """bench/monitor/floor.c built into the cache folder: its path, or None without a C compiler."""
+    d = os.path.join(os.path.expanduser("~"), ".cache", "hpclaunch", "bench-floor")
+    os.makedirs(d, exist_ok=True)
+    exe = os.path.join(d, "floor-c")
+    try:
+        p = subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, "floor.c")], capture_output=True, text=True)
+    except OSError:
+        return None
+    return exe if p.returncode == 0 else None
 
 
 def load_fake():
@@ -90,8 +103,9 @@ def _daemon_start(key, tmp: str, seconds: float, interval: float, libnvml: Optio
                                      text=True), run_dir)
 
 
-def _floor_start(mode: str, tmp: str, seconds: float, interval: float):
-    return lambda: (subprocess.Popen([sys.executable, FLOOR, mode, str(seconds), str(interval), tmp], cwd=tmp,
+def _floor_start(mode: str, tmp: str, seconds: float, interval: float, floor_c: Optional[str] = None):
+    cmd = [floor_c, mode[2:]] if mode.startswith("c-") else [sys.executable, FLOOR, mode]
+    return lambda: (subprocess.Popen(cmd + [str(seconds), str(interval), tmp], cwd=tmp,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), None)
 
 
@@ -101,7 +115,8 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
     ``codecarbon``; and, with ``baseline_site``, one more per count importing hpclaunch from that
     directory: an older commit's code); returns {count: monitor_stats detail}, {("baseline",
     count): ...}, "codecarbon": {"cpu_s_per_sample"}, and with a host-only daemon the floors
-    {("floor", mode): {"cpu_s_per_sample"}} (floor.py). ``libnvml``: a directory holding the fake
+    {("floor", mode): {"cpu_s_per_sample"}} (floor.py; "c-wake" and "c-host" from floor.c where a C
+    compiler is). ``libnvml``: a directory holding the fake
     libnvidia-ml.so.1; each GPU count also runs on the real nvidia-ml-py over it: {(LIB, count): ...}
     (and {("baseline-" + LIB, count): ...})."""
     out, procs = {}, {}
@@ -109,10 +124,13 @@ def daemon_runs(seconds: float, gpu_counts, interval: float = 1.0, codecarbon: b
     if libnvml:
         keys += [(LIB, n) for n in gpu_counts if n] + \
             ([("baseline-" + LIB, n) for n in gpu_counts if n] if baseline_site else [])
-    floors = 0 in gpu_counts
+    floors = FLOORS if 0 in gpu_counts else ()
+    floor_c = build_floor_c() if floors else None
+    if floor_c:
+        floors += C_FLOORS
     with tempfile.TemporaryDirectory() as tmp:
         starts = [(key, _daemon_start(key, tmp, seconds, interval, libnvml, baseline_site)) for key in keys]
-        starts += [(("floor", mode), _floor_start(mode, tmp, seconds, interval)) for mode in (FLOORS if floors else ())]
+        starts += [(("floor", mode), _floor_start(mode, tmp, seconds, interval, floor_c)) for mode in floors]
         if codecarbon:
             starts.append(("codecarbon", lambda: (subprocess.Popen(
                 [sys.executable, BENCH, "--child", "codecarbon", "--run-s", str(seconds),
@@ -159,7 +177,9 @@ def _label(n, base_name: str = "baseline") -> str:
     if isinstance(n, tuple) and n[0] == "floor":
         return {"wake": "floor: Python waking at 1 Hz, nothing else",
                 "host": "floor: + the host row's syscalls, no Python work",
-                "row": "floor: + the least Python that makes the row"}[n[1]]
+                "row": "floor: + the least Python that makes the row",
+                "c-wake": "floor in C: waking at 1 Hz, nothing else",
+                "c-host": "floor in C: + the host row's syscalls"}[n[1]]
     if isinstance(n, tuple) and n[0] == LIB:
         return f"hpclaunch, {n[1]} GPU{'s' if n[1] > 1 else ''}, pynvml + fake libnvidia-ml"
     if isinstance(n, tuple):
@@ -257,7 +277,10 @@ def _against_floor(base: list, floor: dict, section=None) -> None:
                      "append), without parsing or formatting. What a host-only daemon costs above it is its "
                      "Python work. The third also makes the row, with the least Python it takes, in one "
                      "function (fields by position, one `%` format): what a Python daemon that did nothing "
-                     "but this row would cost, a bound under which no daemon written in Python gets here:")
+                     "but this row would cost, a bound under which no daemon written in Python gets here. The "
+                     "two in C (`bench/monitor/floor.c`) wake on the same grid and make the same syscalls with "
+                     "no interpreter: what of each floor is the machine's (the kernel waking a process, the "
+                     "/proc files made, the append), not Python's:")
         section.table(("process", "CPU per sample, median [min–max]", "hpclaunch host only over it",
                        "hpclaunch host only / it"), rows)
 
