@@ -115,3 +115,31 @@ def test_the_job_files_hash_is_its_sha256():
     from hpclaunch.spec.loading import sha256_hex
     for data in (b"", b"a", b"x" * 55, b"y" * 64, os.urandom(1000), os.urandom(1 << 20)):
         assert sha256_hex(data) == hashlib.sha256(data).hexdigest()
+
+
+def test_a_command_stopped_at_its_timeout_says_what_slurm_said_and_is_not_retried(tmp_path, monkeypatch):
+    """sbatch retries by itself while the controller refuses new jobs (its queue at MaxJobCount): stopped
+    at the timeout, its last word is the user's line, not "see Slurm's message above" over nothing, and
+    the user does not wait through retries of a command that was already retrying."""
+    tool = tmp_path / "busy"
+    count = tmp_path / "count"
+    tool.write_text(f"#!/bin/bash\necho x >> {count}\n"
+                    "echo 'sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying.' >&2\n"
+                    "exec sleep 30\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("HPCLAUNCH_SLURM_RETRY_DELAY", "0.01")
+    with pytest.raises(slurmcli.SlurmError) as e:
+        slurmcli.run([str(tool), "--parsable"], timeout=1)
+    line = str(e.value)
+    assert "Slurm temporarily unable to accept job" in line and "after 1 s" in line, line
+    assert "try again later" in line and "above" not in line and "\n" not in line
+    assert len(count.read_text().split()) == 1   # not run again
+
+
+def test_a_command_stopped_at_its_timeout_without_a_word_says_so(tmp_path):
+    tool = tmp_path / "mute"
+    tool.write_text("#!/bin/bash\nexec sleep 30\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    with pytest.raises(slurmcli.SlurmError) as e:
+        slurmcli.run([str(tool)], timeout=1)
+    assert "did not answer in 1 s" in str(e.value) and "scontrol ping" in str(e.value)

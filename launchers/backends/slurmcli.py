@@ -53,23 +53,41 @@ def run(cmd: list[str], *, input: str | None = None, env: dict | None = None, re
     env = env if env is not None else clean_env()
     attempt = 0
     while True:
+        said = None  # what a command stopped at the timeout had printed (Slurm's reason, if any)
         try:
             proc = subprocess.run(cmd, input=input, env=env, capture_output=True, text=True, timeout=timeout,
                                   cwd=cwd or None)
         except FileNotFoundError:
             raise SlurmError(f"{cmd[0]}: command not found \u2014 run on a Slurm login node, "
                              "or use --backend local") from None
-        except subprocess.TimeoutExpired:
-            proc = subprocess.CompletedProcess(cmd, 124, "", f"{cmd[0]} timed out after {timeout:.0f} s")
+        except subprocess.TimeoutExpired as e:
+            said = e.stderr or b""  # bytes: subprocess keeps a stopped command's output undecoded
+            said = (said.decode(errors="replace") if isinstance(said, bytes) else said).strip()
+            proc = subprocess.CompletedProcess(cmd, 124, "", f"{said}\n{cmd[0]} timed out after {timeout:.0f} s")
         if proc.returncode == 0 or not check:
             return proc
         message = (proc.stderr or proc.stdout).strip()
+        if said is not None:  # not retried: a command retrying on its own (sbatch does) has had its time
+            raise SlurmError(f"{' '.join(cmd[:2])} failed: {_timed_out(cmd[0], said, timeout)}", message)
         if attempt < retries and is_transient(message):
             time.sleep(delay * (2 ** attempt))
             attempt += 1
             continue
         raise SlurmError(f"{' '.join(cmd[:2])} failed: {first_line(message) or f'exit code {proc.returncode}'}"
                          f"{_hint(message, attempt)}", message)
+
+
+def _timed_out(tool: str, said: str, timeout: float) -> str:
+    """The line for a command stopped at its timeout: Slurm's last word, if it said one. sbatch keeps
+    retrying while the controller refuses new jobs ("Slurm temporarily unable to accept job, sleeping
+    and retrying": the queue is at its MaxJobCount, or the controller is busy)."""
+    if not said:
+        return f"{tool} did not answer in {timeout:.0f} s \u2014 check `scontrol ping` and SLURM_CONF, then try again"
+    why = first_line(said)
+    if is_transient(said):
+        return (f"{why} (still so after {timeout:.0f} s: stopped) \u2014 the controller is not taking jobs now "
+                "(its queue is full or it is busy); try again later")
+    return f"{why} (then no answer in {timeout:.0f} s: stopped) \u2014 check `scontrol ping` and SLURM_CONF"
 
 
 class Pending:
