@@ -7,7 +7,10 @@ import re
 import typing
 from typing import Any, Optional
 
-from hpclaunch.spec.job import env_entry_problem
+from hpclaunch.common.model import fields, is_model
+from hpclaunch.spec.job import Job, env_entry_problem
+from hpclaunch.spec.train import Train
+from hpclaunch.spec.typedload import Loader, SourceMap, _hints
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _KINDS = ("range", "choice", "uniform", "loguniform")
@@ -123,9 +126,6 @@ def _nul_problem(spec: Any) -> Optional[tuple[str, Any, str]]:
 def _train_value_problem(key: str, spec: Any) -> Optional[tuple[str, Any, str]]:
     """A value of train.KEY that the train: section would refuse, as (message, value, fix): the
     rank reads the point as train: settings, so it must take what train: takes."""
-    from hpclaunch.spec.job import Train
-    from hpclaunch.common.model import fields
-    from hpclaunch.spec.typedload import Loader, SourceMap, _hints
     tp, md = _hints(Train)[key], next(f.metadata for f in fields(Train) if f.name == key)
 
     def refused(value: Any) -> Optional[tuple[str, str]]:
@@ -160,22 +160,15 @@ def train_samples(spec: Any) -> list:
 
 def _job_sections() -> list[str]:
     """Job keys that hold mappings (resources, slurm, env, train, ...)."""
-    from hpclaunch.spec.job import Job
-    from hpclaunch.common.model import fields, is_model
-    from hpclaunch.spec.typedload import _hints
     hints = _hints(Job)
     return [f.name for f in fields(Job) if is_model(hints[f.name]) or typing.get_origin(hints[f.name]) is dict]
 
 
 def _job_keys() -> list[str]:
-    from hpclaunch.spec.job import Job
-    from hpclaunch.common.model import fields
     return [f.name for f in fields(Job)]
 
 
 def _train_keys() -> list[str]:
-    from hpclaunch.spec.job import Train
-    from hpclaunch.common.model import fields
     return [f.name for f in fields(Train)]
 
 

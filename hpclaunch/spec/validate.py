@@ -6,8 +6,10 @@ run reports every problem.
 from __future__ import annotations
 
 from hpclaunch.common.errors import Problem
+from hpclaunch.common.model import fields
 from hpclaunch.spec.job import _EXTRA, DEFAULT_GRACE_S, SIGNAL_EARLY_S, Job, env_entry_problem, signal_grace
 from hpclaunch.spec.profile import Profile
+from hpclaunch.spec.sweep import check, count, train_samples
 from hpclaunch.spec.train import Train, train_problems
 from hpclaunch.spec.typedload import SourceMap
 from hpclaunch.spec.units import format_time, parse_mem_mib, parse_time_seconds
@@ -88,7 +90,6 @@ def validate_job(job: Job, profile: Profile, sources: SourceMap) -> list[Problem
     _train_rules(job.train, job.resources, profile, bad)
     _env_rules(job, bad)
     if job.sweep is not None and job.sweep.parameters is not None:
-        from hpclaunch.spec.sweep import check, count
         check(job.sweep, job.command or [], job.env or {}, bad)
         _swept_train_rules(job, profile, bad, {p.path for p in out})
         n = count(job.sweep)
@@ -167,8 +168,6 @@ def _train_rules(t, r, profile: Profile, bad) -> None:
 def _swept_train_rules(job: Job, profile: Profile, bad, reported: set) -> None:
     """The profile's training limits on each swept train.KEY value, as if train: held it: the rank
     reads the point as train: settings and runs the same train_problems on them."""
-    from hpclaunch.common.model import fields
-    from hpclaunch.spec.sweep import train_samples
     base: set = set()  # what train: alone breaks is reported at train.*, not again per parameter
     _train_rules(job.train, job.resources, profile, lambda p, m, v, f: base.add((p, m)))
     for name, spec in job.sweep.parameters.items():
