@@ -232,7 +232,7 @@ def main() -> int:
     section = benchlib.Section("Submitting a 1,000-point sweep (`bench/submit/bench_submit.py`)"
                                if args.points == 1000 else f"Submitting a {args.points}-point sweep",
                                f"{os.path.relpath(PY)} bench/submit/bench_submit.py --points {args.points} "
-                               f"--parallelism {args.parallelism} --rounds {args.rounds}")
+                               f"--parallelism {args.parallelism} --rounds {args.rounds}" + (" --no-wait" if args.no_wait else ""))
     if not os.environ.get("SLURM_CONF") and os.path.exists("/tmp/hpclaunch-slurm/slurm.conf"):
         os.environ["SLURM_CONF"] = "/tmp/hpclaunch-slurm/slurm.conf"
     sinfo = subprocess.run(["sinfo", "-h", "-o", "%D nodes x %c CPUs, %P"], capture_output=True, text=True)
