@@ -26,11 +26,15 @@ VENVS = os.environ.get("HPCLAUNCH_BENCH_VENVS") or os.path.expanduser("~/.cache/
 
 
 def commit() -> str:
-    """The repository's short commit, with ``+dirty`` when the work tree differs from it."""
+    """The repository's short commit, with ``+dirty`` when the work tree differs from it. The benches'
+    own output (docs/bench/, docs/benchmarks.md) does not count: `make bench` writes one section
+    after another, and every section after the first would otherwise say +dirty."""
     def git(*args):
         return subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True).stdout.strip()
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                  ":(exclude)docs/bench", ":(exclude)docs/benchmarks.md")
+    return head + ("+dirty" if changed else "")
 
 
 def install_kind(python: str = sys.executable) -> str:

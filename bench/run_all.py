@@ -35,7 +35,7 @@ WHEEL_PY = "/tmp/hpclaunch-bench-startup/new/bin/python"  # made by the startup 
 def benches(quick: bool) -> list[tuple[str, str, list[str], str]]:
     """(name, title, argv after the script, python) of every bench, in the order they run."""
     py = sys.executable
-    wheel = WHEEL_PY if os.path.exists(WHEEL_PY) else py
+    wheel = WHEEL_PY  # made by the startup bench, which runs first: looked for when the submit bench starts
     out = [
         ("startup", "bench/startup/bench_startup.py", ["--setup-peers", "--runs", "10" if quick else "30"], py),
         ("submit", "bench/submit/bench_submit.py", ["--points", "100" if quick else "1000", "--rounds", "1" if quick else "2"],
@@ -93,8 +93,9 @@ def main() -> int:
     for name, script, argv, python in benches(args.quick):
         if only and name not in only:
             continue
-        if name == "submit" and python != WHEEL_PY:
+        if name == "submit" and not os.path.exists(python):
             print("submit: no wheel install yet (run the startup bench first); using this Python", flush=True)
+            python = sys.executable
         if not run(name, script, argv, python, out):
             failed.append(name)
     if args.quick:
