@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -167,9 +166,9 @@ class LocalBackend(Backend):
                     if s == "RUNNING" and state != "RUNNING":
                         s = state  # the runner ended (or died) while this task ran
                     tasks[s] = tasks.get(s, 0) + 1
-        # the name the job script's ranks.tsv and the monitor's logs give this host ($(hostname)), so
-        # "RUNNING on X" names the same host before the ranks start as after
-        out = JobStatus(state, st.get("exit_code"), elapsed, socket.gethostname(), reason, int(st.get("attempts", 1) or 1),
+        # the name the job script's ranks.tsv and the monitor's logs give this host ($(hostname), the
+        # kernel's node name), so "RUNNING on X" names the same host before the ranks start as after
+        out = JobStatus(state, st.get("exit_code"), elapsed, os.uname().nodename, reason, int(st.get("attempts", 1) or 1),
                         "local", tasks)
         if out.final:
             out.end_time = st.get("end_time")  # the runner's record: the registry keeps when it ended, not when asked
