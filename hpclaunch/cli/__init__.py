@@ -1,8 +1,9 @@
 """The `hpclaunch` command: the dispatch to the parser and to each command's module.
 
 The parser (cli/parser.py) and the command modules load on first use, through the name table
-below, not through imports at the top: `render` loads nothing it does not use. This is the one
-place the core loads its own modules lazily (docs/architecture.md).
+below, not through imports at the top: `render` loads nothing it does not use. With the backend
+table (launchers/backends/choice.py), the places the core loads its own modules lazily
+(docs/architecture.md).
 
 `hpclaunch --help` (and `-h`, or no command) prints the parser's help from the user cache
 (hpclaunch/common/usercache.py) when it was made before for the same parser text, terminal width
@@ -10,6 +11,7 @@ and Python: then it loads neither argparse nor the parser, about half of what it
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -44,6 +46,9 @@ def _module(args) -> str:  # args: the parsed argparse.Namespace
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line ``argv`` (default: this process's own, which also sets collection as
+    `_load_quickly` says; a caller in a longer-lived process keeps its own)."""
+    own = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv == ["--version"]:
         print(f"hpclaunch {__version__}")
@@ -51,10 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv in ([], ["-h"], ["--help"]):
         sys.stdout.write(top_help())
         return 0 if argv else 2
-    # Only the command's own parser is built (argv[0] names it; -h/--help and typos build all).
-    args = _load(_PARSER).build(argv[0] if argv[0] in _COMMANDS else None).parse_args(argv)
     try:
-        module = _load(_module(args))
+        args, module = _load_quickly(argv) if own else _parse_and_load(argv)
         return getattr(module, f"cmd_{args.cmd}")(args)
     except HpclaunchError as e:
         print(str(e), file=sys.stderr)
@@ -63,6 +66,26 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _parse_and_load(argv: list[str]):
+    # Only the command's own parser is built (argv[0] names it; -h/--help and typos build all).
+    args = _load(_PARSER).build(argv[0] if argv[0] in _COMMANDS else None).parse_args(argv)
+    return args, _load(_module(args))
+
+
+def _load_quickly(argv: list[str]):
+    """_parse_and_load without the garbage collector. Start-up makes ~150 modules' objects, all kept
+    to the end: a collection during it frees nothing, and the one at exit walks them all. None
+    runs until the command's module is loaded; then those objects are frozen out of every later
+    one (exit's too) and collection is on again for the command's own work: ~5 ms of a ~35 ms
+    start and exit (docs/benchmarks.md)."""
+    gc.disable()
+    try:
+        return _parse_and_load(argv)
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def top_help() -> str:
