@@ -38,7 +38,7 @@ def benches(quick: bool) -> list[tuple[str, str, list[str], str]]:
     wheel = WHEEL_PY  # made by the startup bench, which runs first: looked for when the submit bench starts
     out = [
         ("startup", "bench/startup/bench_startup.py", ["--setup-peers", "--runs", "10" if quick else "30"], py),
-        ("submit", "bench/submit/bench_submit.py", ["--points", "100" if quick else "1000", "--rounds", "1" if quick else "3"],
+        ("submit", "bench/submit/bench_submit.py", ["--points", "100" if quick else "1000", "--rounds", "1" if quick else "5"],
          wheel),
         ("monitor", "bench/monitor/bench_monitor.py", ["--quick"] if quick else [], py),
         ("report", "bench/report/bench_report.py", ["--hosts", "4"] if quick else [], py),

@@ -19,9 +19,11 @@ Both sides ask for the same thing: N tasks, one array, at most --parallelism run
 Measured for each, from outside: submit = process start -> job ids printed (interpreter start and
 imports included: what a user waits for); all-done = process start -> no task of that array left in
 squeue (polled every 0.2 s). The submitit child also reports map_array's own time. Each run gets a
-fresh HPCLAUNCH_HOME, a fresh work directory and a fresh submitit folder (job ids restart with a
-fresh cluster, and a reused %j folder returns stale results). Both run from bytecode, as installed
-packages do. Afterwards sacct counts the tasks that
+fresh work directory and a fresh submitit folder (a reused %j folder returns stale results);
+hpclaunch's runs share one HPCLAUNCH_HOME, made before the first round by `hpclaunch list` (as a
+user's first command makes it): a submit finds the registry there, as every submit but a user's
+very first does (making it, with its tables, costs a first submit ~7 more fsyncs). Both run from
+bytecode, as installed packages do. Afterwards sacct counts the tasks that
 COMPLETED. Goal: hpclaunch >= 10x faster to submit. Each round also times the floor, just before
 hpclaunch: a Python process that calls sbatch once for the same array (cancelled at once), the least
 any tool can take; goal (issue 20): hpclaunch <= 3x the floor.
@@ -149,12 +151,25 @@ def cancel_now(job_ids: list[str]) -> float:
     return float("nan")
 
 
+HOME = {"path": ""}  # the runs' HPCLAUNCH_HOME, made by main() before the first round
+
+
+def make_home() -> str:
+    """An HPCLAUNCH_HOME with its registry, made as a user's first command makes it."""
+    home = tempfile.mkdtemp(prefix="bench-hpclaunch-home-")
+    subprocess.run(HPCLAUNCH + ["list"], env=dict(os.environ, HPCLAUNCH_HOME=home), capture_output=True,
+                   check=True)
+    if not os.path.exists(os.path.join(home, "registry.db")):
+        raise SystemExit(f"`hpclaunch list` made no registry in {home}")
+    return home
+
+
 def run_hpclaunch(points: int, parallelism: int, timeout: float, wait: bool = True) -> dict:
     work = tempfile.mkdtemp(prefix="bench-hpclaunch-")
     job = os.path.join(work, "sweep.yaml")
     with open(job, "w") as f:
         f.write(sweep_job(points, parallelism))
-    env = dict(os.environ, HPCLAUNCH_HOME=os.path.join(work, "home"))
+    env = dict(os.environ, HPCLAUNCH_HOME=HOME["path"] or os.path.join(work, "home"))
     start = time.monotonic()
     proc = subprocess.run(HPCLAUNCH + ["submit", job, "--backend", "slurm", "--json"],
                           cwd=work, env=env, capture_output=True, text=True)
@@ -165,7 +180,8 @@ def run_hpclaunch(points: int, parallelism: int, timeout: float, wait: bool = Tr
     # A sweep larger than MaxArraySize is several arrays; the registry has them all.
     listing = subprocess.run(HPCLAUNCH + ["list", "--all", "--json"], cwd=work, env=env,
                              capture_output=True, text=True, check=True)
-    ids = sorted({r["job_id"] for r in json.loads(listing.stdout)}, key=int)
+    ids = sorted({r["job_id"] for r in json.loads(listing.stdout) if r["run_dir"].startswith(os.path.realpath(work) + os.sep)},
+                 key=int)  # this run's arrays, not the earlier rounds' in the same registry
     done_s = wait_done(ids, start, timeout) if wait else cancel_now(ids)
     res = {"tool": "hpclaunch", "submit_s": submit_s, "all_done_s": done_s, "job_ids": ids,
            "states": completed(ids, points) if wait else {}}
@@ -249,6 +265,7 @@ def main() -> int:
         compileall.compile_dir(os.path.join(ROOT, pkg), quiet=1)
     compileall.compile_dir(os.path.dirname(submitit.__file__), quiet=1)
 
+    HOME["path"] = make_home()
     runs: list[dict] = []
     floors: list[dict] = []
     timeline: list[dict] = []  # runs and floors in the order they ran
@@ -305,7 +322,8 @@ def main() -> int:
                  f"{args.parallelism}, each side a fresh process (`{' '.join(os.path.basename(c) for c in HPCLAUNCH)} "
                  "submit`, submitit's `map_array`), the order alternated each round; each round also times the "
                  "floor, just before hpclaunch: a Python process that calls `sbatch` once for the same array "
-                 "(cancelled at once).")
+                 "(cancelled at once). hpclaunch's runs share one HPCLAUNCH_HOME whose registry `hpclaunch list` "
+                 "made before the first round, as a user's first command makes it.")
     section.table(["round", "tool", "submit (s)", "submit -> all done (s)", "tasks"],
                   [[r["round"], r["tool"], f"{r['submit_s']:.3f}",
                     f"{r['all_done_s']:.1f}" if r.get("all_done_s", math.nan) == r.get("all_done_s", math.nan) else "—",
@@ -318,6 +336,7 @@ def main() -> int:
                  + (" (--no-wait: arrays cancelled at once)\n" if args.no_wait else f", {s_done / h_done:.2f}x to all done\n")
                  + f"- load average at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
     section.write(args.markdown)
+    shutil.rmtree(HOME["path"], ignore_errors=True)
     bad = [r for r in runs if not args.no_wait and
            (set(r["states"]) != {"COMPLETED"} or sum(r["states"].values()) != args.points)]
     if bad:
