@@ -144,10 +144,27 @@ def run_from_wheel() -> None:
     os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
 
+# Written beside a bench venv's python by whoever installs a wheel there (bench_startup.install): the
+# commit the wheel was built from, which a later bench run on that venv may no longer be at.
+WHEEL_SOURCE = "hpclaunch-wheel-source.txt"
+
+
+def wheel_source(python: str) -> Optional[str]:
+    try:
+        with open(os.path.join(os.path.dirname(os.path.dirname(python)), WHEEL_SOURCE)) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def context(python: str = sys.executable) -> dict:
-    return {"commit": commit(), "date": datetime.date.today().isoformat(),
+    here, install = commit(), install_kind(python)
+    built = wheel_source(python) if install == "wheel" else None
+    if built and built != here:  # `run_all --only submit` on the wheel an earlier startup run built
+        install = f"wheel built at {built}"
+    return {"commit": here, "date": datetime.date.today().isoformat(),
             "python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine(),
-            "load_average": [round(x, 2) for x in os.getloadavg()], "install": install_kind(python)}
+            "load_average": [round(x, 2) for x in os.getloadavg()], "install": install}
 
 
 def spread(values: Sequence[float]) -> dict:

@@ -49,3 +49,19 @@ def test_the_editable_install_is_kept_when_asked(tmp_path):
     daemon, kind, _, _ = p.stdout.split()
     assert daemon == os.path.join(ROOT, "monitors", "daemon.py") and kind == "editable"
     assert not (tmp_path / "venvs").exists()
+
+
+def test_a_section_on_a_wheel_built_at_another_commit_says_so(tmp_path, monkeypatch):
+    """`run_all --only submit` reuses the wheel venv an earlier startup run built: its sections name
+    the commit that wheel came from, not only the tree's."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import benchlib
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    monkeypatch.setattr(benchlib, "install_kind", lambda py: "wheel")
+    monkeypatch.setattr(benchlib, "commit", lambda: "bbbbbbb")
+    assert benchlib.context(str(python))["install"] == "wheel"  # no record: as before
+    (tmp_path / "venv" / benchlib.WHEEL_SOURCE).write_text("aaaaaaa\n")
+    assert benchlib.context(str(python))["install"] == "wheel built at aaaaaaa"
+    monkeypatch.setattr(benchlib, "commit", lambda: "aaaaaaa")
+    assert benchlib.context(str(python))["install"] == "wheel"

@@ -74,6 +74,8 @@ def install(rev: str | None, label: str) -> str:
         if wheel is None:
             raise SystemExit(f"{rev or 'the work tree'}: {why}")
         _run([f"{venv}/bin/pip", "install", "-q", wheel])
+    with open(os.path.join(venv, benchlib.WHEEL_SOURCE), "w") as f:  # sections run on it say what it is
+        f.write(rev or benchlib.commit())
     return venv
 
 
