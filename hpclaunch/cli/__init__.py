@@ -78,8 +78,9 @@ def _load_quickly(argv: list[str]):
     """_parse_and_load without the garbage collector. Start-up makes ~150 modules' objects, all kept
     to the end: a collection during it frees nothing, and the one at exit walks them all. None
     runs until the command's module is loaded; then those objects are frozen out of every later
-    one (exit's too) and collection is on again for the command's own work: ~5 ms of a ~35 ms
-    start and exit (docs/benchmarks.md)."""
+    one (exit's too) and collection is on again for the command's own work. Measured on a wheel
+    install: importing the submit path and exiting 38.5 -> 33.2 ms; a 1,000-point sweep submit
+    69 -> 60 ms (commit 325be4d)."""
     gc.disable()
     try:
         return _parse_and_load(argv)

@@ -2,7 +2,8 @@
 
 Backends are found by name and imported only when asked for, as TorchX's scheduler factories
 are: a Slurm submission does not load the local backend (its GPU leases, process groups and
-`tempfile`, ~3 ms of a ~70 ms submit), and the local one does not load Slurm's status parsing."""
+`tempfile`, ~3 ms of a ~70 ms submit). The local backend still loads the Slurm one, whose
+submit_env() it shares."""
 from __future__ import annotations
 
 import importlib
