@@ -75,10 +75,16 @@ def package_sources(root: str = ROOT) -> Dict[str, str]:
 
 
 def imports_of(module: str, source: str, known: Set[str]) -> Iterable[Tuple[str, int]]:
-    """(imported module, line) for every import in the source, at any depth, resolved."""
+    """(imported module, line) for every import in the source, at any depth, resolved. A string
+    that is exactly the name of one of the package's modules (not of a package) counts as an import
+    of it: that is how the lazy loaders name what they import (importlib.import_module, the backend
+    table)."""
     is_pkg = module in known and any(k.startswith(module + ".") for k in known) or module.endswith("__init__")
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known \
+                and not any(k.startswith(node.value + ".") for k in known):  # a package's name is a logger's too
+            yield node.value, node.lineno
+        elif isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
         elif isinstance(node, ast.ImportFrom):

@@ -38,6 +38,17 @@ def test_a_leaf_importing_the_core_fails():
     assert any("hpclaunch.monitors.daemon" in p and "is a leaf" in p for p in found), found
 
 
+def test_a_module_named_in_a_string_is_an_import():
+    # The backend table and the other lazy loaders import by name: an upward name there is caught too.
+    found = planted("hpclaunch.launchers.backends.choice", 'BACKENDS["x"] = ("hpclaunch.runs.jobs", "X")\n')
+    assert any("hpclaunch.launchers.backends.choice" in p and "imports hpclaunch.runs.jobs" in p
+               and "upward, from layer backends to layer runs" in p for p in found), found
+    sources = layers.package_sources()
+    seen = {t for t, _ in layers.imports_of("hpclaunch.launchers.backends.choice",
+                                             sources["hpclaunch.launchers.backends.choice"], set(sources))}
+    assert {"hpclaunch.launchers.backends.slurm", "hpclaunch.launchers.backends.local"} <= seen, seen
+
+
 def test_relative_imports_resolve_like_python():
     sources = {"hpclaunch.spec.a": "from .b import x\nfrom . import c\n", "hpclaunch.spec.b": "x = 1\n",
                "hpclaunch.spec.c": "from ..runs.r import y\n", "hpclaunch.runs.r": "y = 2\n"}
