@@ -1,14 +1,12 @@
 """choice.py finds backends by name and imports only the one asked for."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends import choice
 from hpclaunch.launchers.backends.base import Backend
+from hlcli import modules_loaded
 
 
 @pytest.mark.parametrize("name", choice.NAMES)
@@ -24,8 +22,6 @@ def test_an_unknown_name_is_one_line_naming_the_choices():
 
 
 def test_the_slurm_backend_loads_nothing_of_the_local_one():
-    code = ("import sys; from hpclaunch.launchers.backends import choice; choice.backend_class('slurm')\n"
-            "print('LOADED=' + ','.join(m for m in ('hpclaunch.launchers.backends.local', "
-            "'hpclaunch.launchers.backends.local_gpus', 'tempfile') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "LOADED=", out
+    code = "from hpclaunch.launchers.backends import choice; choice.backend_class('slurm')"
+    watch = ("hpclaunch.launchers.backends.local", "hpclaunch.launchers.backends.local_gpus", "tempfile")
+    assert modules_loaded(code, watch) == []

@@ -3,7 +3,7 @@ import json
 import os
 import subprocess
 import sys
-from hlcli import hl
+from hlcli import hl, modules_loaded
 
 
 def test_profiles_list_and_show(run_cli):
@@ -55,22 +55,14 @@ def test_render_prints_only_the_script(write):
 
 
 def test_nothing_heavy_is_imported():
-    code = ("import sys; from hpclaunch.cli import main; import io, contextlib\n"
-            "try:\n  main(['--help'])\nexcept SystemExit: pass\n"
-            "heavy = [m for m in ('torch', 'pynvml', 'matplotlib', 'numpy', 'jinja2', 'yaml', 'rich', 'submitit',"
-            " 'pydantic', 'psutil') if m in sys.modules]\n"
-            "print('HEAVY=' + ','.join(heavy))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
-    assert "HEAVY=\n" in out, out[-200:]
+    heavy = ("torch", "pynvml", "matplotlib", "numpy", "jinja2", "yaml", "rich", "submitit", "pydantic", "psutil")
+    assert modules_loaded("from hpclaunch.cli import main; main(['--help'])", heavy) == []
 
 
 def test_render_imports_nothing_heavy(write):
     path = write("job.yaml", "name: j\ncommand: [python, t.py]\n")
-    code = (f"import sys; from hpclaunch.cli import main; main(['render', {path!r}])\n"
-            "heavy = [m for m in ('torch', 'pynvml', 'matplotlib', 'numpy', 'rich', 'submitit', 'pydantic', 'psutil')"
-            " if m in sys.modules]\nprint('HEAVY=' + ','.join(heavy))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
-    assert "HEAVY=\n" in out
+    heavy = ("torch", "pynvml", "matplotlib", "numpy", "rich", "submitit", "pydantic", "psutil")
+    assert modules_loaded(f"from hpclaunch.cli import main; main(['render', {path!r}])", heavy) == []
 
 
 def test_one_commands_parser_parses_as_the_whole_one(capsys):
@@ -96,17 +88,12 @@ def test_one_commands_parser_parses_as_the_whole_one(capsys):
 
 def test_a_submission_loads_no_remote_machinery_nor_pyyaml_once_its_file_was_read(write, tmp_path):
     path = write("job.yaml", "name: j\ncommand: [python, t.py]\nresources: {nodes: 1}\n")
-    code = (f"import sys; from hpclaunch.cli import main; main(['submit', {path!r}, '--backend', 'local', '--json'])\n"
-            "loaded = [m for m in ('yaml', 'tarfile', 'hpclaunch.runs.remote', 'hpclaunch.runs.remote_ssh', 'jinja2')"
-            " if m in sys.modules]\nprint('LOADED=' + ','.join(loaded))")
+    code = f"from hpclaunch.cli import main; main(['submit', {path!r}, '--backend', 'local', '--json'])"
+    watch = ("yaml", "tarfile", "hpclaunch.runs.remote", "hpclaunch.runs.remote_ssh", "jinja2")
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), HPCLAUNCH_HOME=str(tmp_path / "home"))
-    loaded = []
-    for _ in range(2):   # the first one parses the file (and compiles the templates) into the user cache
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(tmp_path),
-                              env=env, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        loaded.append(proc.stdout.rsplit("LOADED=", 1)[1].strip())
-    assert "yaml" in loaded[0] and loaded[1] == "", loaded
+    # the first one parses the file (and compiles the templates) into the user cache
+    loaded = [modules_loaded(code, watch, env=env, cwd=str(tmp_path)) for _ in range(2)]
+    assert "yaml" in loaded[0] and loaded[1] == [], loaded
 
 
 def test_the_program_freezes_its_start_up_out_of_collection_and_a_caller_keeps_its_own(write):

@@ -30,30 +30,35 @@ def test_secrets_in_the_environment_are_never_written(hpc_home, tmp_path, files_
     assert open(logs[0]).read().strip() == "token-seen"   # passed through by name, to the job only
 
 
+def _tool(tmp_path, name, script):
+    """An executable stand-in for a Slurm command (these tests are of slurmcli.run's retries and
+    timeouts, not of Slurm): its path."""
+    tool = tmp_path / name
+    tool.write_text(script)
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    return str(tool)
+
+
 def test_transient_errors_are_retried_then_succeed(tmp_path, monkeypatch):
     """A command that fails like a busy controller twice, then answers."""
-    tool = tmp_path / "flaky"
     count = tmp_path / "count"
-    tool.write_text(f"""#!/bin/bash
+    tool = _tool(tmp_path, "flaky", f"""#!/bin/bash
 n=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}
 if [ "$n" -lt 2 ]; then echo "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation" >&2; exit 1; fi
 echo 4242
 """)
-    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("HPCLAUNCH_SLURM_RETRY_DELAY", "0.01")
-    proc = slurmcli.run([str(tool)])
+    proc = slurmcli.run([tool])
     assert proc.stdout.strip() == "4242" and count.read_text().strip() == "3"
 
 
 def test_permanent_errors_are_not_retried_and_say_why(tmp_path, monkeypatch):
-    tool = tmp_path / "refuse"
     count = tmp_path / "count"
-    tool.write_text(f"#!/bin/bash\necho x >> {count}\n"
-                    "echo 'sbatch: error: Batch job submission failed: Invalid account or account/partition "
-                    "combination specified' >&2\nexit 1\n")
-    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    tool = _tool(tmp_path, "refuse", f"#!/bin/bash\necho x >> {count}\n"
+                                      "echo 'sbatch: error: Batch job submission failed: Invalid account or account/partition "
+                                      "combination specified' >&2\nexit 1\n")
     with pytest.raises(slurmcli.SlurmError) as e:
-        slurmcli.run([str(tool)])
+        slurmcli.run([tool])
     assert "Invalid account" in str(e.value) and len(count.read_text().split()) == 1
 
 
@@ -121,15 +126,13 @@ def test_a_command_stopped_at_its_timeout_says_what_slurm_said_and_is_not_retrie
     """sbatch retries by itself while the controller refuses new jobs (its queue at MaxJobCount): stopped
     at the timeout, its last word is the user's line, not "see Slurm's message above" over nothing, and
     the user does not wait through retries of a command that was already retrying."""
-    tool = tmp_path / "busy"
     count = tmp_path / "count"
-    tool.write_text(f"#!/bin/bash\necho x >> {count}\n"
-                    "echo 'sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying.' >&2\n"
-                    "exec sleep 30\n")
-    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    tool = _tool(tmp_path, "busy", f"#!/bin/bash\necho x >> {count}\n"
+                                    "echo 'sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying.' >&2\n"
+                                    "exec sleep 30\n")
     monkeypatch.setenv("HPCLAUNCH_SLURM_RETRY_DELAY", "0.01")
     with pytest.raises(slurmcli.SlurmError) as e:
-        slurmcli.run([str(tool), "--parsable"], timeout=1)
+        slurmcli.run([tool, "--parsable"], timeout=1)
     line = str(e.value)
     assert "Slurm temporarily unable to accept job" in line and "after 1 s" in line, line
     assert "try again later" in line and "above" not in line and "\n" not in line
@@ -137,9 +140,7 @@ def test_a_command_stopped_at_its_timeout_says_what_slurm_said_and_is_not_retrie
 
 
 def test_a_command_stopped_at_its_timeout_without_a_word_says_so(tmp_path):
-    tool = tmp_path / "mute"
-    tool.write_text("#!/bin/bash\nexec sleep 30\n")
-    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    tool = _tool(tmp_path, "mute", "#!/bin/bash\nexec sleep 30\n")
     with pytest.raises(slurmcli.SlurmError) as e:
-        slurmcli.run([str(tool)], timeout=1)
+        slurmcli.run([tool], timeout=1)
     assert "did not answer in 1 s" in str(e.value) and "scontrol ping" in str(e.value)
