@@ -31,6 +31,7 @@ any tool can take; goal (issue 20): hpclaunch <= 3x the floor.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -151,9 +152,6 @@ def cancel_now(job_ids: list[str]) -> float:
     return float("nan")
 
 
-HOME = {"path": ""}  # the runs' HPCLAUNCH_HOME, made by main() before the first round
-
-
 def make_home() -> str:
     """An HPCLAUNCH_HOME with its registry, made as a user's first command makes it."""
     home = tempfile.mkdtemp(prefix="bench-hpclaunch-home-")
@@ -164,12 +162,13 @@ def make_home() -> str:
     return home
 
 
-def run_hpclaunch(points: int, parallelism: int, timeout: float, wait: bool = True) -> dict:
+def run_hpclaunch(points: int, parallelism: int, timeout: float, wait: bool = True, home: str = "") -> dict:
+    """One hpclaunch submit of the sweep; ``home``: the HPCLAUNCH_HOME the rounds share (else a new one)."""
     work = tempfile.mkdtemp(prefix="bench-hpclaunch-")
     job = os.path.join(work, "sweep.yaml")
     with open(job, "w") as f:
         f.write(sweep_job(points, parallelism))
-    env = dict(os.environ, HPCLAUNCH_HOME=HOME["path"] or os.path.join(work, "home"))
+    env = dict(os.environ, HPCLAUNCH_HOME=home or os.path.join(work, "home"))
     start = time.monotonic()
     proc = subprocess.run(HPCLAUNCH + ["submit", job, "--backend", "slurm", "--json"],
                           cwd=work, env=env, capture_output=True, text=True)
@@ -265,14 +264,15 @@ def main() -> int:
         compileall.compile_dir(os.path.join(ROOT, pkg), quiet=1)
     compileall.compile_dir(os.path.dirname(submitit.__file__), quiet=1)
 
-    HOME["path"] = make_home()
+    home = make_home()
+    hpclaunch_run = functools.partial(run_hpclaunch, home=home)
     runs: list[dict] = []
     floors: list[dict] = []
     timeline: list[dict] = []  # runs and floors in the order they ran
     for rnd in range(args.rounds):
-        order = [run_hpclaunch, run_submitit] if rnd % 2 == 0 else [run_submitit, run_hpclaunch]
+        order = [hpclaunch_run, run_submitit] if rnd % 2 == 0 else [run_submitit, hpclaunch_run]
         for fn in order:
-            if fn is run_hpclaunch:  # the floor just before hpclaunch: the two see the same machine
+            if fn is hpclaunch_run:  # the floor just before hpclaunch: the two see the same machine
                 wait_queue_empty()
                 floor = run_floor(args.points, args.parallelism)
                 floor["round"] = rnd
@@ -336,7 +336,7 @@ def main() -> int:
                  + (" (--no-wait: arrays cancelled at once)\n" if args.no_wait else f", {s_done / h_done:.2f}x to all done\n")
                  + f"- load average at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
     section.write(args.markdown)
-    shutil.rmtree(HOME["path"], ignore_errors=True)
+    shutil.rmtree(home, ignore_errors=True)
     bad = [r for r in runs if not args.no_wait and
            (set(r["states"]) != {"COMPLETED"} or sum(r["states"].values()) != args.points)]
     if bad:
