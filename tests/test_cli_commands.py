@@ -100,15 +100,13 @@ def test_the_program_freezes_its_start_up_out_of_collection_and_a_caller_keeps_i
     """As the program (main() reading sys.argv) the start-up's objects are frozen and collection is on
     again for the command's work; main(argv) called from a longer-lived process leaves gc alone."""
     path = write("job.yaml", "name: j\ncommand: [python, t.py]\n")
-    code = ("import gc, sys, contextlib, io; from hpclaunch.cli import main\n"
-            f"sys.argv = ['hpclaunch', 'validate', {path!r}]\n"
-            "gc.collect()\nwith contextlib.redirect_stdout(io.StringIO()):\n"
-            "  rc = main() if sys.argv[-1] == 'own' else main(sys.argv[1:3])\n"
-            "print('RC', rc, 'FROZEN', gc.get_freeze_count() > 1000, 'ENABLED', gc.isenabled())")
-    for how, frozen in (("own", True), ("given", False)):
-        out = subprocess.run([sys.executable, "-c", code.replace("sys.argv[-1]", repr(how))],
-                             capture_output=True, text=True).stdout
-        assert f"RC 0 FROZEN {frozen} ENABLED True" in out, (how, out)
+    for call, frozen in (("main()", True), ("main(sys.argv[1:])", False)):
+        code = ("import gc, sys, contextlib, io; from hpclaunch.cli import main\n"
+                f"sys.argv = ['hpclaunch', 'validate', {path!r}]\n"
+                f"gc.collect()\nwith contextlib.redirect_stdout(io.StringIO()):\n  rc = {call}\n"
+                "print('RC', rc, 'FROZEN', gc.get_freeze_count() > 1000, 'ENABLED', gc.isenabled())")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+        assert f"RC 0 FROZEN {frozen} ENABLED True" in out, (call, out)
 
 
 def test_init_where_the_folder_is_missing_or_a_file_is_one_line(tmp_path):
