@@ -9,7 +9,7 @@ import numpy as np
 from hpclaunch.monitors import schema
 from hpclaunch.reports.energy import PowerIntegral, counter_total
 from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, NEAR_SLOWDOWN_C, NOT_THROTTLE_BITS, POWER_BITS, THERMAL_BITS, rounded
-from hpclaunch.reports.nanstats import nanmax, nanmean, nanmin
+from hpclaunch.reports.nanstats import nanmax, nanmean, nanmean_max, nanmin
 
 # ---------------------------------------------------------------------------- per GPU
 
@@ -236,7 +236,8 @@ def power_stats(name: str, p: np.ndarray, lim: np.ndarray, window_s: float, ener
 
 def thermal_stats(name: str, s: _Sampling, c: Dict[str, np.ndarray], warnings: List[str]) -> Dict[str, Any]:
     temp = c["temp_c"]
-    out: Dict[str, Any] = {"avg_temp_c": rounded(nanmean(temp), 2), "max_temp_c": rounded(nanmax(temp), 2),
+    avg, mx = nanmean_max(temp)
+    out: Dict[str, Any] = {"avg_temp_c": rounded(avg, 2), "max_temp_c": rounded(mx, 2),
                            "max_mem_temp_c": rounded(nanmax(c["mem_temp_c"]), 2)}
     sd = c["slowdown_temp_c"]
     sdv = sd[~np.isnan(sd)]

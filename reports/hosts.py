@@ -8,7 +8,7 @@ import numpy as np
 from hpclaunch.reports import readers
 from hpclaunch.reports.energy import counter_total
 from hpclaunch.reports.model import host_from_filename, rounded
-from hpclaunch.reports.nanstats import nanmax, nanmean
+from hpclaunch.reports.nanstats import nanmax, nanmean_max
 
 def host_stats(tables: List[readers.Table], warnings, unavailable: Dict[str, Dict[str, str]] | None = None
                ) -> Dict[str, dict]:
@@ -61,13 +61,13 @@ def host_stats(tables: List[readers.Table], warnings, unavailable: Dict[str, Dic
         d["monitor_cpu_pct_of_core"] = rounded(100 * mc["total"] / span, 4) if mc["total"] is not None and span else None
         d["monitor_max_rss_mib"] = rounded(nanmax(cols["monitor_rss_mib"]), 1)
         d["max_cpu_temp_c"] = rounded(nanmax(cols["cpu_temp_c"]), 1)
-        d["avg_cpu_pct"] = rounded(nanmean(cols["cpu_pct"]), 2)
-        d["max_cpu_pct"] = rounded(nanmax(cols["cpu_pct"]), 2)
-        d["avg_host_mem_used_mib"] = rounded(nanmean(cols["mem_used_mib"]), 1)
-        d["max_host_mem_used_mib"] = rounded(nanmax(cols["mem_used_mib"]), 1)
+        avg, mx = nanmean_max(cols["cpu_pct"])
+        d["avg_cpu_pct"], d["max_cpu_pct"] = rounded(avg, 2), rounded(mx, 2)
+        avg, mx = nanmean_max(cols["mem_used_mib"])
+        d["avg_host_mem_used_mib"], d["max_host_mem_used_mib"] = rounded(avg, 1), rounded(mx, 1)
         d["host_mem_total_mib"] = rounded(nanmax(cols["mem_total_mib"]), 1)
-        d["avg_load1"] = rounded(nanmean(cols["load1"]), 2)
-        d["max_load1"] = rounded(nanmax(cols["load1"]), 2)
+        avg, mx = nanmean_max(cols["load1"])
+        d["avg_load1"], d["max_load1"] = rounded(avg, 2), rounded(mx, 2)
         out[h] = d
     return out
 

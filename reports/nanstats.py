@@ -5,7 +5,7 @@ ledger, does not load numpy."""
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -28,3 +28,11 @@ def nanmean(a) -> Optional[float]:
     ok = ~np.isnan(a)
     k = int(np.count_nonzero(ok))
     return float(np.sum(a, where=ok) / k) if k else None
+
+
+def nanmean_max(a) -> Tuple[Optional[float], Optional[float]]:
+    """(mean, max) with the mean never above the max: the float sum of n equal readings can land
+    an ulp above them (3 x 0.485 / 3 = 0.48500000000000004), and rounding both to the report's
+    digits then prints an average over the maximum (0.49 > 0.48)."""
+    m, x = nanmean(a), nanmax(a)
+    return (x if m is not None and x is not None and m > x else m), x

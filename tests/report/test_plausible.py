@@ -5,12 +5,16 @@ import os
 import resource
 import sys
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from synth import T0, GpuSpec, HostSpec, write_run  # noqa: E402
 
 from hpclaunch.reports import build_report, render  # noqa: E402
+from hpclaunch.reports.nanstats import nanmean, nanmean_max  # noqa: E402
 from hpclaunch.reports.plausible import WINDOW_SLACK_S, run_window  # noqa: E402
 
 
@@ -25,8 +29,8 @@ def _run(tmp_path, state=True):
     return rd, exp
 
 
-def _edit_gpu_rows(rd, edit):
-    path = rd / "monitor" / "n1.gpu.csv"
+def _edit_gpu_rows(rd, edit, name="n1.gpu.csv"):
+    path = rd / "monitor" / name
     lines = path.read_text().splitlines(keepends=True)
     head = [i for i, line in enumerate(lines) if line.startswith("time_unix")][0]
     header = lines[head].rstrip("\n").split(",")
@@ -126,3 +130,37 @@ def test_malformed_bounds_in_a_copy_are_ignored():
     for bad in ({"a": [1.0]}, {"a": ["1", 2.0]}, {"a": [None, 2.0]}, {"a": (1.0, 2.0)}, ["a"], None):
         assert _bounds_of_copy({"bounds": bad}) == {}
     assert _bounds_of_copy({}) == {}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(0, 1e4, allow_nan=False), st.integers(1, 400))
+def test_an_average_is_never_above_its_maximum(v, n):
+    """n equal readings: their float mean can land an ulp above them (3 x 0.485)."""
+    avg, mx = nanmean_max(np.full(n, v))
+    assert round(avg, 2) <= round(mx, 2) and avg <= mx
+
+
+def test_report_averages_stay_under_their_maximums(tmp_path):
+    """CI printed a load1 avg of 0.49 over a max of 0.48. Every host reading 0.475 and every GPU
+    temperature 40.165: the float mean of 61 (301) such readings is above them and rounds up (0.48,
+    40.17) where the readings round down (0.47, 40.16). Each average must print as its maximum."""
+    rd, _ = _run(tmp_path)
+    assert round(nanmean(np.full(61, 0.475)), 2) > 0.47 and round(nanmean(np.full(301, 40.165)), 2) > 40.16
+
+    def host(header, rows):
+        for r in rows:
+            for c in ("load1", "cpu_pct"):
+                r[header.index(c)] = "0.475"
+
+    def temp(header, rows):
+        for r in rows:
+            r[header.index("temp_c")] = "40.165"
+    _edit_gpu_rows(rd, host, "n1.host.csv")
+    _edit_gpu_rows(rd, temp)
+    d = build_report(rd).data
+    node = d["nodes"][0]
+    assert node["load1"] == {"avg": 0.47, "max": 0.47}, node["load1"]
+    assert node["avg_cpu_pct"] == node["max_cpu_pct"] == 0.47, node
+    assert len(d["gpus"]) == 2
+    for g in d["gpus"]:
+        assert g["avg_temp_c"] == g["max_temp_c"] == 40.16, g
