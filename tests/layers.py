@@ -78,12 +78,23 @@ def imports_of(module: str, source: str, known: Set[str]) -> Iterable[Tuple[str,
     """(imported module, line) for every import in the source, at any depth, resolved. A string
     that is exactly the name of one of the package's modules (not of a package) counts as an import
     of it: that is how the lazy loaders name what they import (importlib.import_module, the backend
-    table)."""
+    table). An f-string that starts with a package's name and a dot (f"hpclaunch.cli.{name}") imports
+    each module of that package whose short name is a string in the same source."""
     is_pkg = module in known and any(k.startswith(module + ".") for k in known) or module.endswith("__init__")
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known \
                 and not any(k.startswith(node.value + ".") for k in known):  # a package's name is a logger's too
             yield node.value, node.lineno
+        elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant) \
+                and str(node.values[0].value).endswith(".") and str(node.values[0].value)[:-1] in known:
+            # f"hpclaunch.cli.{name}": each module of that package whose short name is a string here
+            # (the cli's command table) is imported by it
+            prefix = node.values[0].value
+            for short in sorted(strings):
+                if prefix + short in known:
+                    yield prefix + short, node.lineno
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno

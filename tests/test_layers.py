@@ -49,6 +49,18 @@ def test_a_module_named_in_a_string_is_an_import():
     assert {"hpclaunch.launchers.backends.slurm", "hpclaunch.launchers.backends.local"} <= seen, seen
 
 
+def test_the_cli_command_table_is_an_import_of_each_command_module():
+    # cli/__init__ loads f"hpclaunch.cli.{name}" for each name in its table: each is an edge, so a
+    # command module that imports the cli package back makes a cycle the check reports
+    sources = layers.package_sources()
+    seen = {t for t, _ in layers.imports_of("hpclaunch.cli", sources["hpclaunch.cli"], set(sources))}
+    commands = {m for m in sources if m.startswith("hpclaunch.cli.") and m.endswith("_commands")}
+    assert len(commands) >= 10 and commands | {"hpclaunch.cli.parser"} <= seen, commands - seen
+    found = planted("hpclaunch.cli.run_commands", "\ndef later():\n    from hpclaunch.cli import main\n")
+    assert any(p.startswith("import cycle:") and "hpclaunch.cli.run_commands" in p and "hpclaunch.cli -> " in p
+               for p in found), found
+
+
 def test_relative_imports_resolve_like_python():
     sources = {"hpclaunch.spec.a": "from .b import x\nfrom . import c\n", "hpclaunch.spec.b": "x = 1\n",
                "hpclaunch.spec.c": "from ..runs.r import y\n", "hpclaunch.runs.r": "y = 2\n"}

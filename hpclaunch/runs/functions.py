@@ -33,8 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.launchers.backends.choice import default_backend_name
-from hpclaunch.launchers.backends.slurm import SlurmBackend
+from hpclaunch.launchers.backends.choice import backend_class, default_backend_name
 from hpclaunch.launchers.backends.slurmcli import clean_env
 from hpclaunch.launchers.backends.submitit import parameters
 from hpclaunch.launchers.request import BatchRequest, build_request
@@ -229,7 +228,7 @@ def _record(job, cfg: Settings, registry, run_dir: str, array_size: Optional[int
 
 def _cluster_name() -> str:
     try:
-        return SlurmBackend().cluster_name()
+        return backend_class("slurm")().cluster_name()   # through the table, as every submission
     except HpclaunchError:
         return "slurm"
 
