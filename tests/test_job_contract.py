@@ -159,6 +159,47 @@ def test_a_rank_killed_by_a_signal_its_wrapper_also_got_records_128_plus_n(tmp_p
     assert set(codes) == {(143, 143)}, codes
 
 
+EXITS_75_ON_TERM = ("import os, signal, sys, time\n"
+                     "signal.signal(signal.SIGTERM, lambda *a: os._exit(75))\n"
+                     "open(sys.argv[1], 'w').close()\n"
+                     "time.sleep(30)\n")
+
+
+def test_a_rank_ending_of_its_own_on_a_step_wide_signal_keeps_its_code(tmp_path):
+    """The same step-wide signal, and the rank's handler exits 75 at once: the rank's code must be
+    recorded and be the wrapper's. A wrapper waiting for it in the background lost that code (bash
+    5.2 reaps it inside the `wait` the trap interrupted) and wrote 143 about 1 time in 20 here."""
+    body = _rank_wrapper(render_job(resolve_job(JOB, ["profile=testcluster"])))
+    (tmp_path / "rank.py").write_text(EXITS_75_ON_TERM)
+    codes = []
+    for i in range(60):
+        logs = tmp_path / f"t{i}"
+        logs.mkdir()
+        env = dict(os.environ, HPCLAUNCH_LOG_DIR=str(logs), RANK="0")
+        p = subprocess.Popen(["bash", "-c", body, "hpclaunch-rank", sys.executable, str(tmp_path / "rank.py"),
+                              str(logs / "ready")], env=env, start_new_session=True)
+        until(lambda: (logs / "ready").exists(), timeout=20, poll=0.005)  # its handler is in place
+        os.killpg(p.pid, signal.SIGTERM)
+        wrapper_rc = p.wait(timeout=10)
+        codes.append((int((logs / "rank0.exit").read_text().split()[0]), wrapper_rc))
+    assert set(codes) == {(75, 75)}, sorted(codes)
+    pids = [int(line.split("\t")[2]) for line in (logs / "ranks.tsv").read_text().splitlines()]
+    assert len(pids) == 1 and pids[0] != p.pid     # the rank's own pid, not a shell's
+
+
+def test_a_signal_sent_to_the_wrapper_alone_reaches_the_rank(tmp_path):
+    """torchrun and mpirun signal the worker they started, which is the wrapper: it passes it on."""
+    body = _rank_wrapper(render_job(resolve_job(JOB, ["profile=testcluster"])))
+    (tmp_path / "rank.py").write_text(EXITS_75_ON_TERM)
+    env = dict(os.environ, HPCLAUNCH_LOG_DIR=str(tmp_path), RANK="3")
+    p = subprocess.Popen(["bash", "-c", body, "hpclaunch-rank", sys.executable, str(tmp_path / "rank.py"),
+                          str(tmp_path / "ready")], env=env, start_new_session=True)
+    until(lambda: (tmp_path / "ready").exists(), timeout=20, poll=0.005)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=10) == 75
+    assert (tmp_path / "rank3.exit").read_text().split()[0] == "75"
+
+
 # --- the local backend: the same contract as Slurm ----------------------------------------------------
 
 def test_success_after_the_signal_is_never_requeued(hpc_home, tmp_path):
