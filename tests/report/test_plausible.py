@@ -1,6 +1,7 @@
 """Rows a report must not trust (issue 15, defect 6), each shown against the analytic truth of a
 synthetic run: a row stamped at time 0 or 3e8 s ahead, an energy counter glitching to -5, infinite
-readings. Before: a 1.8e16 s duration and GiBs of bins, 40 MJ for a ~27 kJ job, tracebacks."""
+readings. Before: a 1.8e16 s duration and GiBs of bins, 40 MJ for a ~27 kJ job, tracebacks. And
+figures that must not contradict each other: an average printed over its maximum."""
 import os
 import resource
 import sys
@@ -29,7 +30,7 @@ def _run(tmp_path, state=True):
     return rd, exp
 
 
-def _edit_gpu_rows(rd, edit, name="n1.gpu.csv"):
+def _edit_rows(rd, edit, name="n1.gpu.csv"):
     path = rd / "monitor" / name
     lines = path.read_text().splitlines(keepends=True)
     head = [i for i, line in enumerate(lines) if line.startswith("time_unix")][0]
@@ -48,7 +49,7 @@ def test_rows_stamped_outside_the_run_are_dropped_and_said(tmp_path):
             row = list(rows[len(rows) // 2])
             row[t] = when
             rows.append(row)
-    _edit_gpu_rows(rd, far)
+    _edit_rows(rd, far)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     d = build_report(rd).data
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
@@ -65,7 +66,7 @@ def test_a_negative_counter_reading_is_a_glitch_not_a_reset(tmp_path):
     def glitch(header, rows):
         e, g = header.index("energy_mj"), header.index("gpu_index")
         rows[len(rows) // 2 + (rows[len(rows) // 2][g] != "0")][e] = "-5"
-    _edit_gpu_rows(rd, glitch)
+    _edit_rows(rd, glitch)
     d = build_report(rd).data
     assert d["energy_j"]["gpu"] == pytest.approx(exp["gpu_total"], rel=1e-3)   # not +1e9 mJ from -5
     assert any("1 negative counter reading(s) treated as missing" in w for w in d["warnings"]), d["warnings"]
@@ -79,7 +80,7 @@ def test_infinite_readings_are_missing_and_every_format_renders(tmp_path):
         p, t = header.index("power_w"), header.index("temp_c")
         rows[3][p] = "inf"
         rows[4][t] = "-inf"
-    _edit_gpu_rows(rd, inf)
+    _edit_rows(rd, inf)
     rep = build_report(rd)
     assert any("2 infinite reading(s) treated as missing" in w for w in rep.data["warnings"]), rep.data["warnings"]
     for fmt in ("text", "json", "html"):
@@ -108,7 +109,7 @@ def test_a_later_report_from_the_copies_drops_and_says_the_same(tmp_path):
         row = list(rows[10])
         row[t] = "0.000"
         rows.append(row)
-    _edit_gpu_rows(rd, all_kinds)
+    _edit_rows(rd, all_kinds)
     first = build_report(rd)
     copy = rd / "monitor" / ".columnar" / "n1.gpu.csv.arrow"
     assert copy.exists()
@@ -155,8 +156,8 @@ def test_report_averages_stay_under_their_maximums(tmp_path):
     def temp(header, rows):
         for r in rows:
             r[header.index("temp_c")] = "40.165"
-    _edit_gpu_rows(rd, host, "n1.host.csv")
-    _edit_gpu_rows(rd, temp)
+    _edit_rows(rd, host, "n1.host.csv")
+    _edit_rows(rd, temp)
     d = build_report(rd).data
     node = d["nodes"][0]
     assert node["load1"] == {"avg": 0.47, "max": 0.47}, node["load1"]
