@@ -10,7 +10,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # starts under load. One is gloo aborting a rank ("terminate called without an active exception",
 # cf. pytorch/gloo#514; seen with a plain DDP script too, at start and mid-run). The other is an Open MPI rank
 # segfaulting in the 16-node job. A deterministic failure still fails both runs, and pytest lists
-# every rerun (R) in its summary.
+# every rerun (R) in its summary, with the first try's traceback (`make test` passes
+# --rerun-show-tracebacks: a rerun that passes still says why the first try failed).
 _REAL_JOBS = (os.path.join("tests", "train") + os.sep, os.path.join("tests", "test_local_backend.py"),
               os.path.join("tests", "test_local_programs.py"))
 
