@@ -173,6 +173,9 @@ class Daemon:
             "interval_s": a.interval, "counter_interval_s": a.counter_interval, "argv": sys.argv,
             "slurm_job_id": env.get("SLURM_JOB_ID"), "slurm_step_id": env.get("SLURM_STEP_ID"),
             "attempt": env.get("HPCLAUNCH_ATTEMPT"), "python": sys.version.split()[0]})
+        if self.events.moved_aside:
+            self.events.emit("error", {"path": self.events.path, "error": "not a regular file (a link?)",
+                                       "moved_to": self.events.moved_aside})
         from .host import HostSampler
         from .rapl import RaplReader
         from .thermal import CpuTemp
