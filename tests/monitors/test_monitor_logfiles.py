@@ -303,6 +303,10 @@ def test_events_are_strict_json(tmp_path):
     (["--interval", "nan"], "--interval nan"),
     (["--duration", "nan"], "--duration nan: use a finite number"),
     (["--duration", "inf"], "--duration inf"),
+    # issue 44: 0 and -1 were taken, and the monitor then never noticed its parent's end
+    (["--parent-pid", "0"], "--parent-pid 0: give the pid of a running process (1 to 4194304)"),
+    (["--parent-pid", "-1"], "--parent-pid -1: give the pid of a running process"),
+    (["--parent-pid", "99999999999"], "--parent-pid 99999999999: give the pid"),   # was a traceback
 ])
 def test_monitor_arguments_are_bounded(tmp_path, capsys, args, words):
     from hpclaunch.monitors.daemon import parse_args
