@@ -237,13 +237,14 @@ def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetRe
             try:
                 job, throttle, gpu_h, gpus, job_nodes = _job(row, row.get("summary") or job_summary(
                     row.get("run_dir"), engine))
-            except (TypeError, ValueError) as e:
+            except Exception as e:  # noqa: BLE001 - whatever a summary holds
                 if not row.get("summary"):
                     raise
                 # a ledger entry of the wrong shape or with absurd numbers (a hand edit; an older
                 # hpclaunch's report of rows it now drops): this job's logs instead
                 job, throttle, gpu_h, gpus, job_nodes = _job(row, job_summary(row.get("run_dir"), engine))
-                warnings.append(f"job {jid}: its ledger summary was refused ({e}); its logs were read instead")
+                warnings.append(f"job {jid}: its ledger summary was refused ({type(e).__name__}: {e}); "
+                                "its logs were read instead")
         except Exception as e:  # noqa: BLE001 - one broken run dir (or ledger entry) must not hide the fleet
             warnings.append(f"job {jid}: report failed: {type(e).__name__}: {e}")
             continue
