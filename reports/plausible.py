@@ -147,9 +147,9 @@ def drop_implausible(tb, window: Union[Window, Tuple[float, float], None], count
         with np.errstate(invalid="ignore"):
             outside = np.isfinite(t) & ((t < window.lo) | (t > window.hi))
     lone = np.zeros(tb.n, bool)
-    # without the record, the data bound it: skipped when the copy's bounds show a short span
-    if (window is None or not window.record) and not (
-            bounds_t is not None and (bounds_t[0] is None or bounds_t[1] - bounds_t[0] <= ISOLATION_S)):
+    # without the record, the data bound it: skipped when the times' range is short
+    span = bounds_t or (float(np.fmin.reduce(t)), float(np.fmax.reduce(t)))
+    if (window is None or not window.record) and span[0] is not None and span[1] - span[0] > ISOLATION_S:
         keep = np.isfinite(t) & ~outside
         if keep.sum() > 1 and np.ptp(t[keep]) > ISOLATION_S:
             lone = isolated(t, keep)
@@ -158,8 +158,12 @@ def drop_implausible(tb, window: Union[Window, Tuple[float, float], None], count
     num = dict(tb.num)
     for name, a in tb.num.items():
         limit = LIMITS.get(name, COUNTER_MAX if name in counters else GAUGE_MAX)
-        if a.dtype.kind != "f" or _inside(tb.bounds.get(name), 0.0 if name in counters else -limit, limit,
-                                          finite=True):
+        if a.dtype.kind != "f" or not a.size:
+            continue
+        # the copy's bounds, else two reductions (no temporary arrays): almost every column is fine
+        known = tb.bounds.get(name) or (float(np.fmin.reduce(a)), float(np.fmax.reduce(a)))
+        if _inside((None, None) if known[0] != known[0] else known, 0.0 if name in counters else -limit, limit,
+                   finite=True):
             continue
         inf = np.isinf(a)
         with np.errstate(invalid="ignore"):
