@@ -21,6 +21,7 @@ DEFAULT = "slurm"
 # name -> (module, function). A built-in name cannot be taken over by an entry point.
 BUILTIN = {
     "slurm": ("hpclaunch.launchers.render", "render_job"),
+    "kubernetes": ("hpclaunch.launchers.targets.kubernetes", "render"),
 }
 
 Render = Callable[[object], str]
