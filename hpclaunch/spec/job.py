@@ -10,6 +10,7 @@ from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple
 
 from hpclaunch.common.model import model
 from hpclaunch.spec.container import Container
+from hpclaunch.spec.kubernetes import KubernetesOptions
 from hpclaunch.spec.train import Train
 from hpclaunch.spec.typedload import Scalar, field
 from hpclaunch.spec.units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
@@ -198,6 +199,8 @@ class Job:
     container: Optional[Container] = field(None, help="run each rank's program in a container (docs/containers.md)")
     runs_root: Optional[str] = field(None, help="where run directories go (default: the profile's, else ./runs)",
                                      check=lambda v: runs_root_problem(v))
+    kubernetes: Optional[KubernetesOptions] = field(None, help="for `hpclaunch render --target kubernetes`: "
+                                                    "image, namespace, Kueue queue, volumes (docs/targets.md)")
 
 
 def env_name_problem(name: str) -> Optional[Tuple[str, str]]:
