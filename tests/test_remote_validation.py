@@ -57,7 +57,7 @@ def test_a_good_remote_section_validates(run_cli, write):
     ({"ssh_options": {"proxycommand": "nc %h %p"}}, "remote.ssh_options.proxycommand", "use ProxyJump"),
     ({"ssh_options": {"RequestTTY": "yes"}}, "remote.ssh_options.RequestTTY", "cannot be set in a profile"),
     ({"ssh_options": {"Bad-Option": "x"}}, "remote.ssh_options.Bad-Option", "is not an ssh option name"),
-    ({"ssh_options": {"IdentityFile": 'a"b'}}, "remote.ssh_options.IdentityFile", "double quote"),
+    ({"ssh_options": {"IdentityFile": 'a"b'}}, "remote.ssh_options.IdentityFile", "no %-tokens, $ variables, quotes"),
     ({"ssh_options": {"IdentityFile": "/a", "identityfile": "/b"}}, "remote.ssh_options.identityfile",
      "sets the same ssh option as IdentityFile"),
     ({"ssh_options": {"IdentityFile": "a\rb"}}, "remote.ssh_options.IdentityFile", "one line of printable text"),
