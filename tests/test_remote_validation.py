@@ -155,6 +155,25 @@ def test_a_job_file_git_ignores(run_cli, project, tmp_path, monkeypatch):
     assert code == 2 and len(lines) == 1 and "not among the files copied" in lines[0], lines
 
 
+def test_a_tracked_folder_that_became_a_link_is_refused_before_ssh(run_cli, project, tmp_path, monkeypatch):
+    # issue 44, item 9: git's index lists src/train.py, src is now a link out of the project.
+    git = shutil.which("git", path="/usr/bin:/bin")
+    (project / "src").mkdir()
+    (project / "src" / "train.py").write_text("print('train')\n")
+    subprocess.run([git, "init", "-q", str(project)], check=True)
+    subprocess.run([git, "-C", str(project), "add", "."], check=True)
+    shutil.rmtree(project / "src")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "train.py").write_text("someone else's\n")
+    os.symlink(tmp_path / "outside", project / "src")
+    (tmp_path / "git-only").mkdir()
+    os.symlink(git, tmp_path / "git-only" / "git")
+    monkeypatch.setenv("PATH", str(tmp_path / "git-only"))   # git, and still no ssh
+    code, out, lines = _submit(run_cli, "job.yaml", "--remote", "far")
+    assert code == 2 and len(lines) == 1 and out == "", lines
+    assert "src/train.py: git lists it, but src on its path is a symbolic link" in lines[0], lines
+
+
 def test_a_project_over_the_size_limit(run_cli, project):
     (project / "data.bin").write_bytes(b"x" * 8192)
     code, _, lines = _submit(run_cli, "job.yaml", "--remote", "far")
