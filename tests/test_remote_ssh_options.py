@@ -79,6 +79,7 @@ HOSTILE = [
     # not listed anywhere: the allow-list refuses it all the same
     ("ObscureKeystrokeTiming", "no", "only the options docs/remote.md lists"),
     ("BindInterface", "eth0", "only the options docs/remote.md lists"),
+    ("IdentityFlie", "~/.ssh/id", "did you mean 'IdentityFile'?"),
 ]
 
 
@@ -248,3 +249,48 @@ def test_a_key_file_that_is_a_fifo_is_refused_before_ssh_waits_on_it(tmp_path, m
         SshSession(Remote(host="h", code_root="/c", ssh_options={"IdentityFile": key}), "r", "r.yaml")
     assert str(e.value).startswith(f"r.yaml: remote.ssh_options.IdentityFile: {tmp_path}/keys/{planted} is not a "
                                    "regular file"), str(e.value)
+
+
+# --- the other ways settings reach ssh ---------------------------------------------------------------
+
+def test_a_registry_row_with_a_code_loading_option_never_reaches_ssh(hpc_home, run_cli, tmp_path, monkeypatch):
+    # The remote jobs' rows keep the settings used; the commands that follow a job read them back and
+    # check them as a profile's (a hand-edited or planted row), before any ssh starts.
+    from hpclaunch.runs.registry import Registry
+    (tmp_path / "bin").mkdir()
+    canary = tmp_path / "ssh-ran"
+    (tmp_path / "bin" / "ssh").write_text(f"#!/bin/sh\ntouch {canary}\nexit 255\n")
+    (tmp_path / "bin" / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    settings = {"host": "me@login.example.org", "code_root": "/c", "ssh_options": {"PKCS11Provider": "/tmp/evil.so"}}
+    reg = Registry()
+    rec = reg.add(backend="remote", cluster="far", job_id="77", name="j", run_dir="/c/runs/j-77",
+                  resolved={"remote": {"name": "far", "source": "far.yaml", "settings": settings}})
+    reg.close()
+    code, out, err = run_cli("status", rec.job_id)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("registry: job 77: remote.ssh_options.PKCS11Provider: cannot be set in a profile"), lines
+    assert not canary.exists()
+
+
+def test_control_sockets_live_in_a_private_folder_and_are_per_key(tmp_path, monkeypatch):
+    # A control socket is a logged-in connection: a folder another user can write is passed over; two
+    # keys never share a socket.
+    import pathlib
+    import tempfile
+    from hpclaunch.runs.remote_ssh import SshSession, control_dir
+    shared = pathlib.Path(tempfile.mkdtemp(prefix="hl-rt-", dir="/tmp"))   # short: a socket path has 108 bytes
+    try:
+        (shared / "hpclaunch-ssh").mkdir()
+        os.chmod(shared / "hpclaunch-ssh", 0o777)
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(shared))
+        monkeypatch.setenv("HPCLAUNCH_HOME", str(tmp_path / "home"))
+        assert control_dir() == str(tmp_path / "home" / "ssh") and os.stat(control_dir()).st_mode & 0o777 == 0o700
+        os.chmod(shared / "hpclaunch-ssh", 0o700)
+        assert control_dir() == str(shared / "hpclaunch-ssh")
+        a, b = (SshSession(Remote(host="h", code_root="/c", ssh_options={"IdentityFile": f"~/.ssh/{k}"}), "r",
+                           "r.yaml") for k in ("id_a", "id_b"))
+        assert a.control_path != b.control_path and os.path.dirname(a.control_path) == str(shared / "hpclaunch-ssh")
+    finally:
+        shutil.rmtree(shared)

@@ -15,7 +15,6 @@ argument of `-o Name=value` (remote_ssh.py): its check keeps it to one token of 
 """
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -181,6 +180,7 @@ def name_problem(name: str) -> Problem:
     if key in REFUSED:
         return ("cannot be set in a profile", REFUSED[key])
     if key not in ALLOWED:
+        import difflib   # only for a refusal: every profile load imports this module
         near = difflib.get_close_matches(key, list(ALLOWED), n=1, cutoff=0.8)
         hint = f"did you mean {ALLOWED[near[0]][0]!r}? " if near else ""
         return ("cannot be set in a profile", f"{hint}a profile may set only the options docs/remote.md lists; "
