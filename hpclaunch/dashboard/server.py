@@ -1,6 +1,6 @@
 """Starting the dashboard: the `[dashboard]` extra's parts found (one line when missing), the socket
 bound (one line per way that fails), a token made when the address is not loopback (or when asked),
-the URL printed, and the server run until Ctrl-C or SIGTERM (exit 0)."""
+the URL printed, and the server run (connections.py) until Ctrl-C or SIGTERM (exit 0)."""
 from __future__ import annotations
 
 import errno
@@ -23,23 +23,23 @@ def serve(host: str, port: int, since_s: float, token: bool = False) -> int:
         raise HpclaunchError(f"--port {port}: expected a port from 1 to 65535, or 0 for any free one")
     plotly_js = plotly_js_path()
     try:
-        from aiohttp import web
-
         from hpclaunch.dashboard.app import make_app
+        from hpclaunch.dashboard.connections import run
     except ImportError as e:
         raise HpclaunchError(f"hpclaunch dashboard: {e.name or e} is not installed \u2014 {EXTRA}") from None
     from hpclaunch.dashboard.board import Board
+    from hpclaunch.dashboard.notices import Notices
 
     sock, loopback = bind(host, port)
     secret = secrets.token_urlsafe(32) if token or not loopback else None
     bound = sock.getsockname()
+    notices = Notices()
     board = Board(since_s)
     app = make_app(board, plotly_js, secret, bound[0], cookie=f"hpclaunch_dashboard_{bound[1]}")
     print(f"hpclaunch dashboard: {url(bound, secret)}", flush=True)
     print("  (Ctrl-C stops it" + ("; the token in this URL is printed only here" if secret else "") + ")",
           file=sys.stderr, flush=True)
-    # run_app turns SIGINT and SIGTERM into a clean stop and returns; open streams get a second to close
-    web.run_app(app, sock=sock, print=None, shutdown_timeout=1.0, handle_signals=True)
+    run(app, sock, notices)
     return 0
 
 
@@ -70,7 +70,7 @@ def bind(host: str, port: int) -> Tuple[socket.socket, bool]:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
-        sock.listen(128)
+        sock.listen(128)   # serving listens again with connections.BACKLOG
     except OSError as e:
         sock.close()
         fix = {errno.EADDRINUSE: f"--port {port}: already in use on {host} \u2014 pick another, or --port 0 for any free one",

@@ -1,0 +1,193 @@
+"""The dashboard against the other users of a shared login node (issue 44, docs/dashboard.md "Who can
+open it"): its port takes connections from anyone, its browser cookie goes wherever the browser sends
+a host's cookies, its charts draw host names that a job's programs wrote, and its registry may be a
+file that is not one. Each test here failed on the code before its fix."""
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import resource
+import socket
+import time
+
+import pytest
+from dashboard_parts import dashboards, get, require_browser_parts
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture
+def browser_parts(require):
+    require_browser_parts(require)
+
+
+@pytest.fixture
+def dashboard():
+    with dashboards() as start:
+        yield start
+
+
+def _limit_descriptors():
+    """The server's `ulimit -n 1024` (a common default), set in the child before it runs."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+
+def _half_open(port: int, count: int) -> list:
+    """``count`` connections that send half a request head and then nothing."""
+    socks = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        try:
+            s.sendall(b"GET /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Half: ")
+        except OSError:
+            pass   # already closed by the server to make room: what it should do
+        socks.append(s)
+    return socks
+
+
+def _condition_lines(stderr: str) -> list:
+    """stderr's lines other than the start's "(Ctrl-C stops it ...)"."""
+    return [line for line in stderr.splitlines() if not line.startswith("  (Ctrl-C stops it")]
+
+
+def test_half_open_connections_do_not_lock_out_the_token_holder(hpc_home, dashboard):
+    dash = dashboard("--token", preexec_fn=_limit_descriptors)
+    socks = _half_open(dash.port, 1100)   # more than `ulimit -n` allows the server
+    try:
+        start = time.monotonic()
+        code, body, _ = get(dash.local("/api/jobs?token=" + dash.token), timeout=5)
+        served_s = time.monotonic() - start
+        assert code == 200 and json.loads(body)["jobs"] == [], (code, body)
+        assert served_s < 1.0, served_s
+        socks += _half_open(dash.port, 500)   # the flood goes on: still one line per condition
+        assert get(dash.local("/?token=" + dash.token), timeout=5)[0] == 200
+    finally:
+        for s in socks:
+            s.close()
+    assert dash.stop() == 0
+    err = dash.stderr()
+    lines = _condition_lines(err)
+    assert "Traceback" not in err and len(err) < 2000, err[:3000]
+    assert len(lines) == 1 and "connections open, the most `ulimit -n` 1024 allows" in lines[0], lines
+
+
+# --- the connection rules themselves, in-process with short timeouts ---------------------------------
+
+def _serve(scenario, **pool_args):
+    """Runs ``scenario(port, pool)`` against a small aiohttp app served by connections.serve."""
+    from aiohttp import web
+
+    from hpclaunch.dashboard.connections import Pool, serve
+    from hpclaunch.dashboard.notices import Notices
+
+    release = asyncio.Event
+
+    async def main():
+        gate = release()
+        app = web.Application()
+
+        async def ok(request):
+            return web.Response(text="ok")
+
+        async def big(request):
+            return web.Response(body=b"x" * (64 << 20))
+
+        async def held(request):
+            await gate.wait()
+            return web.Response(text="released")
+
+        app.router.add_get("/", ok)
+        app.router.add_get("/big", big)
+        app.router.add_get("/held", held)
+        out = io.StringIO()
+        pool = Pool(Notices(out), **pool_args)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        stop = asyncio.Event()
+        server = asyncio.ensure_future(serve(app, sock, pool, stop))
+        try:
+            await scenario(sock.getsockname()[1], pool, gate)
+        finally:
+            gate.set()
+            stop.set()
+            await server
+        return out.getvalue()
+
+    return asyncio.run(main())
+
+
+async def _closed_within(reader, seconds: float) -> float:
+    """Seconds until the server closed the connection (EOF or reset); fails after ``seconds``."""
+    start = time.monotonic()
+    try:
+        while await asyncio.wait_for(reader.read(65536), seconds):
+            pass
+    except ConnectionError:
+        pass
+    return time.monotonic() - start
+
+
+async def _ask(port: int, path: str = "/"):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    return reader, writer
+
+
+def test_a_half_sent_request_is_closed_after_the_head_timeout_and_a_kept_alive_one_after_the_idle_timeout():
+    async def scenario(port, pool, gate):
+        half_r, half_w = await asyncio.open_connection("127.0.0.1", port)
+        half_w.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")          # no blank line: the head never ends
+        spare_r, _ = await asyncio.open_connection("127.0.0.1", port)  # a browser's spare: says nothing
+        kept_r, kept_w = await _ask(port)
+        assert b"200 OK" in await kept_r.readuntil(b"ok")              # answered, then kept alive
+        half_s, spare_s, kept_s = await asyncio.gather(*(_closed_within(r, 10) for r in (half_r, spare_r, kept_r)))
+        assert 0.8 <= half_s <= 2.5 and 0.8 <= spare_s <= 2.5, (half_s, spare_s)
+        assert 2.5 <= kept_s <= 4.5, kept_s
+        assert pool.conns == {}
+
+    said = _serve(scenario, head_s=1.0, idle_s=3.0)
+    assert said.count("\n") == 1 and "sent part of a request and then nothing for 1 s" in said, said
+
+
+def test_an_answer_nobody_reads_is_dropped_after_the_stall_timeout():
+    async def scenario(port, pool, gate):
+        reader, writer = await _ask(port, "/big")   # 64 MiB, never read
+        await asyncio.sleep(0.5)
+        assert len(pool.conns) == 1 and next(iter(pool.conns.values())).paused is not None
+        await asyncio.sleep(2.5)
+        assert pool.conns == {}
+        writer.close()
+
+    said = _serve(scenario, stall_s=1.0)
+    assert "stopped reading its answer for 1 s" in said, said
+
+
+def test_past_the_cap_the_longest_waiting_connection_makes_room_and_a_full_house_refuses_the_newcomer():
+    async def scenario(port, pool, gate):
+        halves = []
+        for _ in range(4):
+            halves.append(await asyncio.open_connection("127.0.0.1", port))
+            halves[-1][1].write(b"GET / HTTP/1.1\r\n")
+            await asyncio.sleep(0.05)
+        reader, writer = await _ask(port)                             # the fifth: answered at once
+        assert b"ok" in await asyncio.wait_for(reader.readuntil(b"ok"), 2)
+        assert await _closed_within(halves[0][0], 1) < 1               # the oldest half-open made room
+        assert len(pool.conns) == 4
+        for _, w in halves[1:] + [(reader, writer)]:
+            w.close()
+        await asyncio.sleep(0.3)
+        assert pool.conns == {}
+        helds = [await _ask(port, "/held") for _ in range(4)]          # four being answered, none waiting
+        await asyncio.sleep(0.3)
+        assert len(pool.conns) == 4 and not pool.waiting
+        newcomer, _ = await _ask(port)
+        assert await _closed_within(newcomer, 1) < 1                   # refused: nothing else to close
+        gate.set()
+        for r, _ in helds:
+            assert b"released" in await asyncio.wait_for(r.readuntil(b"released"), 2)
+
+    said = _serve(scenario, cap=4, head_s=30)
+    assert said.count("\n") == 1 and "4 connections open" in said, said
