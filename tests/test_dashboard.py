@@ -151,18 +151,22 @@ def test_the_dashboard_follows_a_running_job_in_chromium(browser_parts, running_
 @pytest.mark.parametrize("args", [a for a in README_LINES if "--host" in a] + [["--token"]])
 def test_a_non_loopback_bind_needs_the_printed_token(hpc_home, dashboard, args):
     dash = dashboard(*args)
-    token = re.search(r"\?token=([\w-]+)$", dash.url).group(1)
-    assert len(token) >= 32
+    token = dash.token
+    assert len(token) >= 32 and re.fullmatch(r"/[\w-]{16}/", dash.root), dash.url   # pages under a random path
     for path in ("/", "/api/jobs", "/vendor/plotly.min.js", "/static/dashboard.js", "/job/1/events"):
-        code, body, _ = get(dash.local(path))
-        assert code == 403 and "token" in body, (path, code, body)
+        for url in (dash.local(path), f"http://127.0.0.1:{dash.port}{path}"):   # under the root or not
+            code, body, _ = get(url)
+            assert code == 403 and "token" in body, (url, code, body)
     assert get(dash.local("/?token=" + token[:-1] + "x"))[0] == 403
     code, body, headers = get(dash.local("/?token=" + token))
     assert code == 200 and "hpclaunch jobs" in body
-    cookie = headers["Set-Cookie"].split(";")[0]
-    assert cookie == f"hpclaunch_dashboard_{dash.port}={token}" and "HttpOnly" in headers["Set-Cookie"]
+    cookie, *attributes = headers["Set-Cookie"].split("; ")
+    assert cookie == f"hpclaunch_dashboard_{dash.port}={token}" and "HttpOnly" in attributes, attributes
+    assert f"Path={dash.root}" in attributes and "SameSite=Strict" in attributes, attributes
     code, body, _ = get(dash.local("/api/jobs"), cookie=cookie)            # the page's own requests
     assert code == 200 and json.loads(body) == {"jobs": [], "error": ""}
+    code, body, _ = get(f"http://127.0.0.1:{dash.port}/?token={token}")   # the root with the token: there
+    assert code == 200 and "hpclaunch jobs" in body
     assert dash.stop() == 0
 
 

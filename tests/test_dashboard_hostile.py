@@ -10,10 +10,12 @@ import json
 import os
 import resource
 import socket
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from dashboard_parts import dashboards, get, require_browser_parts
+from dashboard_parts import chrome, dashboards, get, require_browser_parts, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -191,3 +193,53 @@ def test_past_the_cap_the_longest_waiting_connection_makes_room_and_a_full_house
 
     said = _serve(scenario, cap=4, head_s=30)
     assert said.count("\n") == 1 and "4 connections open" in said, said
+
+
+# --- the token's cookie stays on the dashboard's own paths ------------------------------------------
+
+class _Recorder(BaseHTTPRequestHandler):
+    seen: list = []
+
+    def do_GET(self):
+        type(self).seen.append((self.path, dict(self.headers)))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        self.wfile.write(b"another server on this machine\n")
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_token_cookie_is_not_sent_to_another_port_in_chromium(browser_parts, hpc_home, dashboard):
+    dash = dashboard("--token")
+    other = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    _Recorder.seen = []
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    driver = chrome()
+    try:
+        for first in (dash.url, f"http://127.0.0.1:{dash.port}/?token={dash.token}"):   # as printed; the old form
+            driver.get(first)
+            wait_for(driver, "document.getElementById('conn').className.indexOf('live') >= 0", "the list's events")
+            assert "token" not in driver.current_url and driver.current_url.startswith(dash.local("/"))
+        driver.get(dash.local("/api/jobs"))                 # the cookie does its work under the root
+        assert '"jobs"' in driver.page_source, driver.page_source
+        base = f"http://127.0.0.1:{other.server_address[1]}"
+        # what a server elsewhere on this machine would be asked: any path but the dashboard's random one
+        for path in ("/", "/api/jobs", "/job/1", "/events", "/static/dashboard.js", "/?token=x"):
+            driver.get(base + path)
+            assert "another server" in driver.page_source
+        driver.get(dash.local("/"))
+        wait_for(driver, "document.getElementById('conn').className.indexOf('live') >= 0", "the list again")
+        driver.execute_script(f"fetch('{base}/from-the-dashboard-page', {{mode: 'no-cors', credentials: 'include'}})")
+        end = time.monotonic() + 10
+        while len(_Recorder.seen) < 7 and time.monotonic() < end:
+            time.sleep(0.1)
+    finally:
+        driver.quit()
+        other.shutdown()
+    assert len(_Recorder.seen) >= 7, _Recorder.seen
+    for path, headers in _Recorder.seen:
+        leaked = {k: v for k, v in headers.items() if dash.token in v or "hpclaunch_dashboard" in v}
+        assert not leaked, (path, leaked)
+    assert dash.stop() == 0

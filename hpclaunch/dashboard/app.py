@@ -5,8 +5,9 @@
     /api/jobs, /api/job/<key>                   the same data as JSON, once
     /static/..., /vendor/plotly.min.js          the page's own JS and CSS, the chart library (installed)
 
-Registry work runs on one thread (board.py); reading logs on the default pool: the event loop only
-moves bytes. Every page is read-only: nothing here changes a job.
+With a token, every path is under the random ``root`` (``/<random>/job/<key>``...): its cookie is
+scoped to that path. Registry work runs on one thread (board.py); reading logs on the default pool:
+the event loop only moves bytes. Every page is read-only: nothing here changes a job.
 """
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ EVENT_S = 2.0   # a page is sent what changed this often
 LOCAL_NAMES = {"127.0.0.1", "localhost", "::1"}
 
 
-def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, cookie: str,
+def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, cookie: str, root: str = "/",
              event_s: float = EVENT_S) -> web.Application:
-    app = web.Application(middlewares=[_guard(token, cookie, LOCAL_NAMES | {bound})])
+    app = web.Application(middlewares=[_guard(token, cookie, LOCAL_NAMES | {bound}, root)])
     pages = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(HERE, "pages")), autoescape=True)
     registry_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpclaunch-registry")
     lives = LiveCache()
@@ -40,7 +41,7 @@ def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, coo
         return await asyncio.get_running_loop().run_in_executor(registry_thread, fn, *args)
 
     def page(name: str, **context) -> web.Response:
-        return web.Response(text=pages.get_template(name).render(**context), content_type="text/html")
+        return web.Response(text=pages.get_template(name).render(root=root, **context), content_type="text/html")
 
     async def index(request: web.Request) -> web.Response:
         return page("index.html", since=_age(board.since_s), refresh=f"{board.refresh_s:g}")
@@ -48,7 +49,7 @@ def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, coo
     async def job_page(request: web.Request) -> web.Response:
         key = _key(request)
         if await on_registry(board.job, key) is None:   # not a page that would say "reconnecting" forever
-            raise web.HTTPNotFound(text=f"no job {key} in the registry (the list: /)\n")
+            raise web.HTTPNotFound(text=f"no job {key} in the registry (the list: {root})\n")
         return page("job.html", key=key)
 
     async def jobs_json(request: web.Request) -> web.Response:
@@ -97,15 +98,21 @@ def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, coo
     async def close_thread(app: web.Application) -> None:
         registry_thread.shutdown(wait=False, cancel_futures=True)
 
-    app.router.add_get("/", index)
-    app.router.add_get("/job/{key}", job_page)
-    app.router.add_get("/events", jobs_events)
-    app.router.add_get("/job/{key}/events", job_events)
-    app.router.add_get("/api/jobs", jobs_json)
-    app.router.add_get("/api/job/{key}", job_json)
-    app.router.add_get("/vendor/plotly.min.js", plotly)
+    async def to_root(request: web.Request) -> web.Response:
+        """``/?token=`` (the URL as printed before the pages moved under ``root``): the same, there."""
+        raise web.HTTPSeeOther(f"{root}?{request.query_string}")
+
+    app.router.add_get(root, index)
+    app.router.add_get(root + "job/{key}", job_page)
+    app.router.add_get(root + "events", jobs_events)
+    app.router.add_get(root + "job/{key}/events", job_events)
+    app.router.add_get(root + "api/jobs", jobs_json)
+    app.router.add_get(root + "api/job/{key}", job_json)
+    app.router.add_get(root + "vendor/plotly.min.js", plotly)
     app.router.add_get("/favicon.ico", favicon)
-    app.router.add_static("/static/", os.path.join(HERE, "static"))
+    app.router.add_static(root + "static/", os.path.join(HERE, "static"))
+    if root != "/":
+        app.router.add_get("/", to_root)
     app.on_cleanup.append(close_thread)
     return app
 
@@ -126,10 +133,11 @@ def _age(seconds: float) -> str:
     return f"{seconds:.3g} seconds"
 
 
-def _guard(token: Optional[str], cookie: str, local_names: set):
+def _guard(token: Optional[str], cookie: str, local_names: set, root: str = "/"):
     """Bound to loopback: no token, but only requests addressed to a loopback name or address (a page
     on another site that points its own name at 127.0.0.1 gets 403). Bound elsewhere: the token, in
-    the URL (?token=, then kept in a cookie for this port) or the cookie, compared in constant time."""
+    the URL (?token=, then kept in a cookie sent only to paths under ``root``) or the cookie, compared
+    in constant time."""
 
     @web.middleware
     async def guard(request: web.Request, handler):
@@ -142,7 +150,7 @@ def _guard(token: Optional[str], cookie: str, local_names: set):
             raise web.HTTPForbidden(text="403: open the dashboard with the URL it printed (it holds ?token=...)\n")
         resp = await handler(request)
         if "token" in request.query and not resp.prepared:
-            resp.set_cookie(cookie, token, httponly=True, samesite="Strict")
+            resp.set_cookie(cookie, token, path=root, httponly=True, samesite="Strict")
         return resp
 
     return guard

@@ -1,6 +1,7 @@
 """Starting the dashboard: the `[dashboard]` extra's parts found (one line when missing), the socket
 bound (one line per way that fails), a token made when the address is not loopback (or when asked),
-the URL printed, and the server run (connections.py) until Ctrl-C or SIGTERM (exit 0)."""
+with the random path the pages then live under (app.py's guard), the URL printed, and the server run
+(connections.py) until Ctrl-C or SIGTERM (exit 0)."""
 from __future__ import annotations
 
 import errno
@@ -32,11 +33,15 @@ def serve(host: str, port: int, since_s: float, token: bool = False) -> int:
 
     sock, loopback = bind(host, port)
     secret = secrets.token_urlsafe(32) if token or not loopback else None
+    # With a token, the pages live under a random path, the only one its cookie is sent to: a browser
+    # sends a host's cookies to all of its ports, so a cookie for "/" would reach every other server on
+    # this machine (another user's too), token and all
+    root = f"/{secrets.token_urlsafe(12)}/" if secret else "/"
     bound = sock.getsockname()
     notices = Notices()
     board = Board(since_s)
-    app = make_app(board, plotly_js, secret, bound[0], cookie=f"hpclaunch_dashboard_{bound[1]}")
-    print(f"hpclaunch dashboard: {url(bound, secret)}", flush=True)
+    app = make_app(board, plotly_js, secret, bound[0], cookie=f"hpclaunch_dashboard_{bound[1]}", root=root)
+    print(f"hpclaunch dashboard: {url(bound, secret, root)}", flush=True)
     print("  (Ctrl-C stops it" + ("; the token in this URL is printed only here" if secret else "") + ")",
           file=sys.stderr, flush=True)
     run(app, sock, notices)
@@ -82,11 +87,11 @@ def bind(host: str, port: int) -> Tuple[socket.socket, bool]:
     return sock, ip.is_loopback
 
 
-def url(bound: tuple, token: Optional[str]) -> str:
+def url(bound: tuple, token: Optional[str], root: str = "/") -> str:
     """The URL to open: the machine's name when bound to every interface."""
     name = bound[0]
     if ipaddress.ip_address(name.split("%")[0]).is_unspecified:
         name = socket.getfqdn()
     if ":" in name:
         name = f"[{name}]"
-    return f"http://{name}:{bound[1]}/" + (f"?token={token}" if token else "")
+    return f"http://{name}:{bound[1]}{root}" + (f"?token={token}" if token else "")
