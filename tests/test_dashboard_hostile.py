@@ -10,6 +10,7 @@ import json
 import os
 import resource
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -242,4 +243,51 @@ def test_the_token_cookie_is_not_sent_to_another_port_in_chromium(browser_parts,
     for path, headers in _Recorder.seen:
         leaked = {k: v for k, v in headers.items() if dash.token in v or "hpclaunch_dashboard" in v}
         assert not leaked, (path, leaked)
+    assert dash.stop() == 0
+
+
+# --- host names from a job's logs are text in the charts ----------------------------------------------
+
+HOSTILE_HOSTS = ['<a href="https://evil.example/">n1</a>', '<b style="color:red">n2</b><br>x', "&lt;i&gt;n3"]
+
+
+def _hostile_run(run_dir) -> None:
+    """A run directory whose GPU logs name hosts with plotly's HTML (a link, styling, a line break)."""
+    sys.path.insert(0, os.path.join(HERE, "report"))
+    from synth import GpuSpec, write_run
+
+    from hpclaunch.monitors import schema
+
+    write_run(run_dir, [GpuSpec(f"h{i}", 0) for i in range(len(HOSTILE_HOSTS))], duration=60)
+    for i, host in enumerate(HOSTILE_HOSTS):
+        path = run_dir / schema.MONITOR_DIR / schema.gpu_file(f"h{i}")
+        schema_line, header, *rows = path.read_text().splitlines(keepends=True)
+        col = header.split(",").index("host")   # the monitor's CSV quotes nothing: a cell is what it holds
+        rows = [",".join(host if i == col else cell for i, cell in enumerate(row.split(","))) for row in rows]
+        path.write_text(schema_line + header + "".join(rows))
+
+
+def test_host_names_from_gpu_logs_are_text_in_the_chart_legends(browser_parts, hpc_home, dashboard, tmp_path):
+    from hpclaunch.runs.registry import Registry
+
+    _hostile_run(tmp_path / "run")
+    reg = Registry()
+    rec = reg.add(backend="local", cluster="local", job_id="4711", name="hostile-hosts", run_dir=str(tmp_path / "run"),
+                  state="COMPLETED", nodes=3)
+    reg.close()
+    dash = dashboard()
+    driver = chrome()
+    try:
+        driver.get(dash.local(f"/job/{rec.key}"))
+        legend = ("[...document.querySelectorAll('#chart-power .legend .traces')].map(t => t.textContent).sort()")
+        shown = wait_for(driver, f"(function () {{ var l = {legend}; return l.length === 3 && l; }})()", "legend")
+        assert shown == sorted(f"{h} GPU0" for h in HOSTILE_HOSTS), shown
+        for chart in ("power", "temp"):
+            assert driver.execute_script(f"return document.querySelectorAll('#chart-{chart} .legend a').length") == 0
+            styled = driver.execute_script(f"return [...document.querySelectorAll('#chart-{chart} .legend tspan')]"
+                                           ".filter(t => (t.getAttribute('style') || '').match(/color|fill|bold/))"
+                                           ".length")
+            assert styled == 0
+    finally:
+        driver.quit()
     assert dash.stop() == 0

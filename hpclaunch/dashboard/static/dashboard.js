@@ -103,8 +103,14 @@
     };
   }
 
+  // plotly reads a subset of HTML in a trace's name (links, styles, line breaks) and decodes entities
+  // after it: a label holds a host name from a monitor log, which the job's own programs write.
+  function plotlyText(text) {
+    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
+
   function trace(label, points) {
-    return {x: points.t.map(function (ms) { return new Date(ms); }), y: points.y, name: label,
+    return {x: points.t.map(function (ms) { return new Date(ms); }), y: points.y, name: plotlyText(label),
             type: "scatter", mode: "lines", connectgaps: false};
   }
 
