@@ -13,6 +13,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -291,3 +292,29 @@ def test_host_names_from_gpu_logs_are_text_in_the_chart_legends(browser_parts, h
     finally:
         driver.quit()
     assert dash.stop() == 0
+
+
+# --- a registry that is not one -----------------------------------------------------------------------
+
+def test_a_registry_that_is_not_a_database_is_a_503_with_one_line_and_one_stderr_line(hpc_home, dashboard):
+    hpc_home.mkdir(parents=True, exist_ok=True)
+    (hpc_home / "registry.db").write_bytes(b"these are notes, not a database\n" * 64)
+    dash = dashboard()
+    why = f"{hpc_home / 'registry.db'}: cannot use the job registry: file is not a database"
+    for _ in range(3):
+        for path in ("/api/jobs", "/api/job/1"):
+            code, body, headers = get(dash.local(path))
+            assert code == 503 and headers["Content-Type"].startswith("application/json"), (path, code, body)
+            assert json.loads(body)["error"].startswith(why), body
+        for path in ("/job/1", "/job/1/events"):
+            code, body, _ = get(dash.local(path))
+            assert code == 503 and body.startswith(f"503: {why}") and body.count("\n") == 1, (path, code, body)
+        assert get(dash.local("/"))[0] == 200   # the list's page: it says why in place of the jobs
+        with urllib.request.urlopen(dash.local("/events"), timeout=10) as stream:
+            data = next(line for line in iter(stream.readline, b"") if line.startswith(b"data:"))
+        event = json.loads(data[5:])
+        assert event["jobs"] == [] and event["error"].startswith(why), event
+    assert dash.stop() == 0
+    err = dash.stderr()
+    lines = _condition_lines(err)
+    assert "Traceback" not in err and len(lines) == 1 and why in lines[0], err[:3000]

@@ -7,7 +7,8 @@
 
 With a token, every path is under the random ``root`` (``/<random>/job/<key>``...): its cookie is
 scoped to that path. Registry work runs on one thread (board.py); reading logs on the default pool:
-the event loop only moves bytes. Every page is read-only: nothing here changes a job.
+the event loop only moves bytes. Every page is read-only: nothing here changes a job. A registry
+that cannot be read is a 503 with its one line (said once on stderr), never a 500 and a traceback.
 """
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ import jinja2
 from aiohttp import web
 from aiohttp_sse import sse_response
 
+from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.dashboard.board import Board
 from hpclaunch.dashboard.live import LiveCache
+from hpclaunch.dashboard.notices import Notices
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVENT_S = 2.0   # a page is sent what changed this often
@@ -31,8 +34,10 @@ LOCAL_NAMES = {"127.0.0.1", "localhost", "::1"}
 
 
 def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, cookie: str, root: str = "/",
-             event_s: float = EVENT_S) -> web.Application:
-    app = web.Application(middlewares=[_guard(token, cookie, LOCAL_NAMES | {bound}, root)])
+             notices: Optional[Notices] = None, event_s: float = EVENT_S) -> web.Application:
+    notices = notices or Notices()
+    app = web.Application(middlewares=[_guard(token, cookie, LOCAL_NAMES | {bound}, root),
+                                       _unreadable_registry(notices, root)])
     pages = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(HERE, "pages")), autoescape=True)
     registry_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpclaunch-registry")
     lives = LiveCache()
@@ -77,11 +82,16 @@ def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, coo
                     await asyncio.sleep(event_s)
             except (ConnectionError, asyncio.CancelledError):
                 pass   # the page was closed or reloaded: nothing to tell anyone
+            except HpclaunchError as e:   # the registry became unreadable: the page reconnects, gets the 503
+                _say(notices, e)
         return resp
 
     async def jobs_events(request: web.Request) -> web.StreamResponse:
         async def rows(state):
-            return await on_registry(board.rows), state
+            try:
+                return await on_registry(board.rows), state
+            except HpclaunchError as e:   # said on the page, which follows on and shows the jobs once it can
+                return {"jobs": [], "error": _say(notices, e)}, state
         return await stream(request, "jobs", rows)
 
     async def job_events(request: web.Request) -> web.StreamResponse:
@@ -131,6 +141,28 @@ def _age(seconds: float) -> str:
             n = seconds / size
             return f"{n:.3g} {unit}{'' if n == 1 else 's'}"
     return f"{seconds:.3g} seconds"
+
+
+def _say(notices: Notices, error: HpclaunchError) -> str:
+    line = str(error).splitlines()[0]
+    notices.say("registry " + line, line)
+    return line
+
+
+def _unreadable_registry(notices: Notices, root: str):
+    """A registry that cannot be read (not a database, damaged, locked up): 503 and its one line."""
+
+    @web.middleware
+    async def unreadable(request: web.Request, handler):
+        try:
+            return await handler(request)
+        except HpclaunchError as e:
+            line = _say(notices, e)
+            if request.path.startswith(root + "api/"):
+                return web.json_response({"error": line}, status=503)
+            return web.Response(status=503, text=f"503: {line}\n")
+
+    return unreadable
 
 
 def _guard(token: Optional[str], cookie: str, local_names: set, root: str = "/"):

@@ -40,7 +40,8 @@ def serve(host: str, port: int, since_s: float, token: bool = False) -> int:
     bound = sock.getsockname()
     notices = Notices()
     board = Board(since_s)
-    app = make_app(board, plotly_js, secret, bound[0], cookie=f"hpclaunch_dashboard_{bound[1]}", root=root)
+    app = make_app(board, plotly_js, secret, bound[0], cookie=f"hpclaunch_dashboard_{bound[1]}", root=root,
+                   notices=notices)
     print(f"hpclaunch dashboard: {url(bound, secret, root)}", flush=True)
     print("  (Ctrl-C stops it" + ("; the token in this URL is printed only here" if secret else "") + ")",
           file=sys.stderr, flush=True)
