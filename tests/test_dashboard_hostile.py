@@ -318,3 +318,28 @@ def test_a_registry_that_is_not_a_database_is_a_503_with_one_line_and_one_stderr
     err = dash.stderr()
     lines = _condition_lines(err)
     assert "Traceback" not in err and len(lines) == 1 and why in lines[0], err[:3000]
+
+
+# --- what the HTTP fuzz (tests/test_fuzz_dashboard.py) found, kept as plain cases ---------------------
+
+def _raw(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        return s.recv(200)
+
+
+def test_odd_names_are_404_and_malformed_requests_400_without_a_traceback(hpc_home, dashboard):
+    dash = dashboard()
+    for path in ("/job/%C2%B2", "/api/job/%C2%B2", "/job/%C2%B2/events",   # "²": a digit to str.isdigit
+                 "/static/" + "x" * 300, "/static/../app.py", "/static/%2e%2e/app.py", "/static/"):
+        code, body, _ = get(dash.local(path))
+        assert code == 404, (path, code, body)
+    assert get(dash.local("/static/dashboard.js"))[0] == 200
+    for bad in (b"GET /a b HTTP/1.1\r\n\r\n", b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                b"GET / HTTP/1.1\r\nX: \x00\r\n\r\n", b"GET /" + b"x" * 9000 + b" HTTP/1.1\r\n\r\n"):
+        for _ in range(20):
+            assert _raw(dash.port, bad).split(b" ")[1].startswith(b"4"), bad
+    assert dash.stop() == 0
+    err = dash.stderr()
+    lines = _condition_lines(err)
+    assert "Traceback" not in err and len(lines) == 1 and "answered 400 to a malformed request" in lines[0], err[:3000]

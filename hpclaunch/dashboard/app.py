@@ -74,16 +74,23 @@ def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, coo
     async def stream(request: web.Request, event: str, next_message) -> web.StreamResponse:
         """Server-sent events: ``next_message(state) -> (data, state)`` every ``event_s``, until the page goes."""
         state = None
-        async with sse_response(request) as resp:
-            try:
-                while resp.is_connected():
-                    data, state = await next_message(state)
-                    await resp.send(json.dumps(data, allow_nan=False), event=event)
-                    await asyncio.sleep(event_s)
-            except (ConnectionError, asyncio.CancelledError):
-                pass   # the page was closed or reloaded: nothing to tell anyone
-            except HpclaunchError as e:   # the registry became unreadable: the page reconnects, gets the 503
-                _say(notices, e)
+        # A page gone before or while its stream starts is a cancelled request, as aiohttp-sse itself
+        # says it (it would assert on a closed transport, or fail writing the headers: a 500 and a traceback)
+        if request.transport is None or request.transport.is_closing():
+            raise asyncio.CancelledError()
+        try:
+            async with sse_response(request) as resp:
+                try:
+                    while resp.is_connected():
+                        data, state = await next_message(state)
+                        await resp.send(json.dumps(data, allow_nan=False), event=event)
+                        await asyncio.sleep(event_s)
+                except (ConnectionError, asyncio.CancelledError):
+                    pass   # the page was closed or reloaded: nothing to tell anyone
+                except HpclaunchError as e:   # the registry became unreadable: the page reconnects, gets the 503
+                    _say(notices, e)
+        except ConnectionError:
+            raise asyncio.CancelledError() from None
         return resp
 
     async def jobs_events(request: web.Request) -> web.StreamResponse:
@@ -101,6 +108,16 @@ def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, coo
 
     async def plotly(request: web.Request) -> web.FileResponse:
         return web.FileResponse(plotly_js, headers={"Cache-Control": "max-age=86400"})
+
+    statics = {name: os.path.join(HERE, "static", name) for name in os.listdir(os.path.join(HERE, "static"))}
+
+    async def static(request: web.Request) -> web.FileResponse:
+        """The page's own files, by name: aiohttp's static route answers 500 to a name too long for the
+        file system (ENAMETOOLONG), and nothing else is there to serve."""
+        path = statics.get(request.match_info["name"])
+        if path is None:
+            raise web.HTTPNotFound(text="404: not one of the dashboard's files\n")
+        return web.FileResponse(path)
 
     async def favicon(request: web.Request) -> web.Response:
         return web.Response(status=204)   # the pages name none; a browser still asks (on a 404 page, say)
@@ -120,7 +137,7 @@ def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, coo
     app.router.add_get(root + "api/job/{key}", job_json)
     app.router.add_get(root + "vendor/plotly.min.js", plotly)
     app.router.add_get("/favicon.ico", favicon)
-    app.router.add_static(root + "static/", os.path.join(HERE, "static"))
+    app.router.add_get(root + "static/{name}", static)
     if root != "/":
         app.router.add_get("/", to_root)
     app.on_cleanup.append(close_thread)
@@ -129,7 +146,7 @@ def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, coo
 
 def _key(request: web.Request) -> int:
     text = request.match_info["key"]
-    if not text.isdigit() or len(text) > 18:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:   # "²" is a digit to isdigit, not to int
         raise web.HTTPNotFound(text=f"no job {text!r}: job pages are /job/<registry key>, linked from the list\n")
     return int(text)
 

@@ -200,6 +200,8 @@ class _OneLine(logging.Handler):
         if isinstance(exc, HttpProcessingError):   # the other end's fault: a 400-class answer, no traceback
             what = _printable(str(exc.message or "").strip().split("\n")[0])
             self.notices.say("malformed", f"answered {exc.code} to a malformed request ({what})")
+        elif isinstance(exc, ConnectionError):     # the other end went mid-answer (aiohttp's own 100-continue
+            pass                                   # write, say): nobody is left to answer, nothing to fix
         elif exc is not None:                      # ours: the request was answered 500
             where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
             at = f" at {where[0].filename}:{where[0].lineno}" if where else ""
