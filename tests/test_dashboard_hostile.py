@@ -148,8 +148,8 @@ def test_a_half_sent_request_is_closed_after_the_head_timeout_and_a_kept_alive_o
         kept_r, kept_w = await _ask(port)
         assert b"200 OK" in await kept_r.readuntil(b"ok")              # answered, then kept alive
         half_s, spare_s, kept_s = await asyncio.gather(*(_closed_within(r, 10) for r in (half_r, spare_r, kept_r)))
-        assert 0.8 <= half_s <= 2.5 and 0.8 <= spare_s <= 2.5, (half_s, spare_s)
-        assert 2.5 <= kept_s <= 4.5, kept_s
+        assert 0.8 <= half_s <= 3.0 and 0.8 <= spare_s <= 3.0, (half_s, spare_s)   # 1 s, +0.5 s sweep, +slack
+        assert 2.8 <= kept_s <= 6.0, kept_s                                       # 3 s
         assert pool.conns == {}
 
     said = _serve(scenario, head_s=1.0, idle_s=3.0)
