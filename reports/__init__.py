@@ -26,13 +26,14 @@ __all__ = ["build_report", "render", "to_json", "build_fleet_report", "render_fl
 FORMATS = ("text", "json", "html")
 
 
-def build_report(run_dir, *, engine: str = "auto", bins: int = 240) -> Report:
+def build_report(run_dir, *, engine: str = "auto", bins: int = 240, workers: Optional[int] = None) -> Report:
     """Read ``run_dir/monitor`` and ``run_dir/metrics`` and compute the report.
 
     ``engine``: CSV reader, "auto" (pyarrow when installed, else the csv module), "pyarrow", "csv".
-    ``bins``: number of time bins of the plotted series."""
+    ``bins``: number of time bins of the plotted series. ``workers``: processes a large job's report
+    shares its nodes among (reports/by_node.py; None: one per CPU this process may use)."""
     from hpclaunch.reports.document import build
-    return build(run_dir, engine=engine, bins=bins)
+    return build(run_dir, engine=engine, bins=bins, workers=workers)
 
 
 def to_json(report: Report, indent: Optional[int] = 2) -> str:

@@ -158,8 +158,7 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
     if copies is None or engine != "auto":
         return _read_csv_table(path, expected_schema, numeric, text, engine, optional)
     def kind(order):
-        return json.dumps(["csv", TABLE_COPY_FORMAT, expected_schema, list(numeric), list(text), list(optional),
-                           list(order)])
+        return copy_kind(expected_schema, numeric, text, optional, order)
 
     def from_copy(arrays, data):
         return table.table_of_copy(path, arrays, data)
@@ -169,6 +168,12 @@ def read_table(path, expected_schema: str, numeric: Sequence[str], text: Sequenc
                             lambda t: table.copy_of_table(t, group_by), from_copy,
                             _growing(path, kind(["file order"]), expected_schema, numeric, text, engine, optional,
                                      from_copy))
+
+
+def copy_kind(expected_schema: str, numeric, text, optional, order) -> str:
+    """What a table's columnar copy says it holds: the reader and its columns, the rows' order."""
+    return json.dumps(["csv", TABLE_COPY_FORMAT, expected_schema, list(numeric), list(text), list(optional),
+                       list(order)])
 
 
 def _growing(path: str, kind: str, expected_schema: str, numeric, text, engine, optional, from_copy):
@@ -322,7 +327,18 @@ def _read_csvmod(t: Table, header, numeric, text, lines=None) -> None:
 def read_gpu_log(path, engine="auto", copies: Optional[columnar.Policy] = None) -> Table:
     # a copy holds each GPU's rows together: what the report's indexing would otherwise do each time
     return read_table(path, schema.GPU_SCHEMA, GPU_NUMERIC, GPU_TEXT, engine, GPU_OPTIONAL, copies,
-                      group_by=("host", "gpu_index"))
+                      group_by=GPU_ORDER)
+
+
+GPU_ORDER = ("host", "gpu_index")
+
+
+def copy_data(path, kind: str) -> Optional[dict]:
+    """The stored results (rows, bounds, text values...) of a "gpu" or "host" log's valid columnar copy,
+    without reading its columns; None when it has none."""
+    if kind == "gpu":
+        return columnar.description(path, copy_kind(schema.GPU_SCHEMA, GPU_NUMERIC, GPU_TEXT, GPU_OPTIONAL, GPU_ORDER))
+    return columnar.description(path, copy_kind(schema.HOST_SCHEMA, HOST_NUMERIC, HOST_TEXT, (), ()))
 
 
 def read_host_log(path, engine="auto", copies: Optional[columnar.Policy] = None) -> Table:
