@@ -40,9 +40,11 @@ def to_json(report: Report, indent: Optional[int] = 2) -> str:
     return json.dumps(clean(report.data), indent=indent, allow_nan=False) + "\n"
 
 
-def render(report: Report, fmt: str = "text", *, width: Optional[int] = None, color: bool = False) -> Union[str, bytes]:
+def render(report: Report, fmt: str = "text", *, width: Optional[int] = None, color: bool = False,
+           full: bool = False) -> Union[str, bytes]:
     """Render a report: "text" (rich tables + sparklines), "json", "html" (one self-contained file).
-    Text fits `width` columns: by default the terminal's ($COLUMNS, else 120), at least 60."""
+    Text fits `width` columns: by default the terminal's ($COLUMNS, else 120), at least 60. A large
+    job's tables show their most telling rows (reports/views.py); ``full``: every row."""
     if width is None:
         import shutil
         width = max(60, min(200, shutil.get_terminal_size((120, 24)).columns))
@@ -50,8 +52,8 @@ def render(report: Report, fmt: str = "text", *, width: Optional[int] = None, co
         return to_json(report)
     if fmt == "text":
         from hpclaunch.reports.render_text import render_text
-        return render_text(report, width=width, color=color)
+        return render_text(report, width=width, color=color, full=full)
     if fmt == "html":
         from hpclaunch.reports.render_html import render_html
-        return render_html(report)
+        return render_html(report, full=full)
     raise ValueError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")

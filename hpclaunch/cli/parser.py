@@ -114,6 +114,9 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--refresh", action="store_true",
                    help="fleet view: check every job's logs against its ledger summary (by default only "
                    "jobs that ended in the last day are checked)")
+    c.add_argument("--full", action="store_true",
+                   help="text and HTML: every node, GPU and rank in the tables (a large job's show its "
+                   "hottest and slowest 24 and the nodes' spread; the JSON always has them all)")
 
     c = add_command("export", help="export a run's checkpoint to ONNX (RUN_DIR/exports/model.onnx + model.json)",
                        description="Export a train_entry run's checkpoint (the newest that verifies, or --step N) "

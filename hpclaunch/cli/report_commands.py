@@ -28,5 +28,5 @@ def cmd_report(args: argparse.Namespace) -> int:
     color = args.output is None and sys.stdout.isatty()
     # a large job's nodes are shared among this many processes (reports/by_node.py); 0: one per CPU
     workers = int(number("HPCLAUNCH_REPORT_WORKERS", 0, 0, 256, integer=True)) or None
-    emit_report(render(build_report(run_dir, workers=workers), fmt, color=color), args.output)
+    emit_report(render(build_report(run_dir, workers=workers), fmt, color=color, full=args.full), args.output)
     return 0
