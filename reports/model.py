@@ -137,3 +137,14 @@ def crosscheck_text(xc: Optional[Dict[str, float]]) -> str:
     if not xc or xc.get("min") is None or xc.get("max") is None:
         return "n/a"
     return f"{xc['min']:+.2f}..{xc['max']:+.2f} %"
+
+
+def page_text(d: dict) -> str:
+    """The line saying which jobs of the window the view covers, when not all of them ("" when all)."""
+    page = d.get("page") or {}
+    total, offset, limit = page.get("jobs_in_window"), page.get("offset") or 0, page.get("limit")
+    if total is None or (not offset and (not limit or total <= limit)):
+        return ""
+    last = min(total, offset + limit) if limit else total
+    return (f"Over jobs {offset + 1:,}–{last:,} of the {total:,} submitted in the window, newest first: "
+            f"--offset {last} for the next{'' if last < total else ' (none left)'}, --limit 0 for all")

@@ -17,8 +17,8 @@ import numpy as np
 
 from hpclaunch.reports import views
 from hpclaunch.reports import xid as report_xid
-from hpclaunch.reports.model import (SLOWDOWN_REASONS, crosscheck_text, duration_text, energy_text, reasons_text,
-                                     sources_text, throttle_by_reason_cell)
+from hpclaunch.reports.model import (SLOWDOWN_REASONS, crosscheck_text, duration_text, energy_text, page_text,
+                                     reasons_text, sources_text, throttle_by_reason_cell)
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
@@ -248,7 +248,7 @@ def _heat(d, full: bool) -> str:
     escale, eunit = (3.6e6, " kWh") if emax >= 3.6e6 else ((1e6, " MJ") if emax >= 1e6 else (1e3, " kJ"))
     if grid:
         return ("<h2>Nodes at a glance</h2><p class=\"note\">One square per node, in host order (hover for its "
-                f"name and value; --full draws one per GPU).</p><div class=\"charts\">"
+                "name and value; --full draws one per GPU).</p><div class=\"charts\">"
                 + node_grid([(n["host"], n["max_gpu_temp_c"]) for n in nodes], "Peak GPU temperature per node",
                             lambda v: f"{v:.0f}", " °C")
                 + node_grid([(n["host"], None if e is None else e / escale) for n, e in zip(nodes, energies)],
@@ -454,6 +454,7 @@ def render_fleet_html(fleet) -> str:
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hpclaunch fleet report</title>"
              f"<style>{CSS}</style></head><body><h1>Fleet energy: {d['jobs_count']} jobs, "
              f"{'unknown' if d['energy_kwh'] is None else format(d['energy_kwh'], '.3f') + ' kWh'}</h1>",
+             f"<p class=\"note\">{_e(page_text(d))}</p>" if page_text(d) else "",
              f"<p class=\"note\">GPU throttle over all jobs: {_e(reasons_text(d['throttle_s']) or 'none')}</p>"]
     for title, grp in (("By user", d["by_user"]), ("By partition", d["by_partition"])):
         parts.append(f"<h2>{title}</h2>")

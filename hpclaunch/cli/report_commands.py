@@ -16,6 +16,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     fmt = report_format(args.format, args.output)
     if not args.job:
         raise HpclaunchError("report: which job? — give a job id, name or run directory, or --since 7d")
+    if args.limit is not None or args.offset:
+        raise HpclaunchError("report: --limit and --offset page the fleet view (with --since AGE); a job's "
+                             "report shows its top rows, or every row with --full")
     run_dir = args.job if os.path.isdir(args.job) else None
     if run_dir is None:
         job = find_job(args.job)
