@@ -155,6 +155,8 @@ def main() -> int:
     ap.add_argument("--sizes", default="1,10,100")
     ap.add_argument("--rounds", type=int, default=2, help="rounds at 1 %% and 10 %% (100 %%: one)")
     ap.add_argument("--markdown", default=None)
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the other sizes' results of an earlier run (one section for sizes measured apart)")
     ap.add_argument("--out", default=str(scalelib.DATA / "out"))
     ap.add_argument("--child", nargs=3, metavar=("PEER", "DIR", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -167,9 +169,11 @@ def main() -> int:
     workers = len(os.sched_getaffinity(0))
     sec = benchlib.Section("A day-long 1,024-node job's report (`bench/scale/bench_report_scale.py`)",
                            f"nice -n 10 python bench/scale/bench_report_scale.py --sizes {a.sizes} --rounds {a.rounds}"
-                           f" --markdown {a.markdown or 'docs/bench/scale-report.md'}")
-    results: dict = {}
+                           f"{' --keep' if a.keep else ''} --markdown {a.markdown or 'docs/bench/scale-report.md'}")
+    saved = scalelib.DATA / "report-results.json"   # earlier sizes' results (--keep): one section for them all
+    results: dict = {int(k): v for k, v in json.loads(saved.read_text()).items()} if a.keep and saved.exists() else {}
     exps = {pct: ensure(pct) for pct in sizes}
+    exps.update({pct: json.loads((data_dir(pct) / "expected.json").read_text()) for pct in results if pct not in exps})
     for pct in sizes:
         rounds = a.rounds if pct < 100 else 1
         results[pct] = {p: [] for p in PEERS[pct]}
@@ -186,6 +190,10 @@ def main() -> int:
                 print(f"{pct:>3} % round {r + 1} {peer:7s} wall {res['wall_s']:8.1f} s  CPU {res['cpu_s']:8.1f} s  "
                       f"peak {res['peak_tree_rss_mib']:7.0f} MiB  exact {exact}  load {res['load_before'][0]:.1f}",
                       flush=True)
+        tmp = saved.with_suffix(".tmp")
+        tmp.write_text(json.dumps({str(k): v for k, v in results.items()}))
+        os.replace(tmp, saved)
+    results = dict(sorted(results.items()))
     write(sec, results, exps, out, workers)
     sec.write(a.markdown)
     return 0
