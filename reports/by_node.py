@@ -14,7 +14,8 @@ the whole-logs report, so the document is the same, warnings in the same order: 
 power may differ in its last digits (the GPUs' bins are summed node by node). What could make it
 differ, the caller is told (:class:`Mismatch`) and reports the whole way: a GPU's or a host's rows in
 two nodes' logs (a copied or rotated log), a window pass 2 found other than pass 1, GPUs on hosts
-other than their logs' names.
+other than their logs' names. While the job runs its monitors append between the passes: pass 2 then
+reads each log pass 1 read only up to the last line pass 1 saw, so both see the same rows.
 
 Workers are processes of their own (reports/workers.py); the CLI sets how many
 (``HPCLAUNCH_REPORT_WORKERS``, default: the CPUs this process may use). One worker, or a test's
@@ -137,15 +138,22 @@ def _copy_bounds(path: Path, kind: str, window: Optional[Window]) -> Optional[Tu
     return (b[0], b[1])
 
 
-def _read_bounds(spec: Spec, items: Sequence[Tuple[str, str]]) -> List[Tuple[Optional[float], Optional[float]]]:
-    """Pass 1 in a worker: each (kind, path) log read (its copy written, where allowed), checked, and its
-    (first, last) sample time."""
+def _pinned(spec: Spec) -> bool:
+    """Whether the logs may still grow (a running job, or one without a record of its end): then both
+    passes read each log up to where pass 1 found its last line, so they see the same rows."""
+    return spec.copies is None or spec.copies.run_ended is not True
+
+
+def _read_bounds(spec: Spec, items: Sequence[Tuple[str, str]]) -> List[tuple]:
+    """Pass 1 in a worker: each (kind, path) log read (its copy written, where allowed), checked; its
+    ((first, last) sample time, the bytes read when the log may still grow, else None)."""
     logs = Logs(spec.window, spec.engine, [], spec.copies)
     out = []
     for kind, path in items:
         reader, counters = (readers.read_gpu_log, spec.gpu_counters) if kind == "gpu" else \
             (readers.read_host_log, spec.host_counters)
-        out.append(_time_span(logs.one(path, reader, counters).col("time_unix")))
+        upto = readers.complete_end(path)[1] if _pinned(spec) else None
+        out.append((_time_span(logs.one(path, reader, counters, upto).col("time_unix")), upto))
     return out
 
 
@@ -160,7 +168,8 @@ def _time_span(t: np.ndarray) -> Tuple[Optional[float], Optional[float]]:
 
 
 def _nodes(spec: Spec, nodes: Sequence[Tuple[List[Tuple[int, str]], List[Tuple[int, str]]]]) -> dict:
-    """Pass 2 in a worker: each node's GPU logs and host logs ((index among their kind, path) each)."""
+    """Pass 2 in a worker: each node's GPU logs and host logs ((index among their kind, path, the bytes
+    pass 1 read of a log that may still grow or None) each)."""
     tot = None
     out = []
     for gpu_logs, host_logs in nodes:
@@ -178,9 +187,9 @@ def _node(spec: Spec, gpu_logs, host_logs) -> dict:
     logs = Logs(spec.window, spec.engine, [], spec.copies)
 
     def tables(items, reader, counters, notes):
-        for i, path in items:
+        for i, path, upto in items:
             first = len(logs.warnings)
-            tb = logs.one(path, reader, counters)
+            tb = logs.one(path, reader, counters, upto)
             notes.append((i, logs.warnings[first:]))
             yield tb
 
@@ -212,14 +221,9 @@ def report(files: Dict[str, List[Path]], spec: Spec, bins: int, recorded: Dict[s
     """The GPU and host logs' part of the report, node by node. ``estimate_step()``: the sampling
     intervals of the first GPUs (the whole way's estimate when no interval is recorded)."""
     gpu_files, host_files = files["gpu"], files["host"]
-    by: Dict[str, Tuple[List[Tuple[int, str]], List[Tuple[int, str]]]] = {}
-    for i, p in enumerate(gpu_files):
-        by.setdefault(host_from_filename(p), ([], []))[0].append((i, str(p)))
-    for i, p in enumerate(host_files):
-        by.setdefault(host_from_filename(p), ([], []))[1].append((i, str(p)))
-    nodes = list(by.values())
     # pass 1: every log's window, from its copy where it has one that says it, else read (in the workers)
     spans: Dict[Tuple[str, int], Tuple[Optional[float], Optional[float]]] = {}
+    upto: Dict[Tuple[str, int], Optional[int]] = {}
     unread: List[Tuple[str, str, int]] = []
     for kind, paths in (("gpu", gpu_files), ("host", host_files)):
         for i, p in enumerate(paths):
@@ -231,8 +235,14 @@ def report(files: Dict[str, List[Path]], spec: Spec, bins: int, recorded: Dict[s
     for part, got in zip(runs(unread, pool.workers),
                          pool.map(_read_bounds, [(spec, [(k, p) for k, p, _ in part]) for part in
                                                  runs(unread, pool.workers)])):
-        for (kind, _, i), span in zip(part, got):
-            spans[(kind, i)] = span
+        for (kind, _, i), (span, end) in zip(part, got):
+            spans[(kind, i)], upto[(kind, i)] = span, end
+    by: Dict[str, Tuple[List[tuple], List[tuple]]] = {}
+    for i, p in enumerate(gpu_files):
+        by.setdefault(host_from_filename(p), ([], []))[0].append((i, str(p), upto.get(("gpu", i))))
+    for i, p in enumerate(host_files):
+        by.setdefault(host_from_filename(p), ([], []))[1].append((i, str(p), upto.get(("host", i))))
+    nodes = list(by.values())
     t0, t1 = _window(spans)
     out = Nodes(t0=t0, t1=t1)
     if t0 is None:

@@ -29,9 +29,9 @@ class Logs:
                 yield self._checked(ahead[i].result(), counters)
                 ahead[i] = None  # one file's raw columns in memory at a time, besides the next one
 
-    def one(self, path, reader, counters) -> readers.Table:
-        """One file, read here (a worker's node: no thread ahead)."""
-        return self._checked(reader(path, self.engine, self.copies), counters)
+    def one(self, path, reader, counters, upto=None) -> readers.Table:
+        """One file, read here (a worker's node: no thread ahead); ``upto``: its first bytes only."""
+        return self._checked(reader(path, self.engine, self.copies, upto), counters)
 
     def _checked(self, raw: readers.Table, counters) -> readers.Table:
         tb, why = drop_implausible(raw, self.window, counters)

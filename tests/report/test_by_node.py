@@ -132,3 +132,35 @@ def test_large_jobs_go_node_by_node(tmp_path):
     for p in few["gpu"]:
         p.write_bytes(b"")
     assert not by_node.wanted(few)
+
+
+def test_a_running_jobs_logs_growing_between_the_passes_are_read_as_pass_1_saw_them(tmp_path, monkeypatch):
+    """Pass 2 reads each log up to where pass 1 found its last line: the monitors append meanwhile."""
+    plain, _ = _runs(tmp_path)
+    state = plain / ".hpclaunch"
+    state.mkdir()
+    (state / "state").write_text(f"{int(1_763_000_000)} attempt=0 start\n")   # it still runs
+    before = document.build(plain, mode="whole")
+    log = readers.monitor_files(plain)["gpu"][0]
+    tail = log.read_text().splitlines(keepends=True)[-1]
+    real = by_node._read_bounds
+
+    def then_grow(spec, items):
+        got = real(spec, items)
+        with open(log, "a") as f:   # a monitor's next sample, after pass 1 read the log
+            f.write(tail.replace(tail.split(",")[0], str(float(tail.split(",")[0]) + 1.0), 1))
+        return got
+    monkeypatch.setattr(by_node, "_read_bounds", then_grow)
+    seen = []
+    real_report = by_node.report
+
+    def spy(*args, **kwargs):
+        try:
+            return real_report(*args, **kwargs)
+        except by_node.Mismatch as e:
+            seen.append(str(e))
+            raise
+    monkeypatch.setattr(by_node, "report", spy)
+    nodes = document.build(plain, mode="nodes", workers=0)
+    assert not seen   # node by node, no fallback
+    assert _doc(nodes)[0] == _doc(before)[0]
