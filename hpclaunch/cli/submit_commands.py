@@ -16,7 +16,9 @@ from hpclaunch.common import envknobs
 from hpclaunch.launchers.backends.base import State, exit_code_for
 from hpclaunch.runs.jobs import hosts_of
 from hpclaunch.runs.submission import submit, test_only
-from hpclaunch.runs.summary import batch_log, failure_summary, last_lines
+from hpclaunch.runs.attempts import node_count
+from hpclaunch.runs.progress import pending_text
+from hpclaunch.runs.summary import attempts_summary, batch_log, failure_summary, last_lines
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -54,23 +56,30 @@ def _follow(job, heartbeat_s: float, quiet: bool = False) -> int:
     seen = [None]
 
     def show(st) -> None:
-        seen[0] = st
+        before, seen[0] = seen[0], st
         if quiet:
             return
         extra = f" tasks {counts(st.tasks)}" if st.tasks else ""
         where = _where(job, st)
-        print(f"  [{_time.monotonic() - start:6.0f} s] {st.state}{where} attempt {st.attempts - 1}{extra}",
+        waiting = pending_text(st)
+        said = f" ({waiting})" if waiting else ""
+        if before is not None and st.attempts > before.attempts and not st.tasks:
+            # a new attempt: say why the one before it ended (the scheduler's cause when it requeued it)
+            ended = [a for a in job.history() if a["attempt"] == st.attempts - 2 and a.get("cause")]
+            said += f"; attempt {st.attempts - 2} ended: {ended[0]['cause']}" if ended else ""
+        print(f"  [{_time.monotonic() - start:6.0f} s] {st.state}{where} attempt {st.attempts - 1}{extra}{said}",
               file=sys.stderr, flush=True)
 
     said = [start]
 
     def heartbeat(st) -> None:
-        # A long RUNNING stretch is not silent: every minute, the time and the newest log line.
+        # A long RUNNING stretch is not silent: every minute, the time and the newest log line; a long
+        # wait in the queue, why and until when.
         now = _time.monotonic()
-        if quiet or st.state != State.RUNNING or now - said[0] < heartbeat_s:
+        if quiet or st.state not in (State.RUNNING, State.PENDING) or now - said[0] < heartbeat_s:
             return
         said[0] = now
-        line = _newest_line(job)
+        line = _newest_line(job) if st.state == State.RUNNING else pending_text(st)
         print(f"  [{now - start:6.0f} s] {st.state}, attempt {st.attempts - 1}" + (f": {line}" if line else ""),
               file=sys.stderr, flush=True)
 
@@ -85,6 +94,9 @@ def _follow(job, heartbeat_s: float, quiet: bool = False) -> int:
         return 130
     if st.state != State.COMPLETED:
         for line in failure_summary(job, st):
+            print(line, file=sys.stderr)
+    elif not quiet:
+        for line in attempts_summary(job, st):
             print(line, file=sys.stderr)
     return st.exit_code if st.exit_code is not None else exit_code_for(st.state)
 
@@ -109,10 +121,14 @@ def _newest_line(job) -> str:
 
 
 def _where(job, st) -> str:
-    """" on c1,c2": the hosts the ranks of this attempt run on (ranks.tsv), else the scheduler's node list."""
+    """" on c1,c2": the hosts the ranks of this attempt run on (ranks.tsv), else the scheduler's node
+    list; the node list too when the ranks ran on fewer nodes than the attempt had (Ray: one driver
+    process, every node of the allocation working)."""
     if st.state in (State.PENDING, State.REQUEUED) or job.record.array_size:
         return f" on {st.nodes}" if st.nodes and st.state != State.PENDING else ""
     hosts = hosts_of(job.run_dir)
+    if hosts and st.nodes and len(hosts) < node_count(job.run_dir):
+        return f" on {st.nodes}"
     if hosts:
         return " on " + ",".join(sorted(hosts, key=lambda h: min(hosts[h])))
     return f" on {st.nodes}" if st.nodes else ""
