@@ -7,6 +7,7 @@ cli/__init__ routes to.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time as _time
@@ -17,6 +18,7 @@ from hpclaunch.launchers.backends.base import State, exit_code_for
 from hpclaunch.runs.jobs import hosts_of
 from hpclaunch.runs.submission import submit, test_only
 from hpclaunch.runs.attempts import node_count
+from hpclaunch.spec.program_warnings import program_warnings
 from hpclaunch.runs.progress import pending_text
 from hpclaunch.runs.summary import attempts_summary, batch_log, failure_summary, last_lines
 
@@ -36,6 +38,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
                  preflight=not args.no_preflight)
     rec = job.record
     logs = os.path.join(rec.run_dir, "logs")
+    for line in program_warnings(json.loads(rec.resolved or "{}"), os.getcwd()):
+        print(line, file=sys.stderr)
     if args.json:
         print_json({"job_id": rec.job_id, "name": rec.name, "backend": rec.backend, "cluster": rec.cluster,
                      "run_dir": rec.run_dir, "logs": logs})
