@@ -22,7 +22,8 @@ MODES = {
     "srun": ("srun", "[python, train.py]", "srun starts tasks_per_node ranks per node; SLURM_PROCID is the rank"),
     "ray": ("ray", "[python, driver.py]",
             "a Ray head on the first node, a worker on each other node; this command is the driver, on the "
-            "head node, with RAY_ADDRESS set (ray.init() joins). The job ends when the driver does"),
+            "head node, with RAY_ADDRESS set (ray.init() joins) and ip_head (the variable Ray's Slurm guide "
+            "reads). The job ends when the driver does"),
     "tensorflow": ("tensorflow", "[python, train.py]",
                    "srun starts one worker per rank, each with a TF_CONFIG naming every worker and its own index: "
                    "tf.distribute.MultiWorkerMirroredStrategy() needs no arguments"),
@@ -54,7 +55,11 @@ def starter_job(profile_ref: str, name: str, where: tuple[str, str] | None = Non
 name: {_y(name)}
 profile: {_y(profile_ref)}           # {p.description or p.name}
 launcher: {_y(launcher)}         # torchrun | horovod | mpi | srun | ray | tensorflow{note}
-# What each rank runs (a list: no shell parsing, every argument arrives as written).
+# What each rank runs (a list: no shell parsing, every argument arrives as written). It runs in the
+# folder you submit from: a program that resumes from a snapshot it finds there (snapshot.pt,
+# checkpoints/) resumes the previous job's, even a finished one. Keep them per job: under
+# $HPCLAUNCH_RUN_DIR (each job's own folder; it stays the same across requeues), e.g. an argument
+# the program reads, or cd there in a wrapper (docs/requeue.md).
 command: {command}
 
 resources:
