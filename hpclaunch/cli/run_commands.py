@@ -75,7 +75,10 @@ def _status_lines(r: dict) -> list:
     ranks = f" ranks on {_hosts_text(r['hosts'])}" if r.get("hosts") else ""
     where = f" on remote {r['remote']}" if r.get("remote") else ""
     past = r.get("attempt_history") or []
-    elapsed = run_attempts.duration_text(r["elapsed_s"]) if r.get("elapsed_s") is not None else (r.get("elapsed") or "-")
+    if r.get("elapsed_s") is not None:
+        elapsed = run_attempts.duration_text(r["elapsed_s"])
+    else:   # not started (Slurm's "0:00" would say it ran no time), or a remote row of an older hpclaunch
+        elapsed = "-" if r.get("state") == "PENDING" else (r.get("elapsed") or "-")
     if len(past) > 1:
         last = past[-1]
         now = last["elapsed_s"] if last.get("elapsed_s") is not None else (

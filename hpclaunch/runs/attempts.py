@@ -76,7 +76,9 @@ def elapsed_s(past: List[dict], st: JobStatus, now: Optional[float] = None) -> O
     total = record_reader.total_elapsed(past, running=active, now=now)
     if total is not None:
         return total
-    if st.start_time is not None and st.state != State.PENDING:
+    if st.state == State.PENDING:
+        return None                     # it has not started (Slurm's "0:00" would say it ran no time)
+    if st.start_time is not None:
         return max(0.0, (st.end_time or now) - st.start_time) if st.final or active else None
     return seconds_of(st.elapsed)
 
