@@ -154,3 +154,29 @@ def test_a_pending_jobs_reason_and_expected_start_in_words():
                                           (None, "-")])
 def test_durations_read_as_slurms(seconds, text):
     assert run_attempts.duration_text(seconds) == text
+
+
+def test_the_report_asks_the_scheduler_once_for_the_attempts_it_names(tmp_path, hpc_home, monkeypatch, run_cli):
+    """A node failed under attempt 0 and Slurm requeued the job; nobody ran status since: `report JOB`
+    asks once, so the report names the cause and the nodes."""
+    from hpclaunch.runs.registry import Registry
+
+    run = run_dir_with(tmp_path, [f"{T0:.0f} attempt=0 start host=c1 nodes=2 head=c1 port=1",
+                                  f"{T0 + 80:.0f} attempt=1 start host=c2 nodes=2 head=c2 port=1",
+                                  f"{T0 + 99:.0f} attempt=1 end rc=0 outcome=completed"])
+    os.makedirs(os.path.join(run, "monitor"))
+    Registry().add(backend="slurm", cluster="c", job_id="43", name="nf", run_dir=run)
+
+    class Fake:
+        def status(self, ref):
+            return JobStatus(State.COMPLETED, 0, "0:19", "c[2-3]", "", 2, "sacct", end_time=T0 + 100,
+                             history=[rec("43", "NODE_FAIL", T0 - 1, T0 + 50, "c[1-2]"),
+                                      rec("43", "COMPLETED", T0 + 79, T0 + 100, "c[2-3]")])
+
+    monkeypatch.setattr(jobs, "get_backend", lambda name: Fake())
+    code, out, err = run_cli("report", "43", "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["job"]["attempts"] == 2 and doc["job"]["elapsed_s"] == 100   # first start (Slurm's) to last end (the script's)
+    assert [(a["state"], a["nodes"], a["cause"]) for a in doc["attempt_history"]] == [
+        ("NODE_FAIL", "c[1-2]", "a node failed; Slurm requeued it"), ("COMPLETED", "c[2-3]", "completed")]
