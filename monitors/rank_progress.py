@@ -1,7 +1,8 @@
 """This node's ranks as they run: each one's CPU time and the size of its log, sampled every
 EVERY_S seconds into ``<host>.ranks.csv`` (schema.RANKS_COLUMNS).
 
-What they tell after the job: when each rank last made progress. At a time limit every rank gets
+What they tell after the job: when each rank last made progress, and whether the ranks ever talked
+to each other (the sockets each held: ranks that held none ran as worlds of their own). At a time limit every rank gets
 SIGTERM at once and ends within milliseconds of the others, and what is written as they die (the
 program's own last words, the wrapper's) makes every log's modification time the same instant; these
 rows keep the times at which each log grew while its rank was alive, and its CPU time. A rank that
@@ -78,7 +79,7 @@ class RankProgress:
         return now >= self.next_at
 
     def sample(self, now: float) -> List[tuple]:
-        """One row per rank of this node: (time_unix, host, attempt, rank, pid, cpu_s, log_bytes)."""
+        """One row per rank of this node: (time_unix, host, attempt, rank, pid, cpu_s, log_bytes, sockets)."""
         self.next_at = now + EVERY_S
         self._read_map()
         rows = []
@@ -93,5 +94,23 @@ class RankProgress:
                 size: Optional[int] = os.stat(os.path.join(self.log_dir, f"rank{rank}.log")).st_size
             except OSError:
                 size = None
-            rows.append((now, self.host, self.attempt, rank, pid, cpu, size))
+            rows.append((now, self.host, self.attempt, rank, pid, cpu, size, _sockets(pid) if cpu is not None else None))
         return rows
+
+
+def _sockets(pid: int) -> Optional[int]:
+    """How many sockets the process holds (its /proc/<pid>/fd links to socket:[...]); None unreadable.
+    A rank of a distributed program holds some all along (its rendezvous store, gloo's or NCCL's
+    peers, an MPI or PMIx server, gRPC): ranks that never held one ran alone."""
+    folder = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    n = 0
+    for name in names[:65536]:
+        try:
+            n += os.readlink(os.path.join(folder, name)).startswith("socket:")
+        except OSError:
+            pass
+    return n

@@ -172,6 +172,7 @@ RANKS_COLUMNS = (
     "pid",                # the rank's process (the program the wrapper exec'd)
     "cpu_s",              # its CPU time, user+system, with its reaped children's; empty once it ended
     "log_bytes",          # the size of logs/attempt<N>/rank<R>.log
+    "sockets",            # how many sockets (network or local) the rank's process holds open; empty once it ended
 )
 
 

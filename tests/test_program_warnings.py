@@ -53,3 +53,26 @@ def test_validate_says_it(tmp_path, run_cli, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli("validate", "job.yaml")
     assert code == 0 and "valid" in out and "tour.py imports accelerate" in err, err
+
+
+ALONE = """import socket, sys, time
+held = socket.socketpair() if sys.argv[1] == "talk" else None   # a rank of a world holds sockets all along
+time.sleep(12)
+"""
+
+
+@pytest.mark.parametrize("mode,warned", [("alone", True), ("talk", False)])
+def test_wait_warns_when_the_ranks_of_a_completed_job_never_held_a_socket(tmp_path, hpc_home, mode, warned):
+    """The runtime side: the monitor's per-rank rows saw each rank running and holding no socket, so
+    the ranks never talked to each other, whatever program it was. Two real ranks on the local backend."""
+    import sys
+
+    from hlcli import hl
+
+    (tmp_path / "prog.py").write_text(ALONE)
+    (tmp_path / "job.yaml").write_text(f"name: {mode}\nprofile: local\nlauncher: srun\n"
+                                       f"command: [{sys.executable}, prog.py, {mode}]\n"
+                                       "resources: {nodes: 1, tasks_per_node: 2, cpus_per_task: 1}\n"
+                                       "monitor: {interval: 1}\nrequeue: {max_attempts: 1}\n")
+    proc = hl("submit", "job.yaml", "--backend", "local", "--wait", cwd=str(tmp_path), timeout=300)
+    assert ("never held a socket while they ran" in proc.stderr) is warned, proc.stderr

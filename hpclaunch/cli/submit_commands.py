@@ -20,7 +20,7 @@ from hpclaunch.runs.submission import submit, test_only
 from hpclaunch.runs.attempts import node_count
 from hpclaunch.spec.program_warnings import program_warnings
 from hpclaunch.runs.progress import pending_text
-from hpclaunch.runs.summary import attempts_summary, batch_log, failure_summary, last_lines
+from hpclaunch.runs.summary import alone_warning, attempts_summary, batch_log, failure_summary, last_lines
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -99,8 +99,8 @@ def _follow(job, heartbeat_s: float, quiet: bool = False) -> int:
     if st.state != State.COMPLETED:
         for line in failure_summary(job, st):
             print(line, file=sys.stderr)
-    elif not quiet:
-        for line in attempts_summary(job, st):
+    else:
+        for line in ([] if quiet else attempts_summary(job, st)) + alone_warning(job, st):
             print(line, file=sys.stderr)
     return st.exit_code if st.exit_code is not None else exit_code_for(st.state)
 

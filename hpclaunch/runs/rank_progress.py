@@ -73,9 +73,9 @@ def _tail(path: str, size: int) -> str:
     return text[:text.rfind("\n") + 1]   # an unterminated last row is not a row
 
 
-def monitor_rows(run_dir: str, attempt: int) -> Dict[int, List[Tuple[float, Optional[float], Optional[int]]]]:
-    """rank -> [(time, cpu_s, log_bytes)] of this attempt, in time order."""
-    out: Dict[int, List[Tuple[float, Optional[float], Optional[int]]]] = {}
+def monitor_rows(run_dir: str, attempt: int) -> Dict[int, List[tuple]]:
+    """rank -> [(time, cpu_s, log_bytes, sockets)] of this attempt, in time order."""
+    out: Dict[int, List[tuple]] = {}
     for path in sorted(glob.glob(os.path.join(run_dir, "monitor", "*.ranks.csv"))):
         header: Optional[List[str]] = None
         for line in _tail(path, TAIL_BYTES).splitlines():
@@ -95,9 +95,10 @@ def monitor_rows(run_dir: str, attempt: int) -> Dict[int, List[Tuple[float, Opti
                 when, rank = float(row["time_unix"]), int(row["rank"])
                 cpu = float(row["cpu_s"]) if row.get("cpu_s") else None
                 size = int(row["log_bytes"]) if row.get("log_bytes") else None
+                sockets = int(row["sockets"]) if row.get("sockets") else None
             except (KeyError, ValueError):
                 continue
-            out.setdefault(rank, []).append((when, cpu, size))
+            out.setdefault(rank, []).append((when, cpu, size, sockets))
     for rows in out.values():
         rows.sort(key=lambda r: r[0])
     return out
@@ -170,3 +171,18 @@ def behind(progress: List[Progress], stop: float, started: Optional[float]) -> T
     lead = max(p.last for p in known)
     late = sorted((p for p in known if lead - p.last >= gap), key=lambda p: (p.last, p.rank))
     return (late if len(late) < len(known) else []), gap
+
+
+def never_connected(run_dir: str, attempt: int, ranks: int) -> bool:
+    """True when every one of the attempt's ``ranks`` (more than one) was seen running at least twice
+    and none ever held a socket: they never talked to each other, each a world of its own (an
+    Accelerate program under launcher: srun). False whenever it cannot be told (no monitor rows, a
+    monitor of an older hpclaunch, a rank not sampled while it ran)."""
+    rows = monitor_rows(run_dir, attempt)
+    if ranks < 2 or len(rows) < ranks:
+        return False
+    for samples in rows.values():
+        seen = [r[3] for r in samples if r[1] is not None and r[3] is not None]
+        if len(seen) < 2 or max(seen) > 0:
+            return False
+    return True

@@ -10,7 +10,7 @@ from typing import List, Optional
 from hpclaunch.launchers.backends.base import JobStatus, State
 from hpclaunch.runs import attempts as run_attempts
 from hpclaunch.runs.jobs import Job, RankLog, attempts_of
-from hpclaunch.runs.rank_progress import KILLED, behind, rank_progress, stop_time
+from hpclaunch.runs.rank_progress import KILLED, behind, never_connected, rank_progress, stop_time
 
 # One line on what each state means and where to look; FAILED speaks through its rank.
 HINTS = {
@@ -112,6 +112,20 @@ def attempts_summary(job: Job, st: JobStatus) -> list[str]:
     total = run_attempts.elapsed_s(past, st)
     return [f"  {len(past)} attempts, {run_attempts.duration_text(total)} in all:"] + \
         [f"    {run_attempts.attempt_line(a)}" for a in past]
+
+
+def alone_warning(job: Job, st: JobStatus) -> list[str]:
+    """A job of several ranks that completed although its ranks never held a socket: they never talked
+    to each other (each a world of one, e.g. an Accelerate program under launcher: srun)."""
+    if st.state != State.COMPLETED or job.record.array_size:
+        return []
+    attempts = attempts_of(job.run_dir)
+    ranks = len(job.rank_logs())
+    if not attempts or not never_connected(job.run_dir, attempts[-1], ranks):
+        return []
+    return [f"warning: the {ranks} ranks of job {job.id} never held a socket while they ran: they never talked to "
+            "each other, each a world of its own (the same training run once per rank?). An Accelerate program "
+            "needs launcher: torchrun, and ACCELERATE_USE_CPU on CPU nodes (docs/launch-modes.md, \"Accelerate\")"]
 
 
 def failure_summary(job: Job, st: JobStatus, tail: int = 10) -> list[str]:

@@ -21,8 +21,8 @@ def start_rank(log_dir, rank, code):
 def test_rows_show_which_rank_works_and_which_waits(tmp_path, monkeypatch):
     log_dir = tmp_path / "logs" / "attempt0"
     log_dir.mkdir(parents=True)
-    busy = start_rank(log_dir, 0, "import time\nt = time.time()\nwhile time.time() - t < 30:\n"
-                      "    sum(range(200000)); print('step', flush=True); time.sleep(0.05)")
+    busy = start_rank(log_dir, 0, "import socket, time\npeers = socket.socketpair()\nt = time.time()\n"
+                      "while time.time() - t < 30:\n    sum(range(200000)); print('step', flush=True); time.sleep(0.05)")
     idle = start_rank(log_dir, 1, "import time\nprint('waiting for a peer', flush=True)\ntime.sleep(30)")
     with open(log_dir / "ranks.tsv", "a") as f:       # rank 2 runs on another node: not this monitor's
         f.write("2\tother-node\t1\n")
@@ -45,8 +45,9 @@ def test_rows_show_which_rank_works_and_which_waits(tmp_path, monkeypatch):
     assert b0[6] > a0[6] and b0[5] > a0[5]            # its log and its CPU time grew
     assert b1[6] == a1[6] and b1[5] - a1[5] < 0.05    # neither did
     assert b0[2] == 0 and b0[1] == "node7" and b0[4] == busy.pid
+    assert b0[7] == 2 and b1[7] == 0                  # the sockets each holds
     third = sampler.sample(time.time())               # both ended: no CPU time (the pid is gone)
-    assert third[0][5] is None and third[1][5] is None and third[0][6] == b0[6]
+    assert third[0][5] is None and third[1][5] is None and third[0][6] == b0[6] and third[0][7] is None
 
 
 def test_the_daemon_writes_them_for_the_job_scripts_log_dir(tmp_path):
