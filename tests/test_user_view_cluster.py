@@ -149,3 +149,62 @@ def test_a_job_behind_another_says_why_it_waits_and_until_when(slurm, hpc_home, 
     lines = [line for line in err.splitlines() if "PENDING" in line]
     assert any(re.search(r"PENDING attempt 0 \((Resources|Priority): ", line) or
                re.search(r"PENDING, attempt 0: (Resources|Priority): .*expected to start", line) for line in lines), err
+
+
+TOUR = r"""
+import gc, os, sys, time
+import torch
+from accelerate import Accelerator
+
+acc = Accelerator()
+print(f"rank {os.environ.get('RANK', os.environ['SLURM_PROCID'])} accelerate world {acc.num_processes}", flush=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt = acc.prepare(model, opt)
+for _ in range(20):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    acc.backward(loss)
+    opt.step()
+    opt.zero_grad()
+time.sleep(12)                    # seen running by the monitor more than once
+acc.wait_for_everyone()
+del model, opt                    # no DDP object left for the interpreter's teardown (docs/launch-modes.md)
+gc.collect()
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("launcher,env,world,warnings", [
+    ("srun", "{}", 1, ["launcher: srun sets none of them", "never held a socket while they ran"]),
+    ("torchrun", "{}", 1, ["ignores torchrun's world on CPU nodes unless ACCELERATE_USE_CPU is set"]),
+    ("torchrun", '{ACCELERATE_USE_CPU: "1"}', 2, []),
+])
+def test_an_accelerate_program_forms_one_world_or_is_warned(slurm, hpc_home, tmp_path, require, launcher, env,
+                                                             world, warnings):
+    """Accelerate's quick tour shape on 2 nodes x 1 rank: under srun and under torchrun on CPU without
+    ACCELERATE_USE_CPU each rank is a world of one, and the job still COMPLETES: submit says so (before,
+    from the script; after, from the ranks that never held a socket, where it can tell); with the
+    variable it is one world and nothing is said."""
+    import importlib.util
+    require(None if importlib.util.find_spec("accelerate") else "accelerate is not installed "
+            "(pip install -e '.[frameworks]'; make venv does)", "the Accelerate test")
+    (tmp_path / "tour.py").write_text(TOUR)
+    job = job_file(tmp_path, f"""
+name: tour-{launcher}
+profile: testcluster
+launcher: {launcher}
+command: [{sys.executable}, tour.py]
+resources: {{nodes: 2, tasks_per_node: 1, cpus_per_task: 1, time: "00:05:00"}}
+monitor: {{interval: 1}}
+requeue: {{max_attempts: 1}}
+env: {env}
+""")
+    proc = hl("submit", job, "--backend", "slurm", "--wait", cwd=str(tmp_path), timeout=400)
+    run_dir = run_dir_of(proc.stdout)
+    logs = "".join(open(os.path.join(run_dir, "logs", "attempt0", f"rank{r}.log")).read() for r in (0, 1))
+    assert logs.count(f"accelerate world {world}") == 2, logs
+    for text in warnings:
+        assert text in proc.stderr, proc.stderr
+    if not warnings:
+        assert "warning:" not in proc.stderr, proc.stderr
