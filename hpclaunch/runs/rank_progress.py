@@ -16,9 +16,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
-
-from hpclaunch.common.model import model
 
 TAIL_BYTES = 8 << 20          # of each ranks.csv: at 8 ranks a node, ~16 h of rows
 STOP_CLUSTER_S = 30.0         # ranks ending this close to the last one were stopped with it
@@ -26,7 +25,7 @@ MIN_GAP_S = 30.0              # a rank is "behind" when the others progressed th
 MAX_GAP_S = 900.0             # ... or a tenth of the attempt, between these bounds
 
 
-@model
+@dataclass
 class Progress:
     rank: int
     host: Optional[str]
