@@ -34,7 +34,8 @@ def test_wheel_from_clean_clone(tmp_path):
                  "hpclaunch/spec/job.py", "hpclaunch/runs/jobs.py", "hpclaunch/runs/functions.py",
                  "hpclaunch/launchers/backends/slurm.py", "hpclaunch/reports/document.py", "hpclaunch/common/atomic.py",
                  "hpclaunch/templates/job.sbatch.j2", "hpclaunch/templates/torchrun.j2",
-                 "hpclaunch/hpc_profiles/a100-hpc.yaml", "hpclaunch/train_entry/__init__.py"]:
+                 "hpclaunch/hpc_profiles/a100-hpc.yaml", "hpclaunch/train_entry/__init__.py",
+                 "hpclaunch/launchers/templating.py", "hpclaunch/templates/_compiled/MANIFEST"]:
         assert must in names, f"{must} missing from the wheel"
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
@@ -55,3 +56,12 @@ def test_wheel_from_clean_clone(tmp_path):
             _run(["bash", "-n", str(script)])
     listing = _run([hpclaunch, "profiles"], cwd=str(job.parent), env=env)
     assert all(p in listing for p in PROFILES)
+    # The wheel renders from the templates compiled at build time (setup.py), and the same bytes as
+    # Jinja compiling the sources of this checkout.
+    loader = _run([py, "-c", "from hpclaunch.launchers import templating; print(type(templating.environment().loader).__name__)"],
+                  cwd=str(job.parent), env=env)
+    assert loader.strip() == "ModuleLoader"
+    for launcher in LAUNCHERS:
+        args = ["render", str(job), "-o", "profile=a100-hpc", "-o", f"launcher={launcher}"]
+        from_source = _run([sys.executable, "-m", "hpclaunch", *args], cwd=str(job.parent))
+        assert _run([hpclaunch, *args], cwd=str(job.parent), env=env) == from_source
