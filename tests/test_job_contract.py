@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from hlcli import hl, job_file
 
 from hpclaunch import runtime
@@ -311,6 +312,32 @@ requeue: {max_attempts: 1}
     proc = submit_wait(tmp_path, short)
     assert proc.returncode == 1 and "JSONDecodeError" in proc.stderr and "its last Python traceback" not in proc.stderr, \
         proc.stderr
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_segfault_reads_as_the_programs_not_as_the_wrappers(hpc_home, tmp_path, launcher):
+    """Issue 45, item 6: bash's report of the killed rank ("hpclaunch-rank-run: line 8: ... Segmentation
+    fault ( printf ... exec "$@" )") reached the rank log and the failure summary."""
+    job = job_file(tmp_path, f"""
+name: segfault
+launcher: {launcher}
+command: [{sys.executable}, -c, "print('step 3', flush=True); import ctypes; ctypes.string_at(0)"]
+resources: {{nodes: 1, tasks_per_node: 2}}
+monitor: {{interval: 0}}
+requeue: {{max_attempts: 1}}
+""")
+    proc = submit_wait(tmp_path, job)
+    st = status("segfault")
+    err = proc.stderr
+    assert st["state"] == "FAILED" and proc.returncode == 139, err   # the first failing rank's own code
+    assert "| step 3\n" in err and re.search(r"\| hpclaunch: rank \d was killed by SIGSEGV \(a segmentation fault: "
+                                              r"an invalid memory access\)(, core dumped)?; exit code 139\n", err), err
+    logs = hl("logs", st["job_id"], cwd="/").stdout
+    for words in ("hpclaunch-rank", "exec \"$@\"", "Segmentation fault"):
+        assert words not in err and words not in logs, (words, err, logs)
+    for r in (0, 1):
+        text = open(os.path.join(st["run_dir"], "logs", "attempt0", f"rank{r}.log")).read()
+        assert text.count("hpclaunch: rank") <= 1, text
 
 
 def test_summary_of_a_rank_that_aborts_in_cxx_names_torchs_teardown_abort(hpc_home, tmp_path):

@@ -3,6 +3,7 @@ bash, as a rendered script does, and calls its functions with real processes (ra
 sockets). The same functions under Slurm: tests/test_job_contract_cluster.py, test_lifecycle_cluster.py."""
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -40,6 +41,10 @@ def sh(tmp_path, code, *, env=None, timeout=60, **kw) -> subprocess.CompletedPro
                           env=env or base_env(tmp_path), capture_output=True, text=True, timeout=timeout, **kw)
 
 
+def no_core():
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash's log line says no "core dumped"
+
+
 def rank(tmp_path, *command, env_extra=None, rank_env=None):
     """One rank through the rank wrapper, as a starter runs it: (wrapper's exit code, log text, .exit
     code, ranks.tsv text)."""
@@ -47,7 +52,7 @@ def rank(tmp_path, *command, env_extra=None, rank_env=None):
     env = base_env(tmp_path, HPCLAUNCH_LOG_DIR=str(tmp_path), **(env_extra or {}))
     env.update(rank_env if rank_env is not None else {"RANK": "0"})
     p = subprocess.run(["bash", "-c", body, "hpclaunch-rank", *command], env=env, capture_output=True, text=True,
-                       timeout=60)
+                       timeout=60, preexec_fn=no_core)
     r = (rank_env or {"RANK": "0"})
     name = next(iter(r.values()))
     log = (tmp_path / f"rank{name}.log").read_text()
@@ -177,6 +182,44 @@ def test_a_rank_records_its_code_its_pid_and_its_output(tmp_path):
 def test_the_rank_comes_from_its_starters_variable(tmp_path, rank_env, name):
     rank(tmp_path, "true", rank_env=rank_env)
     assert (tmp_path / f"rank{name}.exit").exists() and (tmp_path / "ranks.tsv").read_text().startswith(f"{name}\t")
+
+
+SEGFAULT = [PY, "-c", "print('loading shard 7', flush=True); import ctypes; ctypes.string_at(0)"]
+
+
+def test_a_segfault_is_told_once_in_hpclaunchs_words_not_bashs(tmp_path):
+    """Issue 45, item 6: bash's report of a killed child ("hpclaunch-rank-run: line 8: 123
+    Segmentation fault ( printf ...; exec "$@" )") reached the rank's log and the failure summary."""
+    rc, log, code, _ = rank(tmp_path, *SEGFAULT)
+    assert (rc, code) == (139, 139)
+    assert log == ("loading shard 7\nhpclaunch: rank 0 was killed by SIGSEGV (a segmentation fault: an invalid "
+                   "memory access); exit code 139\n"), log
+    assert not list(tmp_path.glob(".rank*"))     # the wrapper's own stderr, read and removed
+
+
+@pytest.mark.parametrize("sig,code,words", [("KILL", 137, "SIGKILL (not catchable: the out-of-memory killer"),
+                                            ("ABRT", 134, "SIGABRT (an abort"), ("ALRM", 142, "SIGALRM;")])
+def test_other_signals_that_kill_a_rank_are_told_the_same_way(tmp_path, sig, code, words):
+    rc, log, recorded, _ = rank(tmp_path, "sh", "-c", f"echo started; kill -{sig} $$")
+    assert (rc, recorded) == (code, code)
+    lines = log.splitlines()
+    assert lines[0] == "started" and len(lines) == 2 and lines[1].startswith(f"hpclaunch: rank 0 was killed by {words}")
+    assert lines[1].endswith(f"exit code {code}") and "line" not in log, log
+
+
+def test_a_rank_that_exits_139_of_its_own_is_not_said_to_be_killed(tmp_path):
+    rc, log, code, _ = rank(tmp_path, "sh", "-c", "echo exiting; exit 139")
+    assert (rc, code, log) == (139, 139, "exiting\n")
+
+
+def test_a_command_not_found_is_said_in_hpclaunchs_words(tmp_path):
+    rc, log, code, _ = rank(tmp_path, "pythn-not-installed", "train.py")
+    assert (rc, code, log) == (127, 127, "hpclaunch: pythn-not-installed: command not found\n")
+
+
+def test_the_rank_gets_no_descriptor_of_the_wrapper(tmp_path):
+    rc, log, _, _ = rank(tmp_path, PY, "-c", "import os; print(sorted(map(int, os.listdir('/proc/self/fd'))))")
+    assert rc == 0 and log == "[0, 1, 2, 3]\n", log        # 3: listdir's own
 
 
 # --- the local step: hl_step without srun ------------------------------------------------------------

@@ -235,37 +235,60 @@ hl_begin() {
 # rank's parent and waits for it in the foreground, where bash keeps the status even when a signal
 # comes in the same instant (its trap runs after the rank ends). An outer shell waiting in the
 # background lost the code of a rank ending of a step-wide signal 10 times in 200 (it wrote 128+S).
+# bash tells of a child a signal killed on the stderr of the shell that waited ("hpclaunch-rank-run:
+# line 8: 123 Segmentation fault ( printf ...; exec "$@" )"): that shell's own stderr goes to
+# .rank<R>.wait while it waits (the rank's own goes to the log, through the fd hl_e), and a message
+# there means the rank was killed: the log gets one line in hpclaunch's words instead. A command not
+# found in PATH is said the same way (bash: "hpclaunch-rank-run: line 9: exec: pythn: not found").
 # The wrapper travels as text (bash -c), so it runs where the starter runs it: another node, a container.
-hl_rank_body='r=${RANK:-${HOROVOD_RANK:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-${SLURM_PROCID:-0}}}}}}
+hl_rank_body='hl_r=${RANK:-${HOROVOD_RANK:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-${SLURM_PROCID:-0}}}}}}
 if [ "$0" = hpclaunch-rank-run ]; then
   trap : TERM HUP USR1 USR2
-  (printf "%s\t%s\t%s\n" "$r" "$1" "$BASHPID" >>"$HPCLAUNCH_LOG_DIR/ranks.tsv"; shift; exec "$@")
-  rc=$?
-  printf "%s %s\n" "$rc" "$(date +%s.%N)" >"$HPCLAUNCH_LOG_DIR/rank$r.exit"
-  exit "$rc"
+  hl_w=$HPCLAUNCH_LOG_DIR/.rank$hl_r.wait
+  { (exec 2>&"$hl_e" {hl_e}>&-
+    printf "%s\t%s\t%s\n" "$hl_r" "$1" "$BASHPID" >>"$HPCLAUNCH_LOG_DIR/ranks.tsv"
+    shift
+    case $1 in */*) ;; *) command -v -- "$1" >/dev/null || { printf "hpclaunch: %s: command not found\n" "$1" >&2; exit 127; } ;; esac
+    exec "$@"); } {hl_e}>&2 2>"$hl_w"
+  hl_rc=$?
+  exec {hl_e}>&-
+  if [ -s "$hl_w" ] && [ "$hl_rc" -gt 128 ] && hl_s=$(kill -l "$hl_rc" 2>/dev/null); then
+    case $hl_s in
+      SEGV) hl_s="SIGSEGV (a segmentation fault: an invalid memory access)" ;;
+      ABRT) hl_s="SIGABRT (an abort: abort(), a failed assertion or an uncaught C++ exception)" ;;
+      KILL) hl_s="SIGKILL (not catchable: the out-of-memory killer, Slurm after a SIGTERM, or a person)" ;;
+      BUS) hl_s="SIGBUS (a bus error)" ;; FPE) hl_s="SIGFPE (an arithmetic error)" ;;
+      ILL) hl_s="SIGILL (an illegal instruction)" ;; *) hl_s=SIG$hl_s ;;
+    esac
+    grep -q "core dumped" "$hl_w" && hl_s="$hl_s, core dumped"
+    printf "hpclaunch: rank %s was killed by %s; exit code %s\n" "$hl_r" "$hl_s" "$hl_rc" >&2
+  fi
+  rm -f -- "$hl_w"
+  printf "%s %s\n" "$hl_rc" "$(date +%s.%N)" >"$HPCLAUNCH_LOG_DIR/rank$hl_r.exit"
+  exit "$hl_rc"
 fi
-h=$(hostname)
-bash -c "$BASH_EXECUTION_STRING" hpclaunch-rank-run "$h" "$@" >>"$HPCLAUNCH_LOG_DIR/rank$r.log" 2>&1 &
-c=$!
+hl_h=$(hostname)
+bash -c "$BASH_EXECUTION_STRING" hpclaunch-rank-run "$hl_h" "$@" >>"$HPCLAUNCH_LOG_DIR/rank$hl_r.log" 2>&1 &
+hl_c=$!
 hl_pass() {
   local n=0 p a b q
-  while kill -0 "$c" 2>/dev/null; do
+  while kill -0 "$hl_c" 2>/dev/null; do
     p=
     [ -e "$HPCLAUNCH_LOG_DIR/ranks.tsv" ] && while read -r a b q; do
-      [ "$a" = "$r" ] && [ "$b" = "$h" ] && p=$q
+      [ "$a" = "$hl_r" ] && [ "$b" = "$hl_h" ] && p=$q
     done <"$HPCLAUNCH_LOG_DIR/ranks.tsv"
     [ -n "$p" ] && { kill -s "$1" "$p" 2>/dev/null; return; }
     n=$((n + 1)); [ "$n" -lt 500 ] || return; sleep 0.01
   done
 }
-for s in TERM HUP USR1 USR2; do trap "hl_pass $s" "$s"; done
-while kill -0 "$c" 2>/dev/null; do wait "$c"; done
-wait "$c"
-rc=$?
-e=
-[ -e "$HPCLAUNCH_LOG_DIR/rank$r.exit" ] && read -r e _ <"$HPCLAUNCH_LOG_DIR/rank$r.exit"
-case $e in ""|*[!0-9]*) ;; *) rc=$e ;; esac
-exit "$rc"'
+for hl_s in TERM HUP USR1 USR2; do trap "hl_pass $hl_s" "$hl_s"; done
+while kill -0 "$hl_c" 2>/dev/null; do wait "$hl_c"; done
+wait "$hl_c"
+hl_rc=$?
+hl_x=
+[ -e "$HPCLAUNCH_LOG_DIR/rank$hl_r.exit" ] && read -r hl_x _ <"$HPCLAUNCH_LOG_DIR/rank$hl_r.exit"
+case $hl_x in ""|*[!0-9]*) ;; *) hl_rc=$hl_x ;; esac
+exit "$hl_rc"'
 # Launchers put it before the rank's command: "${hl_rank_log[@]}" "${hl_ctr[@]}" "${hl_cmd[@]}".
 hl_rank_log=(bash -c "$hl_rank_body" hpclaunch-rank)
 
