@@ -244,6 +244,17 @@ def test_a_local_step_ends_the_other_tasks_when_one_fails_and_says_its_code(tmp_
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
 
 
+def test_a_local_step_whose_tasks_end_at_once_says_their_codes(tmp_path):
+    """A task that ended while the next one started was reaped and dropped from bash's job table:
+    `wait -n PID...` said "no such job" and 127 for it, and the step ended 127 (1 to 3 times in 200
+    here), not the tasks' 0, nor the 3 of the one that failed (as a rank asking to be requeued, 75)."""
+    p = sh(tmp_path, "ok=0 three=0\nfor i in $(seq 200); do\n"
+                     "  hl_step 3 -- sh -c 'echo $SLURM_PROCID >/dev/null' && ok=$((ok + 1))\n"
+                     "  hl_step 3 -- sh -c '[ $SLURM_PROCID = 1 ] && exit 3; exit 0'; [ $? = 3 ] && three=$((three + 1))\n"
+                     'done\necho "$ok $three"', timeout=300)
+    assert p.stdout == "200 200\n", (p.stdout, p.stderr[-2000:])
+
+
 def test_hl_wait_keeps_the_status_when_a_trapped_signal_interrupts_it(tmp_path):
     p = sh(tmp_path, "trap 'hl_trapped=1' USR1\n(sleep 1; exit 7) &\nc=$!\n(sleep 0.3; kill -USR1 $$) &\n"
                      'hl_wait "$c"; echo "rc=$?"')

@@ -70,7 +70,7 @@ hl_hostnames() {
 # detection needs the step's node list, TensorFlow's its tasks per node), killed together on failure.
 hl_step_id=0
 hl_step() {
-  local ntasks=$1 opts=() pids=() alive=() still=() i p st rc=0 gtids node
+  local ntasks=$1 opts=() pids=() alive=() still=() i p st rc=0 gtids node done_pid done_st failed=
   shift
   while [ "$1" != "--" ]; do opts+=("$1"); shift; done
   shift
@@ -88,15 +88,29 @@ hl_step() {
     pids+=("$!")
   done
   hl_step_id=$((hl_step_id + 1))
+  # Each task's status: the one `wait -n` returns, or, for one bash already reaped and dropped from
+  # its job table (a task that ended while the next started: `wait -n` then says "no such job" and
+  # 127), the status `wait PID` still keeps. The first failure ends the others, once.
   alive=("${pids[@]}")
   while [ ${#alive[@]} -gt 0 ]; do
-    wait -n "${alive[@]}"
-    st=$?
+    wait -n -p done_pid "${alive[@]}" 2>/dev/null
+    done_st=$?
     still=()
-    for p in "${alive[@]}"; do kill -0 "$p" 2>/dev/null && still+=("$p"); done
-    if [ ${#still[@]} -lt ${#alive[@]} ] && [ "$st" -ne 0 ] && [ "$rc" -eq 0 ]; then
-      rc=$st
-      [ ${#still[@]} -eq 0 ] || kill -TERM "${still[@]}" 2>/dev/null
+    for p in "${alive[@]}"; do
+      if [ "$p" = "${done_pid:-}" ]; then
+        st=$done_st
+      elif kill -0 "$p" 2>/dev/null; then
+        still+=("$p")
+        continue
+      else
+        wait "$p"
+        st=$?
+      fi
+      [ "$st" -eq 0 ] || [ "$rc" -ne 0 ] || { rc=$st; failed=1; }
+    done
+    if [ -n "$failed" ] && [ ${#still[@]} -gt 0 ]; then
+      kill -TERM "${still[@]}" 2>/dev/null
+      failed=''
     fi
     alive=("${still[@]}")
   done
