@@ -9,8 +9,8 @@ rendered for; job.sh refuses another one (docs/architecture.md).
 """
 import os
 
-# The version rendered scripts name (templates/prologue.j2) and job.sh serves; tests/runtime check
-# that the three agree. Bump it with job.sh's when a rendered script would trip over a change.
+# The version rendered scripts name (templates/prologue.j2) and job.sh serves; tests/test_job_runtime.py
+# checks that the three agree. Bump it with job.sh's when a rendered script would trip over a change.
 VERSION = 1
 
 

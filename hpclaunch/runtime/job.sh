@@ -6,7 +6,8 @@
 # The functions and variables below that templates/*.j2 use are the runtime's interface; the
 # others are its own. Only bash runs here (the batch shell, on the allocation's first node); what
 # runs on other nodes or in a container (the rank wrapper, the signal step) is passed there as
-# text. tests/runtime/ source this file and call its functions with real processes, no Slurm.
+# text. tests/test_job_runtime.py sources this file and calls its functions with real processes,
+# no Slurm.
 
 # --- the version: a script rendered for another one stops here, with one line ---
 # Bump it when an already rendered script would trip over a change (a function renamed or given
