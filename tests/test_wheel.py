@@ -46,7 +46,8 @@ def test_wheel_from_clean_clone(built, tmp_path):
                  "hpclaunch/launchers/backends/slurm.py", "hpclaunch/reports/document.py", "hpclaunch/common/atomic.py",
                  "hpclaunch/templates/job.sbatch.j2", "hpclaunch/templates/torchrun.j2",
                  "hpclaunch/hpc_profiles/a100-hpc.yaml", "hpclaunch/train_entry/__init__.py",
-                 "hpclaunch/launchers/templating.py", "hpclaunch/templates/_compiled/MANIFEST"]:
+                 "hpclaunch/launchers/templating.py", "hpclaunch/templates/_compiled/MANIFEST",
+                 "hpclaunch/runtime/job.sh", "hpclaunch/runtime/__main__.py"]:
         assert must in names, f"{must} missing from the wheel"
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
@@ -65,6 +66,9 @@ def test_wheel_from_clean_clone(built, tmp_path):
             script = tmp_path / "s.sbatch"
             script.write_text(text)
             _run(["bash", "-n", str(script)])
+    # the job runtime the rendered scripts source: the wheel's own, found through its Python
+    lib = _run([py, "-m", "hpclaunch.runtime", "--path"], cwd=str(job.parent), env=env).strip()
+    assert lib.startswith(str(venv)) and os.path.isfile(lib), lib
     listing = _run([hpclaunch, "profiles"], cwd=str(job.parent), env=env)
     assert all(p in listing for p in PROFILES)
     # The wheel renders from the templates compiled at build time (setup.py), and the same bytes as
