@@ -63,8 +63,8 @@ def load_checkpoint(path: str, model, opt, sched, scaler, state: dict, rank: int
     except FileNotFoundError:  # not listed in its manifest, so not verified to be there
         raise ckpt.UnsafeCheckpoint(f"{path}: no model.safetensors") from None
     except (RuntimeError, ValueError, KeyError) as exc:
-        why = ckpt.weights_mismatch(model, weights) or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ckpt.UnsafeCheckpoint(f"the weights do not fit this model: {why[:200]} (another --hidden or "
+        why = ckpt.weights_mismatch(model, weights) or ckpt.first_line(exc)
+        raise ckpt.UnsafeCheckpoint(f"the weights do not fit this model: {why} (another --hidden or "
                                     "--model than the run that wrote it?)") from None
     try:
         tr = ckpt.torch_load(os.path.join(path, "trainer.pt"))
@@ -76,7 +76,7 @@ def load_checkpoint(path: str, model, opt, sched, scaler, state: dict, rank: int
         scaler.load_state_dict(tr["scaler"])
         loaded = dict(tr["state"])
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise ckpt.UnsafeCheckpoint(f"trainer.pt does not fit this run ({str(exc)[:200]})") from None
+        raise ckpt.UnsafeCheckpoint(f"trainer.pt does not fit this run ({ckpt.first_line(exc)})") from None
     problem = _state_problem(loaded, manifest["step"])
     if problem:
         raise ckpt.UnsafeCheckpoint(f"{path}: trainer.pt's state {problem}")
@@ -95,7 +95,7 @@ def load_checkpoint(path: str, model, opt, sched, scaler, state: dict, rank: int
     try:
         ckpt.set_rng_state(rng)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ckpt.UnsafeCheckpoint(f"{rng_path}: not an RNG state ({exc})") from None
+        raise ckpt.UnsafeCheckpoint(f"{rng_path}: not an RNG state ({ckpt.first_line(exc)})") from None
 
 
 def _state_problem(loaded: dict, step: int) -> Optional[str]:

@@ -1,7 +1,8 @@
 """Fuzz (issue 44), the checkpoint side of tests/test_fuzz_inputs.py: mutated manifests and
-safetensors headers in a run directory, fed in-process to train_entry's resume (``resume_newest``,
-one rank) and to ``hpclaunch export`` (``hpclaunch.cli.main``). Each case ends in a correct result
-or a clear refusal, never a traceback or a hang:
+safetensors headers (and some trainer.pt files) in a run directory, fed in-process to
+train_entry's resume (``resume_newest``, one rank) and to ``hpclaunch export``
+(``hpclaunch.cli.main``). Each case ends in a correct result or a clear refusal, never a
+traceback or a hang:
 - resume always resumes, from the mutated checkpoint (step 2) when it verifies and loads, else from
   the valid one before it (step 1), naming why in one warning;
 - export exits 0, or 2 with one printable line naming the run directory (the file, field and why);
@@ -33,6 +34,7 @@ from hpclaunch.cli import main
 
 CASES = 3_000          # ~4 ms of CPU each
 HEADER_SHARE = 0.35    # of them: the weights' header mutated (the manifest rehashed to match)
+TRAINER_SHARE = 0.1    # trainer.pt's bytes mutated (rehashed): resume's weights_only unpickler
 EXPORT_NEWEST_EVERY = 10   # every 10th export without --step: the fallback to step 1
 FULL_RESUME_EVERY = 20
 CASE_S = 20            # a case slower than this is a hang (~10 ms is normal; a loaded machine stalls for seconds)
@@ -86,7 +88,7 @@ class Fixture:
                        {"rng-rank0.pt": ckpt.torch_bytes(ckpt.rng_state())},
                        {"epoch": 0, "batch_in_epoch": step, "world_size": 1, "model": INFO})
         self.step2 = store.step_dir(2)
-        for name in ("manifest.json", "model.safetensors"):
+        for name in ("manifest.json", "model.safetensors", "trainer.pt"):
             with open(os.path.join(self.step2, name), "rb") as f:
                 self.files[name] = f.read()
         outside = os.path.join(tmp, "outside.bin")
@@ -252,8 +254,12 @@ def test_fuzz_manifests_and_safetensors_headers(tmp_path, monkeypatch, capsys):
     try:
         while cases < CASES and time.monotonic() - start < HARD_S:
             cases += 1
-            weights = fx.files["model.safetensors"]
-            if rng.random() < HEADER_SHARE:
+            weights, trainer = fx.files["model.safetensors"], fx.files["trainer.pt"]
+            draw = rng.random()
+            if draw < TRAINER_SHARE:
+                trainer = _mutate_bytes(rng, trainer)
+                text = _rehashed(fx.files["manifest.json"], "trainer.pt", trainer)
+            elif draw < TRAINER_SHARE + HEADER_SHARE:
                 weights = _mutate_weights(rng, weights)
                 text = _rehashed(fx.files["manifest.json"], "model.safetensors", weights) if rng.random() < 0.85 \
                     else fx.files["manifest.json"]
@@ -261,7 +267,7 @@ def test_fuzz_manifests_and_safetensors_headers(tmp_path, monkeypatch, capsys):
                 text = json.dumps(_mutate_json(rng, manifest), allow_nan=True).encode()
             else:
                 text = _mutate_bytes(rng, fx.files["manifest.json"])
-            fx.write({"manifest.json": text, "model.safetensors": weights})
+            fx.write({"manifest.json": text, "model.safetensors": weights, "trainer.pt": trainer})
             for name, call in (("resume", lambda: _resume(fx, cases % FULL_RESUME_EVERY == 0)),
                                ("export", lambda: _export(fx, cases % EXPORT_NEWEST_EVERY == 0))):
                 signal.setitimer(signal.ITIMER_REAL, CASE_S)
@@ -286,7 +292,8 @@ def test_fuzz_manifests_and_safetensors_headers(tmp_path, monkeypatch, capsys):
     fuzz_s, cpu_s = time.monotonic() - start, time.process_time() - cpu
     with capsys.disabled():
         print(f"\nfuzz (checkpoints): {cases} cases, {len(failures)} tracebacks, hangs or malformed refusals "
-              f"({', '.join(f'{k} {v}' for k, v in sorted((k, v) for k, v in outcomes.items() if k))}) in {fuzz_s:.0f} s ({cpu_s:.0f} s of CPU; the slowest call {slowest:.2f} s)")
+              f"({', '.join(f'{k} {v}' for k, v in sorted((k, v) for k, v in outcomes.items() if k))}) "
+              f"in {fuzz_s:.0f} s ({cpu_s:.0f} s of CPU; the slowest call {slowest:.2f} s)")
     if failures:
         name, text, weights, why = failures[0]
         raise AssertionError(f"{len(failures)} failures; the first, in {name}:\n{why}\nmanifest: {text!r}\n"
