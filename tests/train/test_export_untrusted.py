@@ -144,8 +144,9 @@ def test_a_deeply_nested_or_huge_manifest_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("fields,why", [
-    ({"in_features": 2 ** 31 - 1, "feature_names": None}, "the weights do not fit the model (net.0.weight is [4, 8] "
-                                                          "in the checkpoint but [4, 2147483647] in the manifest's model)"),
+    ({"in_features": 2 ** 31 - 1, "feature_names": None},
+     "the weights do not fit the model (net.0.weight is [4, 8] in the checkpoint but [4, 2147483647] in the manifest's "
+     "model)"),
     ({"hidden": "2147483647"}, "the weights do not fit the model (net.0.bias is [4] in the checkpoint but "
                                "[2147483647] in the manifest's model)"),
     ({"hidden": "2147483647,2147483647"}, "the manifest's model is too large to build (Storage size calculation "
