@@ -174,3 +174,25 @@ def test_export_does_not_write_through_a_link_in_the_run_directory(tmp_path, onn
     err = _one_line_refusal(hl("export", str(rd), check=False, timeout=300))
     assert f"{rd / 'exports'}: a symbolic link, not the run's exports folder" in err and "-o DIR" in err, err
     assert sorted(os.listdir(elsewhere)) == ["model.json"] and (elsewhere / "model.json").read_text() == "mine\n"
+
+
+def test_the_legacy_model_description_reads_no_fifo_and_no_deep_line(tmp_path):
+    """A manifest without `model` (written before it had one): export reads the run's configuration
+    from metrics/rank0.jsonl and the shape from its data file, both named by the run directory."""
+    import subprocess
+
+    rd = tmp_path / "run"
+    store = CheckpointStore(str(rd / "checkpoints"))
+    mlp_checkpoint(store, 1)
+    edit_manifest(store.step_dir(1), lambda m: m.pop("model"))
+    os.mkfifo(tmp_path / "data.csv")                   # before: open() blocked until the time limit
+    (rd / "metrics").mkdir()
+    header = {"kind": "header", "config": {"data": str(tmp_path / "data.csv"), "hidden": "4", "dropout": 0.0}}
+    (rd / "metrics" / "rank0.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n" + json.dumps(header) + "\n")
+    try:
+        proc = hl("export", str(rd), check=False, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("export hung on a FIFO named as the run's data") from None
+    err = _one_line_refusal(proc)
+    assert f"the model's shape comes from its data '{tmp_path / 'data.csv'}', which cannot be read" in err, err
+    assert "is not a regular file" in err, err
