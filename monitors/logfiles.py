@@ -321,6 +321,7 @@ class EventLog(_AppendFile):
         import time
         self.host = host
         self._clock = clock or time.time
+        self.listener = None  # called with (kind, detail, time) after each record (the alerts' XIDs)
         # A cut JSON object never parses (its closing brace is its last character), so ending
         # the line is enough here; readers then skip it as unparsable.
         if os.path.isfile(path) and not _ends_with_newline(path):
@@ -339,7 +340,13 @@ class EventLog(_AppendFile):
         except (TypeError, ValueError) as e:  # never lose the event over a bad detail
             line = json.dumps({**rec, "detail": {"repr": repr(detail), "json_error": str(e)}},
                               separators=(",", ":")) + "\n"
-        return self.write_text(line)
+        ok = self.write_text(line)
+        if self.listener is not None:
+            try:
+                self.listener(kind, rec["detail"], rec["time_unix"])
+            except Exception:  # an alert rule's failure never costs an event
+                pass
+        return ok
 
 
 def stderr(msg: str) -> None:
