@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .logfiles import _AppendFile
@@ -46,6 +47,7 @@ class JsonLog(_AppendFile):
 
     def __init__(self, path: str, on_error=None):
         super().__init__(path, on_error)
+        self._lock = threading.Lock()
         if os.path.isfile(path):
             try:
                 with open(path, "rb") as f:
@@ -65,12 +67,14 @@ class JsonLog(_AppendFile):
         return super()._open()
 
     def append(self, record: dict) -> bool:
+        """One record, one write; the sink threads share a delivery log, hence the lock."""
         try:
             line = json.dumps(record, separators=(",", ":"), allow_nan=False, default=str)
         except (TypeError, ValueError):
             line = json.dumps({k: (v if isinstance(v, (str, int, type(None))) else repr(v))
                                for k, v in record.items()}, separators=(",", ":"))
-        return self.write_text(line + "\n")
+        with self._lock:
+            return self.write_text(line + "\n")
 
 
 def read_jsonl(path: str, offset: int = 0) -> Tuple[List[dict], int]:

@@ -69,10 +69,9 @@ class RankWatch:
         return out
 
     def _track(self, engine, rule: str, rank: int):
-        from .alerts import Track
         tr = self.tracks.get((rule, rank))
         if tr is None:
-            tr = self.tracks[(rule, rank)] = Track()
+            tr = self.tracks[(rule, rank)] = engine.new_track()
         return tr
 
     def check(self, engine, now: float) -> None:

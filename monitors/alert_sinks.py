@@ -223,15 +223,22 @@ class Sender:
             self._inbox.append(record)
             self._cond.notify()
 
-    def close(self, wait_s: float = 3.0) -> None:
-        """One last try of what is pending, for at most ``wait_s``; what is left stays undelivered."""
+    def stop(self) -> None:
+        """Ask for one last try of what is pending, then the thread's end (``join`` waits for it)."""
         with self._cond:
             self._closing = True
             for st in self.state.values():
                 st.next_try = 0.0
             self._cond.notify()
+
+    def join(self, wait_s: float) -> None:
         if self.thread is not None:
             self.thread.join(max(0.0, wait_s))
+
+    def close(self, wait_s: float = 3.0) -> None:
+        """One last try of what is pending, for at most ``wait_s``; what is left stays undelivered."""
+        self.stop()
+        self.join(wait_s)
 
     def pending(self) -> int:
         with self._cond:
@@ -315,3 +322,33 @@ class Sender:
                     self.on_error(f"alerts: {s.name}: {error}")
                 except Exception:
                     pass
+
+
+class Senders:
+    """One :class:`Sender` (one thread) per sink, so that a sink that is down delays no other."""
+
+    def __init__(self, sinks: List[Sink], log: JsonLog, rate_max: int = 20, rate_per_s: float = 3600.0,
+                 timeout_s: float = 5.0, on_error: Optional[Callable[[str], None]] = None, send: Callable = None):
+        extra = {"send": send} if send is not None else {}
+        self.log = log
+        self.each = [Sender([s], log, rate_max, rate_per_s, timeout_s, on_error=on_error, **extra) for s in sinks]
+
+    def start(self) -> "Senders":
+        for s in self.each:
+            s.start()
+        return self
+
+    def submit(self, record: dict) -> None:
+        for s in self.each:
+            s.submit(record)
+
+    def pending(self) -> int:
+        return sum(s.pending() for s in self.each)
+
+    def close(self, wait_s: float = 3.0) -> None:
+        """Every sink's last try at once; at most ``wait_s`` in all."""
+        for s in self.each:
+            s.stop()
+        end = time.monotonic() + max(0.0, wait_s)
+        for s in self.each:
+            s.join(end - time.monotonic())

@@ -101,6 +101,8 @@ class AlertEngine:
         self.hw_on, self.cap_on, self.xid_on = g("hw_slowdown"), g("power_cap"), g("xid")
         self.ranks = None  # alert_ranks.RankWatch, set by the daemon where ranks can be watched
 
+    new_track = staticmethod(Track)
+
     @staticmethod
     def delivery_log_path(run_dir: str, host: str) -> str:
         return os.path.join(run_dir, ALERTS_DIR, delivery_file(node_file(host)))
@@ -301,13 +303,13 @@ def start_alerts(run_dir: str, host: str, env, events, say, allocated: Optional[
     conf = load_config(run_dir)
     if conf is None:
         return None
-    from .alert_sinks import Sender, sinks_of
+    from .alert_sinks import Senders, sinks_of
     sinks = sinks_of(conf, env)
     sender = None
     if sinks:
         rate = conf.get("rate_limit") or {}
-        sender = Sender(sinks, JsonLog(AlertEngine.delivery_log_path(run_dir, host)), int(rate.get("max", 20)),
-                        float(rate.get("per_s", 3600.0)), float(conf.get("timeout_s", 5.0)), on_error=say).start()
+        sender = Senders(sinks, JsonLog(AlertEngine.delivery_log_path(run_dir, host)), int(rate.get("max", 20)),
+                         float(rate.get("per_s", 3600.0)), float(conf.get("timeout_s", 5.0)), on_error=say).start()
     engine = AlertEngine(conf, host, run_dir, env, sender, allocated=allocated)
     if any(engine.rule.get(r) for r in ("hang", "oom", "straggler")):
         from .alert_ranks import RankWatch

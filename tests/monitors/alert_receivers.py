@@ -17,7 +17,7 @@ def free_port(host="127.0.0.1"):
 class WebhookReceiver:
     """Records every POST: (path, JSON body). Mattermost's webhook path is /hooks/<key>."""
 
-    def __init__(self, host="127.0.0.1"):
+    def __init__(self, host="127.0.0.1", port=0):
         got = self.got = []
 
         class H(BaseHTTPRequestHandler):
@@ -36,7 +36,7 @@ class WebhookReceiver:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer((host, 0), H)
+        self.server = ThreadingHTTPServer((host, port), H)
         self.host, self.port = host, self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
