@@ -207,13 +207,22 @@ class Sender:
         self._inbox: List[dict] = []
         self._closing = False
         self._said: set = set()
+        self._ready = False
         self.thread: Optional[threading.Thread] = None
 
     def start(self) -> "Sender":
-        if self.sinks and self.thread is None:
-            self.thread = threading.Thread(target=self._run, name="hpclaunch-alerts", daemon=True)
-            self.thread.start()
+        """Ready to send: the thread itself starts with the first record (a job with no alert has none:
+        a thread is no cost while it waits, but its start is, and most jobs never raise anything)."""
+        self._ready = True
+        with self._cond:
+            waiting = bool(self._inbox)
+        if waiting and self.thread is None:
+            self._spawn()
         return self
+
+    def _spawn(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="hpclaunch-alerts", daemon=True)
+        self.thread.start()
 
     def submit(self, record: dict) -> None:
         """Queue one alert record; returns at once."""
@@ -222,6 +231,8 @@ class Sender:
         with self._cond:
             self._inbox.append(record)
             self._cond.notify()
+        if self.thread is None and self._ready:
+            self._spawn()
 
     def stop(self) -> None:
         """Ask for one last try of what is pending, then the thread's end (``join`` waits for it)."""

@@ -65,11 +65,12 @@ class Track:
 
 
 class _Gpu:
-    __slots__ = ("near", "mem", "idle", "hw", "cap", "cap_hist", "hw_last", "xid", "where")
+    __slots__ = ("near", "mem", "idle", "hw", "cap", "cap_hist", "cap_last", "hw_last", "xid", "where")
 
     def __init__(self, row):
         self.near, self.mem, self.idle, self.hw, self.cap = Track(), Track(), Track(), Track(), Track()
-        self.cap_hist: deque = deque()   # (time, cumulative power-capped seconds)
+        self.cap_hist: deque = deque()   # (time, cumulative power-capped seconds) where the total changed
+        self.cap_last = (0.0, False)     # the previous sample's time and power-cap bit
         self.hw_last: Dict[int, int] = {}
         self.xid: Dict[int, Track] = {}
         ranks = row[_RANKS] or ""
@@ -100,6 +101,7 @@ class AlertEngine:
         self.near_on, self.mem_on, self.idle_on = g("near_slowdown"), g("memory"), g("idle")
         self.hw_on, self.cap_on, self.xid_on = g("hw_slowdown"), g("power_cap"), g("xid")
         self.ranks = None  # alert_ranks.RankWatch, set by the daemon where ranks can be watched
+        self.t_first: Optional[float] = None  # the first sample's time: a window is whole after it
 
     new_track = staticmethod(Track)
 
@@ -165,6 +167,8 @@ class AlertEngine:
     def rows(self, rows, now: float) -> None:
         """One sample's GPU rows (monitors/nvml.py's tuples)."""
         near, mem, idle, hw, cap = self.near_on, self.mem_on, self.idle_on, self.hw_on, self.cap_on
+        if self.t_first is None:
+            self.t_first = now
         for row in rows:
             g = self.gpus.get(row[_IDX])
             if g is None:
@@ -203,7 +207,7 @@ class AlertEngine:
     def _hw(self, g: _Gpu, row, now: float, rule: dict) -> None:
         bits = (row[_REASONS] or 0) & HW_SLOWDOWN_BITS
         grew = False
-        for col in (_HWT_NS, _HWP_NS):  # the counters catch what fell between samples
+        for col in (_HWT_NS, _HWP_NS):  # read every counter interval: they catch what fell between samples
             v = row[col]
             if v is not None:
                 last = g.hw_last.get(col)
@@ -218,26 +222,31 @@ class AlertEngine:
             self.miss(g.hw, now)
 
     def _cap(self, g: _Gpu, row, now: float, rule: dict) -> None:
+        """Power-capped time over the last ``for_s``: the counter where there is one, else the bitmask's
+        time sample by sample. The history keeps a point where the total changed (and the first), so a
+        GPU that is never capped costs one comparison a sample."""
         ns = row[_CAP_NS] if row[_CAP_NS] is not None else row[_VIOL_P]
         hist = g.cap_hist
         if ns is not None:
             total = ns / 1e9
-        else:  # no counter: the bitmask's time, sample by sample (left-sample rule)
-            if not hist:
-                total = 0.0
-            else:
-                t0, c0, bit0 = hist[-1][0], hist[-1][1], hist[-1][2]
-                total = c0 + (now - t0 if bit0 else 0.0)
-        bit = bool((row[_REASONS] or 0) & POWER_CAP_BIT)
-        if hist and total < hist[-1][1]:   # a counter reset: start the window again
-            hist.clear()
-        hist.append((now, total, bit))
+        elif hist:  # no counter: the bitmask's time (left-sample rule)
+            total = hist[-1][1] + (now - g.cap_last[0] if g.cap_last[1] else 0.0)
+        else:
+            total = 0.0
+        g.cap_last = (now, bool((row[_REASONS] or 0) & POWER_CAP_BIT))
+        if hist and total == hist[-1][1]:
+            if not g.cap.active:  # no more capped time: the share over the window cannot have grown
+                return
+        else:
+            if hist and total < hist[-1][1]:  # a counter reset: start the window again
+                hist.clear()
+            hist.append((now, total))
         window = rule["for_s"]
-        while len(hist) > 2 and now - hist[1][0] >= window:
+        start = now - window
+        while len(hist) > 1 and hist[1][0] <= start:
             hist.popleft()
-        span = now - hist[0][0]
-        if span >= window * 0.99 and span > 0:
-            pct = round(100.0 * (total - hist[0][1]) / span, 1)
+        if now - self.t_first >= window * 0.99 and window > 0:
+            pct = round(100.0 * (total - hist[0][1]) / window, 1)  # hist[0]: the total at the window's start
             if pct > rule["threshold"]:
                 self.hit(g.cap, "power_cap", now, g.where, pct, rule["threshold"], " %",
                          f"GPU {row[_IDX]} on {self.host}: power cap held the clocks down {pct:g} % of the last "
