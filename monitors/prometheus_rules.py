@@ -28,14 +28,15 @@ def rules(conf: Optional[dict]) -> List[Dict]:
     out: List[Dict] = []
 
     def add(name: str, rule: str, severity: str, expr: str, for_s: float, summary: str, threshold=None) -> None:
+        # a threshold rule says its value (the margin, the share); a rate of a counter would say an
+        # extrapolated number that means nothing to the reader: the XID and slowdown rules leave it out
+        value = f": value {{{{ $value }}}}, threshold {threshold:g}" if threshold is not None else ""
         out.append({"alert": name, "expr": expr, "for": _duration(for_s),
                     "labels": {"severity": severity, "hpclaunch_rule": rule},
                     "annotations": {"summary": summary,
                                     "description": "job {{ $labels.job_id }} ({{ $labels.job_name }}) of "
                                     "{{ $labels.user }} on {{ $labels.node }} GPU {{ $labels.gpu }} (ranks "
-                                    "{{ $labels.ranks }}): value {{ $value }}"
-                                    + (f", threshold {threshold:g}" if threshold is not None else "")
-                                    + "; hpclaunch report {{ $labels.job_id }}"}})
+                                    "{{ $labels.ranks }})" + value + "; hpclaunch report {{ $labels.job_id }}"}})
 
     if "xid" in r:
         add("HpclaunchGpuXid", "xid", "critical", "increase(hpclaunch_gpu_xid_errors_total[5m]) > 0", 0,

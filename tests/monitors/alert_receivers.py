@@ -2,7 +2,10 @@
 started by the test on an address of this machine, and sinks that are down (refused, silent)."""
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -100,3 +103,52 @@ def wait_until(check, timeout=30.0, step=0.1):
             return got
         time.sleep(step)
     return check()
+
+
+# -- the monitor with alerts, on the fake NVML ---------------------------------------------------------
+
+def conf(**over):
+    """The resolved alerts: section (hpclaunch's defaults, resolve_after_s 5), keys set by path a__b__c."""
+    from hpclaunch.spec.alerts import Alerts
+    from hpclaunch.spec.typedload import to_plain
+    c = to_plain(Alerts())
+    c["resolve_after_s"] = 5.0
+    for path, value in over.items():
+        node = c
+        *parts, last = path.split("__")
+        for p in parts:
+            node = node[p]
+        node[last] = value
+    return c
+
+
+def flat_series(temps=None):
+    return {"power_instant_mw": [90000], "power_average_mw": [88000], "power_usage_mw": [88000],
+            "energy_mj": [1000 * i for i in range(1, 80)], "mem_temp_c": [40], "temp_c": temps or [50],
+            "mem_used_mib": [100], "mem_total_mib": [81559], "util_gpu": [50], "util_mem": [10], "sm_clock": [1980],
+            "mem_clock": [2619], "power_limit_mw": [700000], "clocks_event_reasons": [0], "viol_power_ns": [0],
+            "viol_thermal_ns": [0], "ecc_dbe": [0], "slowdown_c": [89], "shutdown_c": [92]}
+
+
+def run_monitor(tmp_path, alerts, extra_env, duration="3"):
+    sc = {"driver": "550", "devices": [
+        {"uuid": "GPU-aaaa", "series": flat_series()},
+        {"uuid": "GPU-bbbb", "series": flat_series([60] * 4 + [87] * 8 + [60]), "xids": [{"after_s": 1.5, "xid": 79}]}]}
+    (tmp_path / "scenario.json").write_text(json.dumps(sc))
+    run = tmp_path / "job-42"
+    (run / ".hpclaunch").mkdir(parents=True)
+    if alerts is not None:
+        (run / ".hpclaunch" / "alerts.json").write_text(json.dumps(alerts))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_NODEID")}
+    from monitor_helpers import FAKE_PATH
+    env.update({"HPCLAUNCH_MONITOR_FAKE_NVML": FAKE_PATH, "HPCLAUNCH_TASKS_PER_NODE": "2",
+                "HPCLAUNCH_FAKE_NVML_SCENARIO": str(tmp_path / "scenario.json"), "SLURM_JOB_ID": "42",
+                "HPCLAUNCH_JOB_NAME": "hot job", **extra_env})
+    p = subprocess.run([sys.executable, "-m", "hpclaunch.monitors", "--interval", "0.1", "--duration", duration,
+                        "--run-dir", str(run), "--host", "n7", "--no-power-trace"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return run, p
+
+

@@ -16,24 +16,10 @@ from hpclaunch.monitors.alert_ranks import RankWatch
 from hpclaunch.monitors.alert_sinks import (SecretError, Sender, Senders, Sink, _scrub, read_secret_file, secret,
                                             sinks_of)
 from hpclaunch.monitors.alerts import AlertEngine, load_config
-from monitor_helpers import FAKE_PATH
+from alert_receivers import conf, run_monitor
 
 C = {c: i for i, c in enumerate(schema.GPU_COLUMNS)}
 T0 = 1_800_000_000.0
-
-
-def conf(**over):
-    from hpclaunch.spec.alerts import Alerts
-    from hpclaunch.spec.typedload import to_plain
-    c = to_plain(Alerts())
-    c["resolve_after_s"] = 5.0
-    for path, value in over.items():
-        node = c
-        *parts, last = path.split("__")
-        for p in parts:
-            node = node[p]
-        node[last] = value
-    return c
 
 
 class Box:
@@ -306,35 +292,6 @@ def test_sink_urls_and_scrubbing():
 
 # -- the daemon end to end ---------------------------------------------------------------------------
 
-def _flat(temps=None):
-    return {"power_instant_mw": [90000], "power_average_mw": [88000], "power_usage_mw": [88000],
-            "energy_mj": [1000 * i for i in range(1, 80)], "mem_temp_c": [40], "temp_c": temps or [50],
-            "mem_used_mib": [100], "mem_total_mib": [81559], "util_gpu": [50], "util_mem": [10], "sm_clock": [1980],
-            "mem_clock": [2619], "power_limit_mw": [700000], "clocks_event_reasons": [0], "viol_power_ns": [0],
-            "viol_thermal_ns": [0], "ecc_dbe": [0], "slowdown_c": [89], "shutdown_c": [92]}
-
-
-def _daemon(tmp_path, alerts, extra_env, duration="3"):
-    sc = {"driver": "550", "devices": [
-        {"uuid": "GPU-aaaa", "series": _flat()},
-        {"uuid": "GPU-bbbb", "series": _flat([60] * 4 + [87] * 8 + [60]), "xids": [{"after_s": 1.5, "xid": 79}]}]}
-    (tmp_path / "scenario.json").write_text(json.dumps(sc))
-    run = tmp_path / "job-42"
-    (run / ".hpclaunch").mkdir(parents=True)
-    if alerts is not None:
-        (run / ".hpclaunch" / "alerts.json").write_text(json.dumps(alerts))
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_NODEID")}
-    env.update({"HPCLAUNCH_MONITOR_FAKE_NVML": FAKE_PATH, "HPCLAUNCH_TASKS_PER_NODE": "2",
-                "HPCLAUNCH_FAKE_NVML_SCENARIO": str(tmp_path / "scenario.json"), "SLURM_JOB_ID": "42",
-                "HPCLAUNCH_JOB_NAME": "hot job", **extra_env})
-    p = subprocess.run([sys.executable, "-m", "hpclaunch.monitors", "--interval", "0.1", "--duration", duration,
-                        "--run-dir", str(run), "--host", "n7", "--no-power-trace"],
-                       env=env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    return run, p
-
-
 def test_daemon_sends_warning_then_critical_then_resolved_once_each(tmp_path):
     from alert_receivers import SmtpReceiver, WebhookReceiver
     hook, mail = WebhookReceiver(), SmtpReceiver()
@@ -343,7 +300,7 @@ def test_daemon_sends_warning_then_critical_then_resolved_once_each(tmp_path):
         c["webhooks"] = [{"url_env": "T_HOOK", "min_severity": "warning"}]
         c["email"] = {"to": ["me@example.org"], "sender": "hpclaunch@example.org", "smtp_host": "127.0.0.1",
                       "smtp_port": mail.port, "security": "none", "min_severity": "critical"}
-        run, p = _daemon(tmp_path, c, {"T_HOOK": hook.url("tok3n1234567")})
+        run, p = run_monitor(tmp_path, c, {"T_HOOK": hook.url("tok3n1234567")})
         recs, _ = read_jsonl(str(run / "alerts" / "node-n7.jsonl"))
         assert [(r["event"], r["rule"], r["gpu"]) for r in recs][:2] == [("raised", "near_slowdown", 1), ("raised", "xid", 1)]
         assert sorted((r["event"], r["rule"]) for r in recs) == [("raised", "near_slowdown"), ("raised", "xid"),
@@ -360,7 +317,7 @@ def test_daemon_sends_warning_then_critical_then_resolved_once_each(tmp_path):
 
 
 def test_daemon_without_alert_settings_writes_no_alerts(tmp_path):
-    run, _ = _daemon(tmp_path, None, {}, duration="1")
+    run, _ = run_monitor(tmp_path, None, {}, duration="1")
     assert not (run / "alerts").exists()
     assert load_config(str(run)) is None
     # a sweep task's monitor reads its job's settings
@@ -378,7 +335,7 @@ def test_a_sink_that_never_answers_costs_the_samples_nothing(tmp_path):
         c = conf(resolve_after_s=0.5, rules__near_slowdown__for_s=0.2, timeout_s=5.0)
         c["webhooks"] = [{"url_env": "T_HOOK"}]
         t0 = time.monotonic()
-        run, _ = _daemon(tmp_path, c, {"T_HOOK": f"http://127.0.0.1:{silent.port}/hooks/abcdefabcdef"})
+        run, _ = run_monitor(tmp_path, c, {"T_HOOK": f"http://127.0.0.1:{silent.port}/hooks/abcdefabcdef"})
         took = time.monotonic() - t0
         stats = [json.loads(x)["detail"] for x in open(run / "monitor" / "n7.events.jsonl")
                  if '"monitor_stats"' in x][-1]
