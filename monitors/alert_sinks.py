@@ -29,7 +29,7 @@ import re
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from .alert_log import JsonLog, text, wanted
 

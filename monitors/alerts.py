@@ -65,12 +65,13 @@ class Track:
 
 
 class _Gpu:
-    __slots__ = ("near", "mem", "idle", "hw", "cap", "cap_hist", "cap_last", "hw_last", "xid", "where")
+    __slots__ = ("near", "mem", "idle", "hw", "cap", "cap_hist", "cap_last", "cap_ns", "hw_last", "xid", "where")
 
     def __init__(self, row):
         self.near, self.mem, self.idle, self.hw, self.cap = Track(), Track(), Track(), Track(), Track()
         self.cap_hist: deque = deque()   # (time, cumulative power-capped seconds) where the total changed
         self.cap_last = (0.0, False)     # the previous sample's time and power-cap bit
+        self.cap_ns = -1                 # the power-cap counter as last seen (-1: never)
         self.hw_last: Dict[int, int] = {}
         self.xid: Dict[int, Track] = {}
         ranks = row[_RANKS] or ""
@@ -165,44 +166,57 @@ class AlertEngine:
             self._xids.append((detail.get("gpu_index"), detail.get("xid"), detail.get("uuid"), detail.get("ranks")))
 
     def rows(self, rows, now: float) -> None:
-        """One sample's GPU rows (monitors/nvml.py's tuples)."""
+        """One sample's GPU rows (monitors/nvml.py's tuples), then what is due once a sample (:meth:`tick`).
+        Written for the case of nearly every sample, where nothing is wrong: per GPU and rule one or two
+        comparisons, and a method call only for a condition that holds or an episode that is open."""
         near, mem, idle, hw, cap = self.near_on, self.mem_on, self.idle_on, self.hw_on, self.cap_on
         if self.t_first is None:
             self.t_first = now
+        near_t = near["threshold"] if near else None
+        mem_f = mem["threshold"] / 100.0 if mem else None
+        idle_t = idle["threshold"] if idle else None
+        gpus, allocated = self.gpus, self.allocated
         for row in rows:
-            g = self.gpus.get(row[_IDX])
+            g = gpus.get(row[_IDX])
             if g is None:
-                g = self.gpus[row[_IDX]] = _Gpu(row)
-            if near:
+                g = gpus[row[_IDX]] = _Gpu(row)
+            if near_t is not None:
                 t, sd = row[_TEMP], row[_SLOWDOWN]
-                if t is not None and sd is not None and sd - t <= near["threshold"]:
-                    self.hit(g.near, "near_slowdown", now, g.where, sd - t, near["threshold"], " C",
+                if t is not None and sd is not None and sd - t <= near_t:
+                    self.hit(g.near, "near_slowdown", now, g.where, sd - t, near_t, " C",
                              f"GPU {row[_IDX]} on {self.host} at {t:g} C, within {sd - t:g} C of its slowdown "
                              f"temperature ({sd:g} C)", near["for_s"])
                 elif g.near.active:
                     self.miss(g.near, now)
-            if mem:
+            if mem_f is not None:
                 u, tot = row[_MEM_USED], row[_MEM_TOTAL]
-                if u is not None and tot and u * 100.0 > mem["threshold"] * tot:
+                if u is not None and tot and u > mem_f * tot:
                     pct = round(100.0 * u / tot, 1)
                     self.hit(g.mem, "memory", now, g.where, pct, mem["threshold"], " %",
                              f"GPU {row[_IDX]} on {self.host}: memory {pct:g} % in use", mem["for_s"])
                 elif g.mem.active:
                     self.miss(g.mem, now)
-            if idle and (self.allocated is None or row[_IDX] in self.allocated):
+            if idle_t is not None:
                 u = row[_UTIL]
-                if u is not None and u <= idle["threshold"]:
-                    self.hit(g.idle, "idle", now, g.where, u, idle["threshold"], " %",
+                if u is not None and u <= idle_t and (allocated is None or row[_IDX] in allocated):
+                    self.hit(g.idle, "idle", now, g.where, u, idle_t, " %",
                              f"GPU {row[_IDX]} on {self.host} idle ({u:g} % utilisation) while allocated",
                              idle["for_s"])
                 elif g.idle.active:
                     self.miss(g.idle, now)
-            if hw:
-                self._hw(g, row, now, hw)
-            if cap:
-                self._cap(g, row, now, cap)
+            if hw:  # the bits, or a counter read (every counter interval), or an open episode
+                r = row[_REASONS]
+                if (r and r & HW_SLOWDOWN_BITS) or row[_HWT_NS] is not None or row[_HWP_NS] is not None \
+                        or g.hw.active:
+                    self._hw(g, row, now, hw)
+            if cap:  # only when the capped time grew, or an episode is open
+                ns = row[_CAP_NS]
+                if ns is None or ns != g.cap_ns or g.cap.active:
+                    g.cap_ns = ns
+                    self._cap(g, row, now, cap)
         if self._xids:
             self._xid(now)
+        self.tick(now)
 
     def _hw(self, g: _Gpu, row, now: float, rule: dict) -> None:
         bits = (row[_REASONS] or 0) & HW_SLOWDOWN_BITS

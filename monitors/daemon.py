@@ -339,9 +339,7 @@ class Daemon:
         self.samples += 1
         if self.alerts is not None:  # on the rows just written; sending is the sender thread's
             try:
-                if rows:
-                    self.alerts.rows(rows, now)
-                self.alerts.tick(now)
+                self.alerts.rows(rows or (), now)
             except Exception as e:
                 self.source_error("alerts", e)
         if self.exporter is not None:  # after the CSV writes: what a scrape shows is in the files

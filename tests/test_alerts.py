@@ -221,3 +221,21 @@ def _annotations(tmp_path, alert, lab, threshold, value=None):
             f"(ranks {labels['ranks']})" + (f": value {value}, threshold {threshold:g}" if threshold is not None else "")
             + f"; hpclaunch report {labels['job_id']}")
     return {"summary": summary, "description": desc}
+
+
+def test_the_dashboards_job_page_shows_each_episodes_newest_record(tmp_path):
+    from hpclaunch.dashboard.live import JobLive
+    from hpclaunch.monitors.alert_log import JsonLog
+    log = JsonLog(str(tmp_path / "alerts" / "node-c1.jsonl"))
+    base = {"rule": "xid", "severity": "critical", "node": "c1", "gpu": 0, "message": "XID 79 on c1 GPU 0"}
+    log.append(dict(base, id="c1-1", event="raised", time_unix=1.0, first_seen=1.0, last_seen=1.0))
+    view = JobLive(str(tmp_path))
+    msg, _ = view.payload(None)
+    assert [(a["event"], a["rule"], a["gpu"]) for a in msg["alerts"]] == [("raised", "xid", 0)]
+    log.append(dict(base, id="c1-1", event="resolved", time_unix=9.0, first_seen=1.0, last_seen=3.0))
+    JsonLog(str(tmp_path / "alerts" / "job.jsonl")).append(
+        {"id": "job-1-job_failed", "event": "raised", "rule": "job_failed", "severity": "critical", "time_unix": 10.0,
+         "message": "job 1 (x) failed"})
+    view._updated = float("-inf")
+    msg, _ = view.payload(None)
+    assert [(a["event"], a["rule"]) for a in msg["alerts"]] == [("resolved", "xid"), ("raised", "job_failed")]

@@ -94,7 +94,7 @@ class JobLive:
             hosts = rank_hosts(self.run_dir)
             ranks = [dict(rec, rank=r, host=hosts.get(r, "")) for r, rec in sorted(self.ranks.items())]
             msg = {"full": full, "charts": charts, "ranks": ranks, "notes": self.notes,
-                   "bad_lines": self.bad_lines, "alerts": list(self.alerts.values())[-MAX_ALERTS:]}
+                   "bad_lines": self.bad_lines, "alerts": sorted(self.alerts.values(), key=lambda a: a.get("time_unix") or 0)}
             return msg, {"gen": self.generation, "counts": counts}
 
     def _update(self) -> None:
