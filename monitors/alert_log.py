@@ -59,12 +59,21 @@ class JsonLog(_AppendFile):
                 self.write_text("\n")
 
     def _open(self) -> bool:
-        if self.fd is None:
-            try:
-                os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            except OSError:
-                pass
-        return super()._open()
+        """Private as the rest of the run directory (0700 folder, 0600 file), whatever the umask of the
+        command that writes first (the login side's may be 022)."""
+        if self.fd is not None:
+            return True
+        try:
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        except OSError:
+            pass
+        try:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                              | getattr(os, "O_CLOEXEC", 0), 0o600)
+            return True
+        except OSError as e:
+            self._failed(e)
+            return False
 
     def append(self, record: dict) -> bool:
         """One record, one write; the sink threads share a delivery log, hence the lock."""
