@@ -161,7 +161,8 @@ def _apprise_send(sink: Sink, title: str, body: str, severity: str, timeout_s: f
         log.propagate = False
         log.addHandler(handler)
     try:
-        ap = apprise.Apprise()
+        # memory only: apprise's persistent store would keep state per URL under the user's home
+        ap = apprise.Apprise(asset=apprise.AppriseAsset(storage_mode="memory"))
         if not ap.add(url):
             return _scrub(f"{sink.kind}: apprise does not read this URL"
                           + (f" ({captured[-1]})" if captured else ""), secrets)

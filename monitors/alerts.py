@@ -103,6 +103,10 @@ class AlertEngine:
         self.hw_on, self.cap_on, self.xid_on = g("hw_slowdown"), g("power_cap"), g("xid")
         self.ranks = None  # alert_ranks.RankWatch, set by the daemon where ranks can be watched
         self.t_first: Optional[float] = None  # the first sample's time: a window is whole after it
+        # The sample rules look at one sample every `evaluate_every_s` (5 s: as often as the monitor reads
+        # the costly counters), XIDs at once: a rule's for_s and resolve_after_s count in those steps.
+        self.every_s = max(0.0, float(conf.get("evaluate_every_s", 5.0)))
+        self.next_eval = 0.0
 
     new_track = staticmethod(Track)
 
@@ -166,9 +170,13 @@ class AlertEngine:
             self._xids.append((detail.get("gpu_index"), detail.get("xid"), detail.get("uuid"), detail.get("ranks")))
 
     def rows(self, rows, now: float) -> None:
-        """One sample's GPU rows (monitors/nvml.py's tuples), then what is due once a sample (:meth:`tick`).
-        Written for the case of nearly every sample, where nothing is wrong: per GPU and rule one or two
-        comparisons, and a method call only for a condition that holds or an episode that is open."""
+        """One sample's GPU rows (monitors/nvml.py's tuples): every ``evaluate_every_s``, or at once when
+        the sample brought XIDs, the rules on them, then what is due (:meth:`tick`). Written for the case of
+        nearly every evaluation, where nothing is wrong: per GPU and rule one or two comparisons, and a
+        method call only for a condition that holds or an episode that is open."""
+        if now < self.next_eval and not self._xids:
+            return  # between evaluations: one comparison (at 1 Hz a sample's Python runs with cold caches)
+        self.next_eval = now + self.every_s - min(0.05, self.every_s / 2)  # a little early, not a sample late
         near, mem, idle, hw, cap = self.near_on, self.mem_on, self.idle_on, self.hw_on, self.cap_on
         if self.t_first is None:
             self.t_first = now

@@ -56,6 +56,18 @@ def test_the_users_settings_file_and_the_profile_layer_under_the_job(tmp_path, m
     assert doc["webhooks"] == [{"url_env": "MY_HOOK", "url_file": None, "min_severity": "warning"}]
     assert doc["rules"]["idle"] == {"enabled": True, "threshold": 3.0, "for_s": 60.0}
     assert doc["rules"]["memory"] == {"enabled": True, "threshold": 95.0, "for_s": 30.0}   # hpclaunch's default
+    # the profile's defaults are the site's: under the user's settings, under the job
+    (tmp_path / "site.yaml").write_text("name: site\nextends: local\nnode: {cpus: 2}\ndefaults:\n  alerts:\n"
+                                        "    rules: {memory: {threshold: 90}, idle: {for_s: 30}}\n"
+                                        "    email: {to: [ops@example.org], min_severity: critical}\n")
+    r = resolve_data({"name": "a", "command": ["x"], "profile": "site.yaml"}, "job.yaml", str(tmp_path))
+    doc = r.to_document()["alerts"]
+    assert doc["rules"]["memory"]["threshold"] == 90.0 and doc["rules"]["idle"]["for_s"] == 60.0   # the user's
+    assert doc["email"]["to"] == ["ops@example.org"] and doc["webhooks"][0]["url_env"] == "MY_HOOK"
+    from hpclaunch.spec.typedload import SourceMap
+    where = SourceMap("job.yaml", r.origins)
+    assert where.of("alerts.rules.memory.threshold").endswith("site.yaml")
+    assert where.of("alerts.webhooks").endswith("alerts.yaml")
     (cfg / "hpclaunch" / "alerts.yaml").write_text("bogus: 1\n")
     from hpclaunch.common.errors import InvalidInput
     with pytest.raises(InvalidInput) as e:
@@ -97,24 +109,26 @@ def test_a_failed_local_jobs_critical_alert_once_printed_sent_listed(hpc_home, t
     hook = WebhookReceiver()
     try:
         env = dict(os.environ, HL_HOOK=hook.url("t0kenabcdef1234"))
-        job = job_file(tmp_path, LOCAL.format(name="broken", cmd="sleep 1; exit 3", hooks="{url_env: HL_HOOK}"))
+        cmd = "sleep 1; echo torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.00 GiB; exit 3"
+        job = job_file(tmp_path, LOCAL.format(name="broken", cmd=cmd, hooks="{url_env: HL_HOOK}"))
         p = hl("submit", job, "--backend", "local", "--wait", cwd=str(tmp_path), check=False, env=env)
         assert p.returncode == 3, p.stderr
         assert "ALERT CRITICAL job_failed: job " in p.stderr and "failed: FAILED, exit code 3" in p.stderr
-        texts = wait_until(lambda: hook.texts(), timeout=10)
-        assert len(texts) == 1 and texts[0].startswith("[CRITICAL] job ") and "hpclaunch report" in texts[0]
+        texts = wait_until(lambda: len(hook.texts()) >= 2 and hook.texts(), timeout=10)
+        assert len(texts) == 2 and texts[0].startswith("[CRITICAL] job ") and "hpclaunch report" in texts[0]
+        assert "rank 0 on " in texts[1] and "ran out of memory (CUDA out of memory)" in texts[1]
         st = json.loads(hl("status", "broken", "--json", cwd="/", env=env).stdout)
         hl("status", "broken", "--json", cwd="/", env=env)   # asked again: raised once all the same
         listed = json.loads(hl("alerts", "list", st["job_id"], "--json", cwd="/").stdout)
         rules = [r["rule"] for r in listed["alerts"]]
         assert rules.count("job_failed") == 1 and listed["alerts"][0]["delivery"] == {"webhooks[0]": "delivered"}
-        assert len(hook.texts()) == 1
+        assert len(hook.texts()) == 2
         # the registry holds it too (the audit trail), and the text view says it
         from hpclaunch.runs.registry import Registry
         reg = Registry()
         (rec,) = reg.find(st["job_id"])
         events = [json.loads(e["detail"]) for e in reg.events(rec.key) if e["kind"] == "alert"]
-        assert [e["rule"] for e in events] == ["job_failed"]
+        assert [e["rule"] for e in events] == ["job_failed", "oom"]
         text = hl("alerts", "list", cwd="/").stdout
         assert "CRITICAL" in text and "job_failed" in text and "webhooks[0] delivered" in text
         assert subprocess.run(["grep", "-rl", "t0kenabcdef1234", str(tmp_path), str(hpc_home)],

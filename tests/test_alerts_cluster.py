@@ -37,11 +37,11 @@ def _series(temps=None):
 
 def _scenario(tmp_path):
     quiet = {"driver": "550.54.15", "devices": [{"uuid": f"GPU-c1-{i}", "series": _series()} for i in range(2)]}
-    # 0.5 s samples: 55 C for 3 s, 87 C (2 C from slowdown) for 6 s, then 55 C; XID 79 at 6 s
-    hot = [55] * 6 + [87] * 12 + [55]
+    # 0.5 s samples: 55 C for 3 s, 87 C (2 C from slowdown) for 7 s, then 55 C; XID 79 at 7.5 s
+    hot = [55] * 6 + [87] * 14 + [55]
     c2 = {"driver": "550.54.15", "devices": [
         {"uuid": "GPU-c2-0", "series": _series()},
-        {"uuid": "GPU-c2-1", "series": _series(hot), "xids": [{"after_s": 6.0, "xid": 79}]}]}
+        {"uuid": "GPU-c2-1", "series": _series(hot), "xids": [{"after_s": 7.5, "xid": 79}]}]}
     path = tmp_path / "scenario.json"
     path.write_text(json.dumps({"hosts": {"c1": quiet, "c2": c2, "default": quiet}}))
     return str(path)
@@ -56,6 +56,7 @@ monitor: {{interval: 0.5}}
 requeue: {{max_attempts: 1}}
 alerts:
   resolve_after_s: 2
+  evaluate_every_s: 1
   timeout_s: 2
   rules: {{near_slowdown: {{threshold: 5, for_s: 1.5}}, idle: {{enabled: false}}}}
   webhooks: {webhooks}
@@ -104,7 +105,7 @@ def test_warning_then_critical_then_resolved_each_delivered_once(slurm, hpc_home
     hook, mail = WebhookReceiver(BRIDGE), SmtpReceiver(BRIDGE)
     try:
         env = _env(HPCLAUNCH_FAKE_NVML_SCENARIO=_scenario(tmp_path), HL_TEST_WEBHOOK=hook.url(SECRET))
-        sub = _submit(tmp_path, env, "sleep 16", "[{url_env: HL_TEST_WEBHOOK, min_severity: info}]", mail.port)
+        sub = _submit(tmp_path, env, "sleep 18", "[{url_env: HL_TEST_WEBHOOK, min_severity: info}]", mail.port)
         job_id, run_dir = sub["job_id"], sub["run_dir"]
         st = _wait_final(job_id, env)
         assert st["state"] == "COMPLETED", st
@@ -178,7 +179,7 @@ def test_a_sink_that_is_down_delays_nothing_and_loses_nothing(slurm, hpc_home, t
                    HL_SILENT=f"http://{BRIDGE}:{silent.port}/hooks/{SECRET}")
         hooks = "[{url_env: HL_DOWN}, {url_env: HL_SILENT}, {url_env: HL_TEST_WEBHOOK}]"
         t0 = time.time()
-        sub = _submit(tmp_path, env, "sleep 16", hooks, mail.port)
+        sub = _submit(tmp_path, env, "sleep 18", hooks, mail.port)
         job_id, run_dir = sub["job_id"], sub["run_dir"]
         st = _wait_final(job_id, env)
         assert st["state"] == "COMPLETED", st

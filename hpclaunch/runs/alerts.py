@@ -21,9 +21,10 @@ from typing import List, Optional
 
 from hpclaunch.common.atomic import write_atomic
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.monitors.alert_log import (ALERTS_DIR, JOB_FILE, JsonLog, delivery_file, report_command,
-                                          undelivered)
+from hpclaunch.monitors.alert_log import (ALERTS_DIR, JOB_FILE, JsonLog, delivery_file, read_alerts,
+                                          report_command, undelivered)
 from hpclaunch.monitors.alert_sinks import Sender, SecretError, sinks_of
+from hpclaunch.monitors.alert_ranks import OOM_NEEDLES
 from hpclaunch.monitors.alerts import CONFIG_FILE
 
 FAILED = {"FAILED": "failed", "TIMEOUT": "reached its time limit", "NODE_FAIL": "lost a node",
@@ -67,6 +68,14 @@ def _records(job, st, conf: dict) -> List[dict]:
     if state == "OUT_OF_MEMORY" and "oom" in rules:
         out.append(dict(base, rule="oom", severity="critical", value=state,
                         message=f"job {rec.job_id} ({rec.name}): a rank ran out of memory (Slurm: OUT_OF_MEMORY)"))
+    elif state in FAILED and "oom" in rules:
+        found = _oom_in_first_failure(job)
+        if found is not None and not any(r.get("rule") == "oom" and r.get("rank") == found[0]
+                                         for r in read_alerts(job.run_dir)):  # its node's monitor said it already
+            rank, host, needle = found
+            out.append(dict(base, rule="oom", severity="critical", value=needle, rank=rank, ranks=str(rank), node=host,
+                            message=f"job {rec.job_id} ({rec.name}): rank {rank} on {host or 'its node'} ran out of "
+                                    f"memory ({needle})"))
     if state == "COMPLETED" and ("job_completed" in rules or "suggestions" in rules):
         data = _report(job.run_dir)
         if "job_completed" in rules:
@@ -86,6 +95,22 @@ def _records(job, st, conf: dict) -> List[dict]:
     for r in out:
         r.update(time_unix=round(_now(), 3), id=f"job-{rec.job_id}-{r['rule']}", event="raised")
     return out
+
+
+def _oom_in_first_failure(job):
+    """(rank, host, message) when the first rank to fail says it ran out of memory in its last 64 KB."""
+    try:
+        first = job.first_failure()
+        if first is None:
+            return None
+        with open(first.path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            tail = f.read()
+    except OSError:
+        return None
+    needle = next((n for n in OOM_NEEDLES if n in tail), None)
+    return (first.rank, first.host, needle.decode()) if needle is not None else None
 
 
 def _kj(j) -> str:

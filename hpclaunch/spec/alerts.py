@@ -159,6 +159,9 @@ class Alerts:
     rules: Rules = field(default_factory=Rules)
     resolve_after_s: float = field(60.0, minimum=0.1, maximum=86400,
                                    help="seconds a condition must stay clear before its episode is resolved")
+    evaluate_every_s: float = field(5.0, minimum=0, maximum=60,
+                                    help="seconds between the node monitor's looks at its samples for the sample "
+                                    "rules (0: every sample); XIDs are seen at once")
     rate_limit: RateLimit = field(default_factory=RateLimit)
     timeout_s: float = field(5.0, minimum=0.5, maximum=60, help="seconds a sink may take to answer one message")
     terminal: bool = field(True, help="print alerts in `hpclaunch submit --wait`")
