@@ -304,8 +304,12 @@ class AlertEngine:
                     if tr.rec is not None and id(tr) not in seen:
                         self.miss(tr, now)
             self._xid_seen = set()
-        if self.ranks is not None and now >= self.ranks.next_check:
-            self.ranks.check(self, now)
+        ranks = self.ranks
+        if ranks is not None:
+            if ranks.next_check is None:
+                ranks.next_check = now + ranks.CHECK_S
+            elif now >= ranks.next_check:
+                ranks.check(self, now)
 
     def close(self, now: float, wait_s: float = 3.0) -> None:
         """The monitor stops: every open episode ends with it; the sender gets ``wait_s`` to deliver."""

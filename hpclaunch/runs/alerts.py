@@ -157,11 +157,15 @@ def on_final(job, st, environ=None) -> List[dict]:
     if conf is None:
         return []
     raised = []
-    for rec in _records(job, st, conf):
-        if job.registry.event_once(job.record.key, "alert", {k: rec[k] for k in ("id", "rule", "severity", "message")},
-                                   rec["id"]):
-            JsonLog(os.path.join(job.run_dir, ALERTS_DIR, JOB_FILE)).append(rec)
-            raised.append(rec)
+    log = JsonLog(os.path.join(job.run_dir, ALERTS_DIR, JOB_FILE))
+    try:
+        for rec in _records(job, st, conf):
+            if job.registry.event_once(job.record.key, "alert",
+                                       {k: rec[k] for k in ("id", "rule", "severity", "message")}, rec["id"]):
+                log.append(rec)
+                raised.append(rec)
+    finally:
+        log.close()
     send_undelivered(job.run_dir, conf, environ)
     return raised
 
@@ -170,6 +174,35 @@ def send_undelivered(run_dir: str, conf: dict, environ=None, wait_s: Optional[fl
     """Send every alert of the run that a sink wants and has not had; at most ``wait_s`` (the alert
     timeout, plus a second) is waited for. Returns how many (alert, sink) pairs were tried."""
     sinks = sinks_of(conf, environ)
+    if not sinks:
+        return 0
+    lock = _lock(run_dir)  # two commands sending a run's alerts at once would send them twice
+    if lock is None:
+        return 0
+    try:
+        return _send(run_dir, conf, sinks, wait_s)
+    finally:
+        os.close(lock)
+
+
+def _lock(run_dir: str) -> Optional[int]:
+    """An exclusive lock on alerts/.send.lock, or None when another command holds it (it sends them)."""
+    import fcntl
+    try:
+        os.makedirs(os.path.join(run_dir, ALERTS_DIR), mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(run_dir, ALERTS_DIR, ".send.lock"),
+                     os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _send(run_dir: str, conf: dict, sinks, wait_s: Optional[float]) -> int:
     todo = list(undelivered(run_dir, [(s.name, s.min_severity) for s in sinks]))
     if not todo:
         return 0
