@@ -57,15 +57,16 @@ requeue: {{max_attempts: 1}}
 alerts:
   resolve_after_s: 2
   evaluate_every_s: 1
-  timeout_s: 2
+  timeout_s: {timeout}
   rules: {{near_slowdown: {{threshold: 5, for_s: 1.5}}, idle: {{enabled: false}}}}
   webhooks: {webhooks}
   email: {{to: [ops@example.org], sender: hpclaunch@example.org, smtp_host: "{host}", smtp_port: {smtp}, min_severity: warning}}
 """
 
 
-def _submit(tmp_path, env, cmd, webhooks, smtp_port):
-    (tmp_path / "job.yaml").write_text(JOB.format(cmd=cmd, webhooks=webhooks, host=BRIDGE, smtp=smtp_port))
+def _submit(tmp_path, env, cmd, webhooks, smtp_port, timeout=2):
+    (tmp_path / "job.yaml").write_text(JOB.format(cmd=cmd, webhooks=webhooks, host=BRIDGE, smtp=smtp_port,
+                                                  timeout=timeout))
     sub = json.loads(hl("submit", "job.yaml", "--backend", "slurm", "--json", cwd=str(tmp_path), env=env).stdout)
     return sub
 
@@ -179,7 +180,8 @@ def test_a_sink_that_is_down_delays_nothing_and_loses_nothing(slurm, hpc_home, t
                    HL_SILENT=f"http://{BRIDGE}:{silent.port}/hooks/{SECRET}")
         hooks = "[{url_env: HL_DOWN}, {url_env: HL_SILENT}, {url_env: HL_TEST_WEBHOOK}]"
         t0 = time.time()
-        sub = _submit(tmp_path, env, "sleep 18", hooks, mail.port)
+        # each try of the silent sink takes the whole timeout (10 s): a working sink behind it would wait as long
+        sub = _submit(tmp_path, env, "sleep 18", hooks, mail.port, timeout=10)
         job_id, run_dir = sub["job_id"], sub["run_dir"]
         st = _wait_final(job_id, env)
         assert st["state"] == "COMPLETED", st
@@ -197,7 +199,8 @@ def test_a_sink_that_is_down_delays_nothing_and_loses_nothing(slurm, hpc_home, t
         ok = {(d["id"], d["event"], d["sink"]): d["time_unix"] for d in deliveries if d["status"] == "delivered"}
         for r in recs:
             if r["event"] == "raised":
-                assert ok[(r["id"], "raised", "webhooks[2]")] - raised[r["rule"]] < 2.0, (r, deliveries)
+                # the first message also imports apprise (a second or two on this loaded machine)
+                assert ok[(r["id"], "raised", "webhooks[2]")] - raised[r["rule"]] < 5.0, (r, deliveries)
         failed = {d["sink"] for d in deliveries if d["status"] == "failed"}
         assert failed == {"webhooks[0]", "webhooks[1]"}, deliveries
         # the monitor kept its interval: no sample slot skipped on the node whose sinks were down
@@ -207,7 +210,7 @@ def test_a_sink_that_is_down_delays_nothing_and_loses_nothing(slurm, hpc_home, t
         _, _, rows = read_csv(os.path.join(run_dir, "monitor", "c2.gpu.csv"))
         times = sorted({float(r["time_unix"]) for r in rows})
         assert max(b - a for a, b in zip(times, times[1:])) < 1.2
-        assert time.time() - t0 < 120
+        assert time.time() - t0 < 150
         # nothing lost: the alert list names what the dead sinks lack; once one is back, `alerts send` delivers it
         listed = json.loads(hl("alerts", "list", job_id, "--json", cwd="/").stdout)["alerts"]
         lacking = [r for r in listed if r.get("node") and r["delivery"].get("webhooks[0]") != "delivered"]
