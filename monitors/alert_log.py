@@ -25,7 +25,7 @@ import os
 import threading
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
-from .logfiles import _AppendFile
+from .logfiles import _AppendFile, _open_no_link
 
 ALERTS_DIR = "alerts"
 SCHEMA = "hpclaunch.alerts/1"
@@ -68,8 +68,7 @@ class JsonLog(_AppendFile):
         except OSError:
             pass
         try:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-                              | getattr(os, "O_CLOEXEC", 0), 0o600)
+            self.fd = _open_no_link(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             return True
         except OSError as e:
             self._failed(e)

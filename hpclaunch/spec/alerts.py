@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple
 
-from hpclaunch.common.model import model
+from dataclasses import dataclass
+
 from hpclaunch.spec.typedload import field, pattern_check
 
 SEVERITIES = ("info", "warning", "critical")
@@ -93,7 +94,7 @@ def _rule_model(name: str, severity: str, where: str, threshold, for_s, says: st
         ns["for_s"] = field(for_s[0], minimum=0, maximum=86400, help=for_s[1])
     ns["__annotations__"] = notes
     ns["__module__"] = __name__
-    return model(type("".join(p.title() for p in name.split("_")) + "Rule", (), ns))
+    return dataclass(type("".join(p.title() for p in name.split("_")) + "Rule", (), ns))
 
 
 _RULE_MODELS = {r[0]: _rule_model(*r) for r in RULES}
@@ -104,13 +105,13 @@ def _rules_model() -> type:
                           "__annotations__": dict(_RULE_MODELS), "__module__": __name__}
     for name, cls in _RULE_MODELS.items():
         ns[name] = field(default_factory=cls)
-    return model(type("Rules", (), ns))
+    return dataclass(type("Rules", (), ns))
 
 
 Rules = _rules_model()
 
 
-@model
+@dataclass
 class Webhook:
     """A chat webhook (Slack, Mattermost, Microsoft Teams workflow) or any notification URL apprise reads."""
 
@@ -121,7 +122,7 @@ class Webhook:
     min_severity: Severity = field("warning", help="the least severity sent here")
 
 
-@model
+@dataclass
 class Email:
     """E-mail over SMTP."""
 
@@ -143,7 +144,7 @@ class Email:
     min_severity: Severity = field("warning", help="the least severity sent here")
 
 
-@model
+@dataclass
 class RateLimit:
     """At most `max` messages per sink in any `per_s` seconds; more wait, and go out together."""
 
@@ -151,7 +152,7 @@ class RateLimit:
     per_s: float = field(3600.0, minimum=1, maximum=86400, help="the window, in seconds")
 
 
-@model
+@dataclass
 class Alerts:
     """Alerts: rules evaluated by each node's monitor and at the job's end, and where they go (docs/alerts.md)."""
 

@@ -17,7 +17,7 @@ import abc
 import enum
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
-from hpclaunch.common.model import field, model
+from dataclasses import dataclass, field
 
 
 class State(str, enum.Enum):
@@ -109,7 +109,7 @@ def state_of(word: Optional[str]) -> State:
     return SLURM_STATES.get(head, State.UNKNOWN)
 
 
-@model
+@dataclass
 class JobStatus:
     state: State
     exit_code: Optional[int] = None
@@ -132,7 +132,7 @@ class JobStatus:
         return self.state in FINAL_STATES
 
 
-@model(frozen=True)
+@dataclass(frozen=True)
 class JobRef:
     """What names a job to its backend: its id, its run directory, and for a sweep its task count."""
 
