@@ -41,7 +41,7 @@ LEAVES: Dict[str, Tuple[str, ...]] = {
     "hpclaunch.runtime": (),
 }
 # Which core layer may import a leaf (the leaf's users are above it).
-LEAF_USERS = {"hpclaunch.monitors": "top", "hpclaunch.reports": "runs", "hpclaunch.train_entry": "top",
+LEAF_USERS = {"hpclaunch.monitors": "runs", "hpclaunch.reports": "runs", "hpclaunch.train_entry": "top",
               "hpclaunch.runtime": "backends"}
 
 
