@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Tuple
 
-from hpclaunch.common.model import model
+from dataclasses import dataclass
 
 # What podman must be told to pass in (apptainer and pyxis pass the whole environment): Slurm's,
 # hpclaunch's and every launcher's rank variables, and the threading/accelerator settings.
@@ -20,7 +20,7 @@ PASSED = ("SLURM_*", "HPCLAUNCH_*", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL
           "PMIX_*", "PMI_*", "HOROVOD_*", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NCCL_*", "GLOO_*", "TF_CONFIG")
 
 
-@model(frozen=True)
+@dataclass(frozen=True)
 class ContainerPlan:
     runtime: str                  # pyxis | apptainer | podman
     image: str

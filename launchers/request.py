@@ -10,7 +10,7 @@ import json
 import re
 from typing import Optional, Tuple
 
-from hpclaunch.common.model import field, model
+from dataclasses import dataclass, field
 from hpclaunch.launchers.container import ContainerPlan, container_plan
 from hpclaunch.spec.job import DEFAULT_GRACE_S, signal_grace
 from hpclaunch.spec.loading import Resolved
@@ -28,7 +28,7 @@ def slug(name: str) -> str:
     return (text or "job")[:64]
 
 
-@model(frozen=True)
+@dataclass(frozen=True)
 class BatchRequest:
     job_name: str                      # exact, any characters
     slug: str                          # safe form, for --job-name and directories

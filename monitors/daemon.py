@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import os
 import select
 import signal
@@ -31,6 +32,7 @@ from .logfiles import CsvLog, EventLog, format_rows, format_trace_rows, stderr
 from .parentwatch import ParentWatch
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PID_MAX = 1 << 22
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -77,6 +79,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         p.error(f"--counter-interval {a.counter_interval!r}: use a number of seconds from 0 to 3600")
     if not (0.05 <= a.slow_interval <= 86400):
         p.error(f"--slow-interval {a.slow_interval!r}: use a number of seconds from 0.05 to 86400")
+    # 0 and -1 name no process (kill(0) is the process group, kill(-1) every process: a watch on
+    # them never sees the parent go); pids stop at Linux's PID_MAX_LIMIT (2^22)
+    if a.parent_pid is not None and not (1 <= a.parent_pid <= PID_MAX):
+        p.error(f"--parent-pid {a.parent_pid}: give the pid of a running process (1 to {PID_MAX}); "
+                "the monitor stops when it ends")
     if not (-1000 <= a.thermal_margin <= 1000):
         p.error(f"--thermal-margin {a.thermal_margin!r}: use a finite number of degrees C")
     monitor_dir = os.path.join(a.run_dir, schema.MONITOR_DIR)
@@ -120,6 +127,7 @@ class Daemon:
         self.gpu_log = self.host_log = self.trace_log = self.jetson_log = self.ranks_log = None
         self.nvml = self.hostsrc = self.jetson = self.ranks = None
         self.exporter = None  # prometheus.Exporter when --prometheus-port/--prometheus-textfile
+        self.alerts = None    # monitors/alerts.AlertEngine when the job has alert rules
 
     # -- files and errors ----------------------------------------------------------------
     def _on_write_error(self, path: str, e: OSError) -> None:
@@ -174,6 +182,9 @@ class Daemon:
             "interval_s": a.interval, "counter_interval_s": a.counter_interval, "argv": sys.argv,
             "slurm_job_id": env.get("SLURM_JOB_ID"), "slurm_step_id": env.get("SLURM_STEP_ID"),
             "attempt": env.get("HPCLAUNCH_ATTEMPT"), "python": sys.version.split()[0]})
+        if self.events.moved_aside:
+            self.events.emit("error", {"path": self.events.path, "error": "not a regular file (a link?)",
+                                       "moved_to": self.events.moved_aside})
         from .host import HostSampler
         from .rapl import RaplReader
         from .thermal import CpuTemp
@@ -202,6 +213,10 @@ class Daemon:
             names = (self.host, os.uname().nodename, os.uname().nodename.split(".")[0], env.get("SLURMD_NODENAME"))
             self.ranks = RankProgress(env["HPCLAUNCH_LOG_DIR"], self.host, names, env.get("HPCLAUNCH_ATTEMPT"))
             self.ranks_log = self._csv(schema.ranks_file(self.host), schema.RANKS_SCHEMA, schema.RANKS_COLUMNS)
+        from .alerts import start_alerts
+        allocated = {g.index for g in self.nvml.gpus if g.ranks} if self.nvml is not None and a.all_gpus else None
+        self.alerts = self._guard("alerts", start_alerts, a.run_dir, self.host, env, self.events, stderr,
+                                  allocated, a.node_id)
 
     def _start_exporter(self) -> None:
         """Never fatal: without prometheus_client, or without a free port, the CSV logs go on."""
@@ -340,6 +355,11 @@ class Daemon:
         if self.ranks is not None and (final or self.ranks.due(now)):
             self._sample_ranks(now)
         self.samples += 1
+        if self.alerts is not None:  # on the rows just written; sending is the sender thread's
+            try:
+                self.alerts.rows(rows or (), now)
+            except Exception as e:
+                self.source_error("alerts", e)
         if self.exporter is not None:  # after the CSV writes: what a scrape shows is in the files
             try:
                 self.exporter.update(now, self.samples, row, rows or ())
@@ -358,6 +378,9 @@ class Daemon:
         watch = self._watch = ParentWatch(a.parent_pid)
         watch.register(self._poll)
         self.setup()
+        # What set-up made (modules, samplers, the alert rules) lives to the end: out of the collector's
+        # walks, a full collection costs what the loop made, not every module the sources imported.
+        gc.freeze()
         cpu0 = time.process_time()
         wall0 = time.monotonic()
         t0 = wall0
@@ -427,6 +450,11 @@ class Daemon:
                 self.exporter.close()
             except Exception as e:
                 self.source_error("prometheus", e)
+        if self.alerts is not None:  # open episodes end with the monitor; the sender gets the linger's time
+            try:
+                self.alerts.close(time.time(), max(1.0, getattr(self.args, "prometheus_linger", 3.0)))
+            except Exception as e:
+                self.source_error("alerts", e)
         if self.nvml is not None:
             stats["gpus"] = len(self.nvml.gpus)
             try:

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from hpclaunch.common.errors import InvalidInput
-from hpclaunch.common.model import fields
+from dataclasses import fields
 from hpclaunch.launchers.backends import slurm as slurm_backend
 from hpclaunch.launchers.backends import slurm_preflight, slurm_status, slurmcli
 from hpclaunch.launchers.backends.base import JobRef, JobStatus, State

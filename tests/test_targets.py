@@ -143,7 +143,7 @@ def test_the_pages_entry_point_group_is_the_one_read():
 
 def test_the_pages_kubernetes_output_is_a_jobset_and_its_key_list_is_the_sections(tmp_path):
     import re
-    from hpclaunch.common.model import fields
+    from dataclasses import fields
     from hpclaunch.spec.kubernetes import KubernetesOptions
     [command] = [c for c, code in doc_commands() if "> jobset.yaml" in c]
     assert run_doc_command(command, tmp_path).returncode == 0

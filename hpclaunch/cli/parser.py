@@ -125,6 +125,9 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32",
                    help="dtype of the graph (default fp32, whatever the run trained in)")
     c.add_argument("-o", "--output", metavar="DIR", help="write into DIR (it must exist) instead of RUN_DIR/exports")
+    c.add_argument("--model", metavar="MODULE:FACTORY", default=None,
+                   help="import this factory to rebuild the model (a run trained with --model): export never "
+                   "imports what a run directory names, only what you name here")
     c.add_argument("--json", action="store_true", help="print model.json's content")
 
     c = add_command("dashboard", help="a local web page of your jobs, live: state, ranks' progress, power, heat",
@@ -141,6 +144,21 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--token", action="store_true",
                    help="require the printed URL's token on 127.0.0.1 too (on a shared login node, every "
                    "user of the node can reach its 127.0.0.1)")
+
+    c = add_command("alerts", help="alerts a job raised; undelivered ones sent again; Prometheus rules",
+                    description="list: the alerts raised (critical, warning, info), from the run directories and "
+                                "the registry, with what each sink got. send: send a finished job's undelivered "
+                                "alerts again. prometheus-rules: Prometheus alerting rules for the monitor's "
+                                "exporter metrics, with a job file's thresholds (default: hpclaunch's) "
+                                "(docs/alerts.md).")
+    c.add_argument("action", choices=["list", "send", "prometheus-rules"])
+    c.add_argument("job", nargs="?", metavar="JOB",
+                   help="list/send: a job id, name or run directory; prometheus-rules: a job file (JOB.yaml)")
+    c.add_argument("--since", default="7d", metavar="AGE", help="list without JOB: jobs submitted within AGE")
+    c.add_argument("-O", "--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="prometheus-rules: override a key of the job file, e.g. -O alerts.rules.memory.threshold=90")
+    c.add_argument("-o", "--output", metavar="FILE", help="prometheus-rules: write the rules to FILE (atomically)")
+    c.add_argument("--json", action="store_true", help="list: as JSON")
 
     c = add_command("schema", help="print the JSON Schema of job files (or profiles), for editors")
     c.add_argument("--profile", action="store_true", help="the schema of profile files instead")

@@ -9,15 +9,16 @@ import time
 from typing import Callable, Optional
 
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.common.model import model
+from dataclasses import dataclass
 from hpclaunch.launchers.backends.choice import get_backend
 from hpclaunch.launchers.backends.base import FINAL_STATES, JobRef, JobStatus, State, exit_code_for
 from hpclaunch.runs import attempts as run_attempts
+from hpclaunch.runs.alerts import on_final
 from hpclaunch.runs.registry import JobRecord, Registry
 from hpclaunch.runs.resubmit import resubmit
 
 
-@model
+@dataclass
 class RankLog:
     rank: int
     path: str
@@ -30,6 +31,7 @@ class Job:
     def __init__(self, record: JobRecord, registry: Optional[Registry] = None):
         self.record = record
         self.registry = registry or Registry()
+        self.alerts: list = []  # the alerts its end raised, when this handle saw it end
 
     def __repr__(self) -> str:
         return f"Job({self.record.backend}:{self.record.job_id} {self.record.name!r})"
@@ -89,8 +91,12 @@ class Job:
         if st.final:
             st.exit_code = exit_code_for(st.state, self._failing_rank_code(), st.exit_code)
         if st.state not in ("UNKNOWN", ""):
-            self.registry.update_state(self.record.key, st.state, exit_code=st.exit_code, attempts=attempts,
-                                       end_time=st.end_time)
+            if self.registry.update_state(self.record.key, st.state, exit_code=st.exit_code, attempts=attempts,
+                                          end_time=st.end_time) and st.final:
+                try:
+                    self.alerts = on_final(self, st)  # once, by whichever command sees the end first
+                except Exception as e:  # noqa: BLE001 - an alert never costs the state (alerts list says more)
+                    self.alerts = [{"rule": "error", "message": f"alerts: {type(e).__name__}: {e}"}]
         return st
 
     def history(self) -> list[dict]:

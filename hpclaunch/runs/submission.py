@@ -16,10 +16,11 @@ from hpclaunch.launchers.backends.choice import get_backend
 from hpclaunch.launchers.backends.base import JobRef
 from hpclaunch.launchers.render import render_script
 from hpclaunch.launchers.request import BatchRequest, build_request
+from hpclaunch.runs import alerts
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.loading import Resolved, resolve_job
-from hpclaunch.spec.typedload import SourceMap
+from hpclaunch.spec.typedload import SourceMap, to_plain
 from hpclaunch.spec.yamlio import display_path, dump_yaml
 
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
@@ -139,6 +140,8 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
     reg.check()  # a damaged registry is refused before anything is queued or a run directory made
     request = build_request(resolved)
     script = render_script(request)
+    alert_conf = alerts.settings({"alerts": to_plain(resolved.job.alerts)})
+    alerts.check_secrets(alert_conf)  # a secret that cannot be had: the user's one line, nothing queued
     root = request.runs_root if os.path.isabs(request.runs_root) else os.path.join(cwd, request.runs_root)
     args = [f"--dependency={','.join(parse_after(a, reg) for a in after)}"] if after else []
     sources = sources_of(resolved)
@@ -152,6 +155,7 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
         run_dir = os.path.join(root, f"{request.slug}-{ids[0]}")
         document = resolved.to_document()  # once: job.yaml and every registry row (~3 ms each)
         make_run_dir(run_dir, document, script)
+        alerts.write_config(run_dir, alert_conf)
         meta = _registry_meta(resolved, document, request, cwd)
         first = None
         for job_id, count in queued:

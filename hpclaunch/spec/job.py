@@ -1,4 +1,4 @@
-"""The job file: its schema as typed records (hpclaunch.model), with per-field checks.
+"""The job file: its schema as dataclasses, with per-field checks.
 
 Cross-field rules and the profile's limits live in validate.py; this module only
 says what each key is and which values are well-formed on their own.
@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple
 
-from hpclaunch.common.model import model
+from dataclasses import dataclass
+from hpclaunch.spec.alerts import Alerts
 from hpclaunch.spec.container import Container
 from hpclaunch.spec.kubernetes import KubernetesOptions
 from hpclaunch.spec.train import Train
@@ -74,7 +75,7 @@ def _command_check(value: List[str]) -> Optional[Tuple[str, str]]:
     return None
 
 
-@model
+@dataclass
 class Resources:
     """What each job asks Slurm for."""
 
@@ -88,7 +89,7 @@ class Resources:
     time: str = field("00:30:00", help=f"time limit ({TIME_FORMATS})", check=_time_check)
 
 
-@model
+@dataclass
 class SlurmOptions:
     """Scheduler placement and pass-through options."""
 
@@ -102,7 +103,7 @@ class SlurmOptions:
                              help="extra #SBATCH long options, passed through after validation of their form")
 
 
-@model
+@dataclass
 class Monitor:
     """The per-node power/thermal monitor."""
 
@@ -133,7 +134,7 @@ def signal_grace(grace: Optional[int], seconds: Optional[int]) -> Optional[int]:
     return None if seconds is not None and seconds <= DEFAULT_GRACE_S + SIGNAL_EARLY_S else DEFAULT_GRACE_S
 
 
-@model
+@dataclass
 class Requeue:
     """Automatic requeue before the time limit (or on preemption)."""
 
@@ -155,7 +156,7 @@ class Requeue:
                                                 "submitit: `scontrol requeue`)")
 
 
-@model
+@dataclass
 class Rendezvous:
     """Where ranks meet: the head node and a per-job port."""
 
@@ -163,7 +164,7 @@ class Rendezvous:
                                 minimum=1024, maximum=65535)
 
 
-@model
+@dataclass
 class Sweep:
     """A parameter sweep: one Slurm job array, one task per point. `{name}` in command arguments
     and env values is replaced by the point's value of parameter `name`."""
@@ -177,7 +178,7 @@ class Sweep:
     parallelism: Optional[int] = field(None, help="tasks running at once (--array=...%N)", minimum=1)
 
 
-@model
+@dataclass
 class Job:
     """An hpclaunch job file."""
 
@@ -201,6 +202,7 @@ class Job:
                                      check=lambda v: runs_root_problem(v))
     kubernetes: Optional[KubernetesOptions] = field(None, help="for `hpclaunch render --target kubernetes`: "
                                                     "image, namespace, Kueue queue, volumes (docs/targets.md)")
+    alerts: Alerts = field(default_factory=Alerts, help="alert rules and where alerts go (docs/alerts.md)")
 
 
 def env_name_problem(name: str) -> Optional[Tuple[str, str]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Literal, Optional, Tuple
 
-from hpclaunch.common.model import model
+from dataclasses import dataclass
 from hpclaunch.spec.typedload import Scalar, field
 
 MAX_ENTRIES = 32
@@ -101,7 +101,7 @@ def _resource_name(value: str) -> Optional[Tuple[str, str]]:
     return None
 
 
-@model
+@dataclass
 class Toleration:
     """A taint the job's pods tolerate (a pod's `tolerations:` entry)."""
 
@@ -114,7 +114,7 @@ class Toleration:
         None, help="the taint effect tolerated (null: every effect)")
 
 
-@model
+@dataclass
 class KubernetesOptions:
     """What `hpclaunch render --target kubernetes` needs (docs/targets.md)."""
 

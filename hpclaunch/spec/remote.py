@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from hpclaunch.common.model import model
+from dataclasses import dataclass
 from hpclaunch.spec.job import looks_secret, runs_root_problem
 from hpclaunch.spec.ssh_options import DESTINATION, name_problem, value_problem
 from hpclaunch.spec.typedload import Scalar, field, pattern_check
@@ -87,7 +87,7 @@ def _max_upload(value: str) -> Optional[Tuple[str, str]]:
     return None
 
 
-@model
+@dataclass
 class Remote:
     """How to reach this cluster's login node from your own machine (hpclaunch submit --remote)."""
 

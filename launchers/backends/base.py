@@ -17,7 +17,7 @@ import abc
 import enum
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
-from hpclaunch.common.model import field, model
+from dataclasses import dataclass, field
 
 
 class State(str, enum.Enum):
@@ -109,7 +109,7 @@ def state_of(word: Optional[str]) -> State:
     return SLURM_STATES.get(head, State.UNKNOWN)
 
 
-@model
+@dataclass
 class AttemptRecord:
     """One attempt of a job as its scheduler saw it (Slurm: a row of `sacct -D`, which lists every
     requeued attempt, whoever requeued it: hpclaunch, the program, or Slurm after a node failure)."""
@@ -123,7 +123,7 @@ class AttemptRecord:
     nodes: str = ""
 
 
-@model
+@dataclass
 class JobStatus:
     state: State
     exit_code: Optional[int] = None
@@ -149,7 +149,7 @@ class JobStatus:
         return self.state in FINAL_STATES
 
 
-@model(frozen=True)
+@dataclass(frozen=True)
 class JobRef:
     """What names a job to its backend: its id, its run directory, and for a sweep its task count."""
 

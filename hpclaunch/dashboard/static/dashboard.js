@@ -3,6 +3,10 @@
 (function () {
   "use strict";
 
+  // Every path is under the page's root: "/", or with a token "/<random>/", the only path its cookie
+  // is sent to (a cookie for "/" would go to every port of this host).
+  var root = document.body.getAttribute("data-root") || "/";
+
   // A token in the address bar has done its work (the server set a cookie): keep it out of
   // screenshots, history and shared links.
   var params = new URLSearchParams(location.search);
@@ -56,11 +60,11 @@
 
   // ---------------------------------------------------------------- the job list
   function jobsPage() {
-    follow("/events", "jobs", function (data) {
+    follow(root + "events", "jobs", function (data) {
       showError(data.error);
       var rows = data.jobs.map(function (j) {
         var tr = el("tr", {"data-key": j.key, "class": "state-" + j.state.toLowerCase()});
-        cell(tr, el("a", {href: "/job/" + j.key}, j.job_id));
+        cell(tr, el("a", {href: root + "job/" + j.key}, j.job_id));
         cell(tr, j.name);
         cell(tr, j.state + (j.exit_code !== null && j.exit_code !== undefined ? " (exit " + j.exit_code + ")" : "")
                  + (j.waiting ? " · " + j.waiting : ""), "state");
@@ -100,8 +104,14 @@
     };
   }
 
+  // plotly reads a subset of HTML in a trace's name (links, styles, line breaks) and decodes entities
+  // after it: a label holds a host name from a monitor log, which the job's own programs write.
+  function plotlyText(text) {
+    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
+
   function trace(label, points) {
-    return {x: points.t.map(function (ms) { return new Date(ms); }), y: points.y, name: label,
+    return {x: points.t.map(function (ms) { return new Date(ms); }), y: points.y, name: plotlyText(label),
             type: "scatter", mode: "lines", connectgaps: false};
   }
 
@@ -178,10 +188,29 @@
     document.getElementById("no-ranks").hidden = rows.length > 0;
   }
 
+  function drawAlerts(alerts) {
+    var rows = (alerts || []).slice().reverse().map(function (a) {
+      var sev = a.event === "resolved" ? "resolved" : a.severity;
+      var tr = el("tr", {"class": "alert-" + sev, "data-rule": a.rule});
+      cell(tr, sev, "severity");
+      cell(tr, a.rule);
+      cell(tr, [a.node, a.gpu === null || a.gpu === undefined ? "" : "GPU " + a.gpu,
+                a.rank === null || a.rank === undefined ? "" : "rank " + a.rank].filter(Boolean).join(" "));
+      cell(tr, when(a.first_seen));
+      cell(tr, when(a.last_seen));
+      cell(tr, a.message, "message");
+      return tr;
+    });
+    var body = document.querySelector("#alerts tbody");
+    body.replaceChildren.apply(body, rows);
+    document.getElementById("no-alerts").hidden = rows.length > 0;
+  }
+
   function jobPage(key) {
-    follow("/job/" + key + "/events", "job", function (data) {
+    follow(root + "job/" + key + "/events", "job", function (data) {
       showError(data.job.error);
       drawFacts(data.job);
+      drawAlerts(data.live.alerts);
       drawRanks(data.live.ranks);
       drawCharts(data.live);
       var notes = document.getElementById("notes");
