@@ -89,7 +89,8 @@ requeue: {{max_attempts: 2}}
     proc = hl("submit", job, "--backend", "slurm", "--wait", cwd=str(tmp_path), check=False, timeout=400)
     assert proc.returncode == 0, proc.stderr
     run_dir = run_dir_of(proc.stdout)
-    progress = [line for line in proc.stderr.splitlines() if re.match(r"\s+\[\s*\d+ s\]", line)]
+    progress = [line for line in proc.stderr.splitlines()      # the state lines (not the alerts' lines)
+                if re.match(r"\s+\[\s*\d+ s\] [A-Z_]+\b.* attempt \d+", line)]
     # an attempt is never printed as the next one while it completes (Slurm counts the restart early)
     numbers = [int(re.search(r"attempt (\d+)", line).group(1)) for line in progress]
     assert numbers == sorted(numbers), progress
