@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # `ast` costs ~5 ms to import: only compiling needs it, not a
 # Bump when template_runtime changes what compiled code may rely on: older cache entries are then
 # not read.
 RUNTIME_VERSION = 2
-RENDER_VARS = ("r", "version")  # what render.py passes to the templates
+RENDER_VARS = ("r", "s", "version")  # what backends/slurm_script.py passes to the templates
 _HEADER = "from jinja2.runtime import "
 
 

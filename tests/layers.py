@@ -24,9 +24,9 @@ PACKAGE_DIRS = {
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("common", ("hpclaunch.common",)),
     ("spec", ("hpclaunch.spec", "hpclaunch.hpc_profiles")),
-    ("launch", ("hpclaunch.launchers.request", "hpclaunch.launchers.render", "hpclaunch.templates",
-                "hpclaunch.launchers")),
-    ("backends", ("hpclaunch.launchers.backends",)),
+    ("launch", ("hpclaunch.launchers.plan", "hpclaunch.templates", "hpclaunch.launchers")),
+    # render: a job's script through a backend's translation (the Slurm one), so above the backends
+    ("backends", ("hpclaunch.launchers.backends", "hpclaunch.launchers.render")),
     ("runs", ("hpclaunch.runs",)),
     ("top", ("hpclaunch.cli", "hpclaunch.dashboard", "hpclaunch.__main__", "hpclaunch")),
 ]

@@ -1,7 +1,7 @@
 """Python callables on the cluster through submitit, with an hpclaunch profile's settings.
 
 submitit does the work (pickling the call, sbatch, srun, results, checkpoint/requeue); this module
-only turns a profile + keyword overrides into a job request (hpclaunch.launchers.backends.submitit
+only turns a profile + keyword overrides into a job plan (hpclaunch.launchers.backends.submitit
 makes submitit's parameters from it, as the renderer makes a script), validated by hpclaunch's own
 loader (same one-line errors as a job file), and records every submission in hpclaunch's registry
 so `hpclaunch status` / `hpclaunch list` see it next to batch jobs.
@@ -36,7 +36,7 @@ from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.choice import backend_class, default_backend_name
 from hpclaunch.launchers.backends.slurmcli import clean_env
 from hpclaunch.launchers.backends.submitit import parameters
-from hpclaunch.launchers.request import BatchRequest, build_request
+from hpclaunch.launchers.plan import Plan, build_plan
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.job import Job as JobSpec
@@ -76,10 +76,10 @@ _COUNTER = itertools.count()
 
 @dataclass
 class Settings:
-    """A profile + overrides, validated: the resolved job, its request, and submitit's parameters."""
+    """A profile + overrides, validated: the resolved job, its plan, and submitit's parameters."""
 
     resolved: Resolved
-    request: BatchRequest
+    plan: Plan
     cluster: str                       # "slurm" or "local"
     parameters: dict                   # for AutoExecutor.update_parameters
     init: dict                         # for AutoExecutor(...) (slurm_max_num_timeout)
@@ -105,7 +105,7 @@ def resolve(profile: str = DEFAULT_PROFILE, overrides: Optional[Mapping[str, Any
             strings: Sequence[str] = (), *, caller: str = "executor", cwd: Optional[str] = None,
             cluster: Optional[str] = None) -> Settings:
     """Profile defaults < one node x one task < keyword overrides < `strings` ("key=value", as
-    `-o`); validated by the job loader, translated by the request builder."""
+    `-o`); validated by the job loader, translated by the plan builder."""
     cwd = os.path.abspath(cwd or os.getcwd())
     overrides = dict(overrides or {})
     passthrough = {k: overrides.pop(k) for k in list(overrides) if k.startswith(_PASS_THROUGH)}
@@ -137,14 +137,14 @@ def resolve(profile: str = DEFAULT_PROFILE, overrides: Optional[Mapping[str, Any
         set_path(layer, key, value)
         origins_of[key] = f"{caller}(overrides: {key})"
     resolved = resolve_data(layer, f"{caller}()", cwd, cwd, origins_of, job_path=os.path.join(cwd, f"{caller}()"))
-    request = build_request(resolved)
+    plan = build_plan(resolved)
     which = cluster or ("slurm" if default_backend_name() == "slurm" else "local")
     # Was the signal chosen (by the profile or the caller), or is it the default?
     defaults = resolved.profile.profile.defaults.get("requeue")
     signal_chosen = "signal" in layer.get("requeue", {}) or (isinstance(defaults, dict) and "signal" in defaults)
-    params, init = parameters(request, which, SourceMap(f"{caller}()", resolved.origins), signal_chosen)
+    params, init = parameters(plan, which, SourceMap(f"{caller}()", resolved.origins), signal_chosen)
     params.update(passthrough)
-    return Settings(resolved, request, which, params, init)
+    return Settings(resolved, plan, which, params, init)
 
 
 def _check_key(key: str, caller: str, kw: str) -> None:
@@ -173,7 +173,7 @@ def executor(profile: str = DEFAULT_PROFILE, folder: Optional[str] = None, *, ov
 def _executor(profile, folder, overrides, cluster, cwd, settings, caller):
     import submitit  # heavy (~0.2 s): only when a function is submitted
     cfg = resolve(profile, settings, overrides, caller=caller, cwd=cwd, cluster=cluster)
-    runs_root = cfg.request.runs_root
+    runs_root = cfg.plan.runs_root
     folder = folder or fresh_folder(runs_root, cwd)
     ex = submitit.AutoExecutor(folder=folder, cluster=cfg.cluster, **cfg.init)
     ex.update_parameters(**cfg.parameters)

@@ -14,8 +14,7 @@ from hpclaunch.common.atomic import file_in_the_way, make_private_dirs, write_at
 from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
 from hpclaunch.launchers.backends.choice import get_backend
 from hpclaunch.launchers.backends.base import JobRef
-from hpclaunch.launchers.render import render_script
-from hpclaunch.launchers.request import BatchRequest, build_request
+from hpclaunch.launchers.plan import Plan, build_plan
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.loading import Resolved, resolve_job
@@ -117,11 +116,11 @@ def sources_of(resolved: Resolved) -> SourceMap:
     return SourceMap(display_path(resolved.job_path), resolved.origins)
 
 
-def _registry_meta(resolved: Resolved, document: dict, request: BatchRequest, cwd: str) -> dict:
+def _registry_meta(resolved: Resolved, document: dict, plan: Plan, cwd: str) -> dict:
     document = dict(document, hpclaunch=dict(document["hpclaunch"], submit_dir=cwd))
     return dict(job_file=os.path.abspath(resolved.job_path), job_sha256=resolved.source_hash,
-                profile=request.profile_name, launcher=request.launcher, nodes=request.nodes,
-                partition=request.partition, resolved=document)
+                profile=plan.profile_name, launcher=plan.launcher, nodes=plan.nodes,
+                partition=plan.placement.partition, resolved=document)
 
 
 def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optional[str] = None,
@@ -137,25 +136,25 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
     cwd = os.path.abspath(cwd or os.getcwd())
     reg = registry or Registry()
     reg.check()  # a damaged registry is refused before anything is queued or a run directory made
-    request = build_request(resolved)
-    script = render_script(request)
-    root = request.runs_root if os.path.isabs(request.runs_root) else os.path.join(cwd, request.runs_root)
+    plan = build_plan(resolved)
+    request = be.prepare(plan)
+    root = plan.runs_root if os.path.isabs(plan.runs_root) else os.path.join(cwd, plan.runs_root)
     args = [f"--dependency={','.join(parse_after(a, reg) for a in after)}"] if after else []
     sources = sources_of(resolved)
     be.check(request, args, sources)
     if preflight:
-        be.preflight(request, script, args, sources)
+        be.preflight(request, args, sources)
     ensure_runs_root(root, resolved)
-    queued = be.queue(request, script, args, cwd=cwd, new_id=reg.next_local_id)
+    queued = be.queue(request, args, cwd=cwd, new_id=reg.next_local_id)
     ids = [job_id for job_id, _ in queued]
     try:
-        run_dir = os.path.join(root, f"{request.slug}-{ids[0]}")
+        run_dir = os.path.join(root, f"{plan.slug}-{ids[0]}")
         document = resolved.to_document()  # once: job.yaml and every registry row (~3 ms each)
-        make_run_dir(run_dir, document, script)
-        meta = _registry_meta(resolved, document, request, cwd)
+        make_run_dir(run_dir, document, request.script)
+        meta = _registry_meta(resolved, document, plan, cwd)
         first = None
         for job_id, count in queued:
-            rec = reg.add(backend=be.name, cluster=be.cluster_name(), job_id=job_id, name=request.job_name,
+            rec = reg.add(backend=be.name, cluster=be.cluster_name(), job_id=job_id, name=plan.job_name,
                           run_dir=run_dir, array_size=count or None, parent_key=first.key if first else None,
                           **meta)
             first = first or rec
@@ -171,7 +170,7 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
         be.abandon(ids)
         reg.update_state(first.key, "CANCELLED", detail={"error": "the job could not be started; it was cancelled"})
         raise
-    reg.event(first.key, "released", {"arrays": ids, "tasks": request.array_size} if request.array_size else None)
+    reg.event(first.key, "released", {"arrays": ids, "tasks": plan.array_size} if plan.array_size else None)
     return Job(first, reg)
 
 
@@ -182,7 +181,7 @@ def test_only(job: str | Resolved, overrides: Sequence[str] = (), *, after: Sequ
     be = get_backend(backend)
     be.prefetch(True)
     resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
-    request = build_request(resolved)
+    request = be.prepare(build_plan(resolved))
     args = [f"--dependency={','.join(parse_after(a, Registry()) for a in after)}"] if after else []
     be.check(request, args, sources_of(resolved))
-    return be.preflight(request, render_script(request), args, sources_of(resolved), test_only=True) or ""
+    return be.preflight(request, args, sources_of(resolved), test_only=True) or ""

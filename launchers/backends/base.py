@@ -3,13 +3,20 @@
 Modelled on TorchX's `Scheduler` (submit_dryrun / schedule / describe / cancel) and submitit's
 `Executor`: callers hold a `Backend` and a `JobRef` and never ask which backend they have.
 
-A submission is two-phase, so that nothing runs before its run directory and registry row exist
-(hydra#2100: Slurm opens --output before the job's own code runs):
+Each backend owns its translation: `prepare(plan)` turns the scheduler-neutral plan
+(launchers/plan.py) into its native request (Slurm: #SBATCH directives and the batch script), and
+every later call takes that request, as TorchX's `schedule` takes its dry-run info: nothing reads
+the job again. A submission is two-phase, so that nothing runs before its run directory and
+registry row exist (hydra#2100: Slurm opens --output before the job's own code runs):
 
-    ids = backend.queue(request, script, args, cwd=..., job_id=...)   # held, nothing runs yet
+    req = backend.prepare(plan)                                    # pure
+    ids = backend.queue(req, args, cwd=..., new_id=...)            # held, nothing runs yet
     ... the runs layer makes the run directory and the registry rows ...
-    backend.release(ref)                                               # now it may start
+    backend.release(ref, req, cwd=...)                             # now it may start
     (or backend.abandon(ids) when anything in between failed)
+
+A native request has `.plan` (what it was made from) and `.script` (the text the run directory
+keeps as script.sbatch; empty where the backend runs no script).
 """
 from __future__ import annotations
 
@@ -153,18 +160,21 @@ class Backend(abc.ABC):
     def prefetch(self, preflight: bool = True) -> None:
         """Start whatever queries a submission will need, while the caller loads and renders."""
 
+    @abc.abstractmethod
+    def prepare(self, plan):
+        """The plan as this backend's native request (pure: no files, no scheduler)."""
+
     def check(self, request, args: Sequence[str], sources) -> None:
         """What this backend can never run (always checked, no queries); raise HpclaunchError."""
 
-    def preflight(self, request, script: str, args: Sequence[str], sources, test_only: bool = False) -> Optional[str]:
+    def preflight(self, request, args: Sequence[str], sources, test_only: bool = False) -> Optional[str]:
         """Check the request against the live resources (skipped with --no-preflight); raise
         InvalidInput / HpclaunchError. With test_only, return the backend's own verdict (Slurm:
         when and where it would start)."""
         return None
 
     @abc.abstractmethod
-    def queue(self, request, script: str, args: Sequence[str], *, cwd: str,
-              new_id: Callable[[], str]) -> List[tuple]:
+    def queue(self, request, args: Sequence[str], *, cwd: str, new_id: Callable[[], str]) -> List[tuple]:
         """Queue the job held: [(job_id, task_count)], one per array chunk (one for a plain job).
         `new_id` hands out ids for backends that have no scheduler to number jobs."""
 

@@ -15,10 +15,10 @@ from typing import Callable, List, Optional, Sequence
 
 from hpclaunch.common.errors import HpclaunchError, InvalidInput
 from hpclaunch.common.identity import current_user
-from hpclaunch.launchers.backends import slurm_facts, slurm_status, slurmcli
+from hpclaunch.launchers.backends import slurm_facts, slurm_script, slurm_status, slurmcli
 from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
 from hpclaunch.launchers.backends.slurm_preflight import check_request, parse_associations
-from hpclaunch.launchers.request import BatchRequest, array_spec
+from hpclaunch.launchers.backends.slurm_script import SlurmRequest, array_spec, run_log, sweep_log
 
 
 def submit_env() -> dict:
@@ -100,9 +100,14 @@ class SlurmBackend(Backend):
     def accounting(self) -> bool:
         return "none" not in self.config().get("AccountingStorageType", "none")
 
+    # --- the plan in Slurm's terms ------------------------------------------------------------------
+
+    def prepare(self, plan) -> SlurmRequest:
+        return slurm_script.prepare(plan)
+
     # --- preflight ------------------------------------------------------------------------------
 
-    def preflight(self, request: BatchRequest, script: str, args: Sequence[str], sources,
+    def preflight(self, request: SlurmRequest, args: Sequence[str], sources,
                   test_only: bool = False) -> Optional[str]:
         """Check the request against the live cluster; raise InvalidInput with one line per problem.
 
@@ -111,29 +116,30 @@ class SlurmBackend(Backend):
         request is queued no more than with --test-only, one controller round trip sooner.
         Returns --test-only's verdict (Slurm's estimate of when and where the job would start)."""
         self.config()  # a controller that does not answer fails here, with Slurm's message
+        plan = request.plan
         args = list(args)
-        if request.array_size and not any(a.startswith("--array=") for a in args):
-            first = min(request.array_size, self.max_array_size())
-            args.append(f"--array={array_spec(first, request.parallelism)}")
+        if plan.array_size and not any(a.startswith("--array=") for a in args):
+            first = min(plan.array_size, self.max_array_size())
+            args.append(f"--array={array_spec(first, plan.parallelism)}")
         try:
-            self._check(request, sources)
+            self._check(plan, sources)
         except InvalidInput:
             if self._cached is None:
                 raise
             self._forget_cached()  # cached facts never refuse a job: the live cluster's answer does
             self._ask(True)
-            self._check(request, sources)
+            self._check(plan, sources)
         if not test_only:
             return None
-        proc = slurmcli.run(["sbatch", "--test-only"] + args, input=script, env=submit_env(), check=False)
+        proc = slurmcli.run(["sbatch", "--test-only"] + args, input=request.script, env=submit_env(), check=False)
         if proc.returncode != 0:
             message = slurmcli.first_line(proc.stderr or proc.stdout)
             raise HpclaunchError(f"{sources.default}: sbatch --test-only refused the job: {message} "
                                  "\u2014 nothing was queued; change the request or the partition")
         return slurmcli.first_line(proc.stderr or proc.stdout)
 
-    def _check(self, request: BatchRequest, sources) -> None:
-        check_request(request, sources, self.cluster_name(), self._show("partition"), self._show("node"),
+    def _check(self, plan, sources) -> None:
+        check_request(plan, sources, self.cluster_name(), self._show("partition"), self._show("node"),
                       self._associations if self.accounting() else None)
 
     def _associations(self) -> Optional[tuple[set, set]]:
@@ -156,14 +162,15 @@ class SlurmBackend(Backend):
             raise HpclaunchError(f"sbatch printed no job id: {proc.stdout.strip()!r} \u2014 check the cluster")
         return job_id
 
-    def queue(self, request: BatchRequest, script: str, args: Sequence[str], *, cwd: str,
+    def queue(self, request: SlurmRequest, args: Sequence[str], *, cwd: str,
               new_id: Optional[Callable[[], str]] = None) -> List[tuple]:
         """Held jobs: one, or for a sweep one array per MaxArraySize chunk. Every chunk is held until
         all are queued, so a sweep is queued whole or not at all (the caller abandons on failure)."""
-        if not request.array_size:
-            return [(self.sbatch(script, list(args) + [f"--output={self._run_log(request, cwd)}", "--hold"], cwd), 0)]
+        plan, script = request.plan, request.script
+        if not plan.array_size:
+            return [(self.sbatch(script, list(args) + [f"--output={run_log(plan, cwd)}", "--hold"], cwd), 0)]
         size = max(1, self.max_array_size())
-        n, par = request.array_size, request.parallelism
+        n, par = plan.array_size, plan.parallelism
         chunks = [(off, min(size, n - off)) for off in range(0, n, size)]
         user_dep = [a.split("=", 1)[1] for a in args if a.startswith("--dependency=")]
         other = [a for a in args if not a.startswith("--dependency=")]
@@ -171,7 +178,7 @@ class SlurmBackend(Backend):
         try:
             for k, (off, count) in enumerate(chunks):
                 extra = [f"--array={array_spec(count, par)}",
-                         f"--output={self._sweep_log(request, cwd, ids[0] if k else '%A')}"]
+                         f"--output={sweep_log(plan, cwd, ids[0] if k else '%A')}"]
                 deps = list(user_dep)
                 if k:
                     extra.append(f"--export=ALL,HPCLAUNCH_ARRAY_OFFSET={off},HPCLAUNCH_SWEEP_ID={ids[0]}")
@@ -185,20 +192,7 @@ class SlurmBackend(Backend):
             raise
         return [(job_id, count) for job_id, (_, count) in zip(ids, chunks)]
 
-    @staticmethod
-    def _root(request: BatchRequest, cwd: str) -> str:
-        return request.runs_root if os.path.isabs(request.runs_root) else os.path.join(cwd, request.runs_root)
-
-    @classmethod
-    def _run_log(cls, request: BatchRequest, cwd: str) -> str:
-        """Slurm's log in the run directory, which submit has made by the time the job starts."""
-        return os.path.join(cls._root(request, cwd), f"{request.slug}-%j", "logs", "slurm.out")
-
-    @classmethod
-    def _sweep_log(cls, request: BatchRequest, cwd: str, first_id: str) -> str:
-        return os.path.join(cls._root(request, cwd), f"{request.slug}-{first_id}", "logs", "slurm-%A_%a.out")
-
-    def release(self, ref: JobRef, request: Optional[BatchRequest] = None, *, cwd: str = "") -> None:
+    def release(self, ref: JobRef, request: Optional[SlurmRequest] = None, *, cwd: str = "") -> None:
         slurmcli.run(["scontrol", "release", ref.job_id])
 
     def abandon(self, job_ids) -> None:

@@ -1,6 +1,6 @@
-"""submitit's parameters from a BatchRequest: the same translation of a job into Slurm terms as
-the sbatch renderer uses (one request object, two consumers), so a callable submitted through
-submitit asks for exactly what the same job file would.
+"""submitit's parameters from a plan: the Slurm backend's translation of a job into Slurm terms
+(slurm_script.directives, one translation, two consumers), so a callable submitted through submitit
+asks for exactly what the same job file would.
 
 The runs layer (hpclaunch.runs.functions) builds the request from a profile and keyword settings
 and owns the executor, the submission and the registry row.
@@ -12,21 +12,22 @@ import shlex
 from typing import Any
 
 from hpclaunch.common.errors import InvalidInput, Problem
-from hpclaunch.launchers.request import BatchRequest
+from hpclaunch.launchers.backends.slurm_script import directives
+from hpclaunch.launchers.plan import Plan
 from hpclaunch.spec.job import SIGNAL_EARLY_S
 
-# sbatch directives of the request that have a submitit parameter of their own.
+# sbatch directives of the plan that have a submitit parameter of their own.
 _DIRECT = {"partition": "slurm_partition", "account": "slurm_account", "qos": "slurm_qos",
            "constraint": "slurm_constraint", "mem": "slurm_mem", "gpus-per-node": "slurm_gpus_per_node",
            "gres": "slurm_gres"}
 
 
-def exports(request: BatchRequest) -> list[str]:
-    """The request's environment as the shell lines a batch script would run."""
+def exports(request: Plan) -> list[str]:
+    """The plan's environment as the shell lines a batch script would run."""
     return [f"export {name}={shlex.quote(str(value))}" for name, value in request.env]
 
 
-def parameters(request: BatchRequest, cluster: str, sources, signal_chosen: bool) -> tuple[dict, dict]:
+def parameters(request: Plan, cluster: str, sources, signal_chosen: bool) -> tuple[dict, dict]:
     """(AutoExecutor.update_parameters kwargs, AutoExecutor(...) kwargs) for `cluster` slurm|local."""
     minutes = max(1, math.ceil(request.time_s / 60))
     setup = list(request.setup) + exports(request)
@@ -59,14 +60,14 @@ def parameters(request: BatchRequest, cluster: str, sources, signal_chosen: bool
         "cpus_per_task": request.cpus_per_task,
         "slurm_signal_delay_s": request.requeue_grace,
     }
-    for opt, value in request.directives:
+    for opt, value in directives(request)[0]:
         if opt in _DIRECT:
             key = _DIRECT[opt]
             p[key] = int(value) if key == "slurm_gpus_per_node" else value
         elif opt == "exclusive":
             p["slurm_exclusive"] = True
     extra: dict[str, Any] = {}
-    for opt in request.extra_directives:
+    for opt in request.placement.extra:
         name, eq, value = opt[2:].partition("=")
         extra[name] = value if eq else True
     if signal_chosen:
