@@ -7,7 +7,7 @@ scheduler, and only a backend knows its scheduler's words: nothing here is an sb
 
 The flat fields are the ones the rank runtime (templates/prologue.j2, epilogue.j2) reads by name;
 the records group what a backend translates (placement, the site's request dialect,
-dependencies). Records are hpclaunch.common.model's (dataclasses' surface without importing
+dependencies; a resubmission is a Rerun). Records are hpclaunch.common.model's (dataclasses' surface without importing
 `inspect` on the render path).
 """
 from __future__ import annotations
@@ -67,6 +67,17 @@ class Dependency:
 
     kind: str     # one of DEPENDENCY_KINDS
     job_id: str
+
+
+@model(frozen=True)
+class Rerun:
+    """A job queued again from its recorded script, without the nodes that failed under it, into the
+    run directory it started in (its checkpoints and logs), its attempts counted on (runs/resubmit.py)."""
+
+    script: str                        # the run directory's script, as it ran
+    run_dir: str
+    exclude: Tuple[str, ...]           # node names
+    attempts_so_far: int
 
 
 @model(frozen=True)

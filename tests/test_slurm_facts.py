@@ -84,7 +84,7 @@ def test_a_stale_entry_never_refuses_a_job(slurm, cache_home, tmp_path, monkeypa
     request, sources = _job(tmp_path, "resources: {nodes: 1, tasks_per_node: 1, time: '00:05:00'}\n")
     be = SlurmBackend()
     be.prefetch(True)
-    be.preflight(request, [], sources)   # the cached facts would refuse it: checked live, it passes
+    be.preflight(request, sources)   # the cached facts would refuse it: checked live, it passes
     assert "MaxTime=01:00:00" in slurm_facts.load()["partition"]   # and the live answer is kept
     # A request the live cluster refuses too is refused, with preflight's own line.
     request, sources = _job(tmp_path, "resources: {nodes: 1, tasks_per_node: 1, time: '00:59:00'}\n"
@@ -92,7 +92,7 @@ def test_a_stale_entry_never_refuses_a_job(slurm, cache_home, tmp_path, monkeypa
     be = SlurmBackend()
     be.prefetch(True)
     with pytest.raises(InvalidInput, match="no such partition"):
-        be.preflight(request, [], sources)
+        be.preflight(request, sources)
 
 
 def test_an_entry_that_let_a_refused_job_through_is_dropped(slurm, cache_home, hpc_home, tmp_path):

@@ -159,7 +159,7 @@ class Job:
         if attempts >= max_attempts:
             return None
         if st.state == "PENDING":
-            be.cancel(self.record.job_id)
+            be.cancel(self.ref())
         return resubmit(self.record, self.registry, exclude=down, attempts_so_far=attempts,
                         reason=f"node failure: {','.join(down)} ({st.state})")
 

@@ -14,29 +14,26 @@ from hpclaunch.common.atomic import file_in_the_way, make_private_dirs, write_at
 from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
 from hpclaunch.launchers.backends.choice import get_backend
 from hpclaunch.launchers.backends.base import JobRef
-from hpclaunch.launchers.plan import Plan, build_plan
+from hpclaunch.launchers.plan import DEPENDENCY_KINDS, Dependency, Plan, build_plan, replace
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.loading import Resolved, resolve_job
 from hpclaunch.spec.typedload import SourceMap
 from hpclaunch.spec.yamlio import display_path, dump_yaml
 
-DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
-
-
-def parse_after(spec: str, registry: Registry) -> str:
-    """`JOB[:afterok|afterany|afternotok]` -> an sbatch dependency (JOB may be an id or a name)."""
+def parse_after(spec: str, registry: Registry, backend: str) -> Dependency:
+    """`JOB[:afterok|afterany|afternotok]` -> a dependency on a job of `backend` (JOB: an id or a name)."""
     ref, _, kind = spec.partition(":")
     kind = kind or "afterok"
     if kind not in DEPENDENCY_KINDS:
         raise HpclaunchError(f"--after {spec}: unknown dependency '{kind}' \u2014 use one of {', '.join(DEPENDENCY_KINDS)}")
     if ref.isdigit():
-        return f"{kind}:{ref}"
-    found = [r for r in registry.find(ref) if r.backend == "slurm"]
+        return Dependency(kind, ref)
+    found = [r for r in registry.find(ref) if r.backend == backend]
     if not found:
-        raise HpclaunchError(f"--after {spec}: no Slurm job '{ref}' in the registry \u2014 give a job id or a name "
+        raise HpclaunchError(f"--after {spec}: no {backend} job '{ref}' in the registry \u2014 give a job id or a name "
                              "from `hpclaunch list`")
-    return f"{kind}:{found[0].job_id}"
+    return Dependency(kind, found[0].job_id)
 
 
 def _runs_root_problem(root: str) -> Optional[str]:
@@ -137,15 +134,16 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
     reg = registry or Registry()
     reg.check()  # a damaged registry is refused before anything is queued or a run directory made
     plan = build_plan(resolved)
+    if after:
+        plan = replace(plan, after=tuple(parse_after(a, reg, be.name) for a in after))
     request = be.prepare(plan)
     root = plan.runs_root if os.path.isabs(plan.runs_root) else os.path.join(cwd, plan.runs_root)
-    args = [f"--dependency={','.join(parse_after(a, reg) for a in after)}"] if after else []
     sources = sources_of(resolved)
-    be.check(request, args, sources)
+    be.check(request, sources)
     if preflight:
-        be.preflight(request, args, sources)
+        be.preflight(request, sources)
     ensure_runs_root(root, resolved)
-    queued = be.queue(request, args, cwd=cwd, new_id=reg.next_local_id)
+    queued = be.queue(request, cwd=cwd, new_id=reg.next_local_id)
     ids = [job_id for job_id, _ in queued]
     try:
         run_dir = os.path.join(root, f"{plan.slug}-{ids[0]}")
@@ -181,7 +179,9 @@ def test_only(job: str | Resolved, overrides: Sequence[str] = (), *, after: Sequ
     be = get_backend(backend)
     be.prefetch(True)
     resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
-    request = be.prepare(build_plan(resolved))
-    args = [f"--dependency={','.join(parse_after(a, Registry()) for a in after)}"] if after else []
-    be.check(request, args, sources_of(resolved))
-    return be.preflight(request, args, sources_of(resolved), test_only=True) or ""
+    plan = build_plan(resolved)
+    if after:
+        plan = replace(plan, after=tuple(parse_after(a, Registry(), be.name) for a in after))
+    request = be.prepare(plan)
+    be.check(request, sources_of(resolved))
+    return be.preflight(request, sources_of(resolved), test_only=True) or ""

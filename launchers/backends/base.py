@@ -10,7 +10,7 @@ the job again. A submission is two-phase, so that nothing runs before its run di
 registry row exist (hydra#2100: Slurm opens --output before the job's own code runs):
 
     req = backend.prepare(plan)                                    # pure
-    ids = backend.queue(req, args, cwd=..., new_id=...)            # held, nothing runs yet
+    ids = backend.queue(req, cwd=..., new_id=...)                  # held, nothing runs yet
     ... the runs layer makes the run directory and the registry rows ...
     backend.release(ref, req, cwd=...)                             # now it may start
     (or backend.abandon(ids) when anything in between failed)
@@ -164,17 +164,17 @@ class Backend(abc.ABC):
     def prepare(self, plan):
         """The plan as this backend's native request (pure: no files, no scheduler)."""
 
-    def check(self, request, args: Sequence[str], sources) -> None:
+    def check(self, request, sources) -> None:
         """What this backend can never run (always checked, no queries); raise HpclaunchError."""
 
-    def preflight(self, request, args: Sequence[str], sources, test_only: bool = False) -> Optional[str]:
+    def preflight(self, request, sources, test_only: bool = False) -> Optional[str]:
         """Check the request against the live resources (skipped with --no-preflight); raise
         InvalidInput / HpclaunchError. With test_only, return the backend's own verdict (Slurm:
         when and where it would start)."""
         return None
 
     @abc.abstractmethod
-    def queue(self, request, args: Sequence[str], *, cwd: str, new_id: Callable[[], str]) -> List[tuple]:
+    def queue(self, request, *, cwd: str, new_id: Callable[[], str]) -> List[tuple]:
         """Queue the job held: [(job_id, task_count)], one per array chunk (one for a plain job).
         `new_id` hands out ids for backends that have no scheduler to number jobs."""
 

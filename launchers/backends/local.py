@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional
 
 from hpclaunch.common.atomic import make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError
@@ -47,9 +47,9 @@ class LocalBackend(Backend):
         """The Slurm backend's script: this backend runs it as Slurm would (its Slurm emulation)."""
         return slurm_script.prepare(plan)
 
-    def check(self, request: SlurmRequest, args: Sequence[str], sources) -> None:
+    def check(self, request: SlurmRequest, sources) -> None:
         plan = request.plan
-        if any(a.startswith("--dependency=") for a in args):
+        if plan.after:
             raise HpclaunchError("--after: dependencies need Slurm \u2014 submit with --backend slurm")
         if plan.container is not None and plan.container.runtime == "pyxis":
             raise HpclaunchError(f"{sources.of('container')}: container: pyxis runs containers through Slurm's "
@@ -68,12 +68,10 @@ class LocalBackend(Backend):
                                  f"({','.join(gpus) or 'CUDA_VISIBLE_DEVICES=' + os.environ.get('CUDA_VISIBLE_DEVICES', '')}"
                                  ") \u2014 ask for fewer, or set HPCLAUNCH_LOCAL_GPUS to the GPUs local jobs may use")
 
-    def preflight(self, request: SlurmRequest, args: Sequence[str], sources,
-                  test_only: bool = False) -> Optional[str]:
+    def preflight(self, request: SlurmRequest, sources, test_only: bool = False) -> Optional[str]:
         return "it would start on this machine at once" if test_only else None
 
-    def queue(self, request: SlurmRequest, args: Sequence[str], *, cwd: str,
-              new_id: Callable[[], str]) -> List[tuple]:
+    def queue(self, request: SlurmRequest, *, cwd: str, new_id: Callable[[], str]) -> List[tuple]:
         """Nothing to hold: the job starts at release(). Its id comes from the registry's counter,
         which restarts in every registry (HPCLAUNCH_HOME): an id whose run directory another
         registry's job holds is skipped, and the free one is claimed by an exclusive mkdir, so two

@@ -19,6 +19,7 @@ from hpclaunch.launchers.backends import slurm_facts, slurm_script, slurm_status
 from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
 from hpclaunch.launchers.backends.slurm_preflight import check_request, parse_associations
 from hpclaunch.launchers.backends.slurm_script import SlurmRequest, array_spec, run_log, sweep_log
+from hpclaunch.launchers.plan import Rerun
 
 
 def submit_env() -> dict:
@@ -107,8 +108,7 @@ class SlurmBackend(Backend):
 
     # --- preflight ------------------------------------------------------------------------------
 
-    def preflight(self, request: SlurmRequest, args: Sequence[str], sources,
-                  test_only: bool = False) -> Optional[str]:
+    def preflight(self, request: SlurmRequest, sources, test_only: bool = False) -> Optional[str]:
         """Check the request against the live cluster; raise InvalidInput with one line per problem.
 
         `sbatch --test-only` runs only when asked (`submit --test-only`): a real submission is
@@ -117,8 +117,8 @@ class SlurmBackend(Backend):
         Returns --test-only's verdict (Slurm's estimate of when and where the job would start)."""
         self.config()  # a controller that does not answer fails here, with Slurm's message
         plan = request.plan
-        args = list(args)
-        if plan.array_size and not any(a.startswith("--array=") for a in args):
+        args = slurm_script.dependency(plan)
+        if plan.array_size:
             first = min(plan.array_size, self.max_array_size())
             args.append(f"--array={array_spec(first, plan.parallelism)}")
         try:
@@ -162,31 +162,27 @@ class SlurmBackend(Backend):
             raise HpclaunchError(f"sbatch printed no job id: {proc.stdout.strip()!r} \u2014 check the cluster")
         return job_id
 
-    def queue(self, request: SlurmRequest, args: Sequence[str], *, cwd: str,
-              new_id: Optional[Callable[[], str]] = None) -> List[tuple]:
+    def queue(self, request: SlurmRequest, *, cwd: str, new_id: Optional[Callable[[], str]] = None) -> List[tuple]:
         """Held jobs: one, or for a sweep one array per MaxArraySize chunk. Every chunk is held until
         all are queued, so a sweep is queued whole or not at all (the caller abandons on failure)."""
         plan, script = request.plan, request.script
         if not plan.array_size:
-            return [(self.sbatch(script, list(args) + [f"--output={run_log(plan, cwd)}", "--hold"], cwd), 0)]
+            args = slurm_script.dependency(plan) + [f"--output={run_log(plan, cwd)}", "--hold"]
+            return [(self.sbatch(script, args, cwd), 0)]
         size = max(1, self.max_array_size())
         n, par = plan.array_size, plan.parallelism
         chunks = [(off, min(size, n - off)) for off in range(0, n, size)]
-        user_dep = [a.split("=", 1)[1] for a in args if a.startswith("--dependency=")]
-        other = [a for a in args if not a.startswith("--dependency=")]
         ids: List[str] = []
         try:
             for k, (off, count) in enumerate(chunks):
                 extra = [f"--array={array_spec(count, par)}",
                          f"--output={sweep_log(plan, cwd, ids[0] if k else '%A')}"]
-                deps = list(user_dep)
+                chained: tuple = ()
                 if k:
                     extra.append(f"--export=ALL,HPCLAUNCH_ARRAY_OFFSET={off},HPCLAUNCH_SWEEP_ID={ids[0]}")
                     if par:  # %parallelism is per array: chained, the chunks never run more than it at once
-                        deps.append(f"afterany:{ids[-1]}")
-                if deps:
-                    extra.append(f"--dependency={','.join(deps)}")
-                ids.append(self.sbatch(script, other + extra + ["--hold"], cwd))
+                        chained = (f"afterany:{ids[-1]}",)
+                ids.append(self.sbatch(script, extra + slurm_script.dependency(plan, chained) + ["--hold"], cwd))
         except BaseException:
             self.abandon(ids)
             raise
@@ -205,9 +201,9 @@ class SlurmBackend(Backend):
     def cancel(self, ref: JobRef) -> None:
         slurmcli.run(["scancel", ref.job_id])
 
-    def resubmit(self, script: str, args: list[str], cwd: str) -> str:
+    def resubmit(self, rerun: Rerun, cwd: str) -> str:
         """A held copy of an existing job's script (a node failed under it)."""
-        return self.sbatch(script, args + ["--hold"], cwd)
+        return self.sbatch(rerun.script, slurm_script.rerun_flags(rerun) + ["--hold"], cwd)
 
     def down_nodes(self, nodelist: str) -> list[str]:
         """Nodes of `nodelist` that Slurm now reports DOWN, DRAIN(ED), FAIL or NOT_RESPONDING."""

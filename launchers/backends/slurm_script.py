@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 from hpclaunch.common.model import model
 from hpclaunch.common.version import __version__
 from hpclaunch.launchers import template_cache
-from hpclaunch.launchers.plan import Plan, replace
+from hpclaunch.launchers.plan import Plan, Rerun, replace
 from hpclaunch.spec.units import format_time
 
 TEMPLATE = "job.sbatch.j2"
@@ -89,6 +89,21 @@ def _environment():
 
 def render(request: SlurmRequest) -> str:
     return _environment().get_template(TEMPLATE).render(r=request.plan, s=request, version=__version__)
+
+
+def dependency(plan: Plan, more: Tuple[str, ...] = ()) -> list[str]:
+    """sbatch's --dependency flag for the plan's dependencies (and `more`, Slurm's own "kind:id" words)."""
+    words = [f"{d.kind}:{d.job_id}" for d in plan.after] + list(more)
+    return [f"--dependency={','.join(words)}"] if words else []
+
+
+def rerun_flags(rerun: Rerun) -> list[str]:
+    """sbatch's flags for a Rerun: the failed nodes left out, the run directory and the attempts so
+    far handed to the script (prologue.j2 reads HPCLAUNCH_RESUME_DIR and HPCLAUNCH_ATTEMPT_BASE),
+    Slurm's log appended to the run directory's."""
+    return [f"--exclude={','.join(rerun.exclude)}",
+            f"--export=ALL,HPCLAUNCH_RESUME_DIR={rerun.run_dir},HPCLAUNCH_ATTEMPT_BASE={rerun.attempts_so_far}",
+            f"--output={os.path.join(rerun.run_dir, 'logs', 'slurm.out')}"]
 
 
 def array_spec(n: int, parallelism: Optional[int], offset: int = 0) -> str:
