@@ -6,7 +6,7 @@ import os
 
 from hpclaunch.common.model import is_model
 from hpclaunch.launchers.backends import slurm_script
-from hpclaunch.launchers.backends.base import JobRef, JobStatus, State
+from hpclaunch.launchers.backends.base import Capability, JobRef, JobStatus, State
 from hpclaunch.launchers.plan import Dependency, Rerun, build_plan, fields, replace
 from hpclaunch.runs import jobs as jobs_module
 from hpclaunch.runs.registry import Registry
@@ -61,6 +61,7 @@ class FakeNodeBackend:
     """A backend that knows of node failures: one node is down, a job pending on it."""
 
     name = "fakesched"
+    capabilities = frozenset({Capability.NODE_FAILURES})
 
     def __init__(self):
         self.cancelled, self.reruns, self.released = [], [], []
@@ -91,17 +92,21 @@ class FakeNodeBackend:
         pass
 
 
-def test_a_job_pending_on_a_down_node_is_cancelled_and_resubmitted_without_it(hpc_home, tmp_path, monkeypatch):
+def _pending_job(tmp_path, fake, monkeypatch):
     run_dir = tmp_path / "runs" / "j-100"
     (run_dir / ".hpclaunch").mkdir(parents=True)
     (run_dir / "script.sbatch").write_text("#!/bin/bash\necho hi\n")
     reg = Registry()
     doc = {"requeue": {"max_attempts": 3}, "hpclaunch": {"submit_dir": str(tmp_path)}}
     rec = reg.add(backend="fakesched", cluster="c", job_id="100", name="j", run_dir=str(run_dir), resolved=doc)
-    fake = FakeNodeBackend()
     monkeypatch.setattr(jobs_module, "get_backend", lambda name=None: fake)
     monkeypatch.setattr("hpclaunch.runs.resubmit.get_backend", lambda name=None: fake)
-    job = jobs_module.Job(rec, reg)
+    return jobs_module.Job(rec, reg), reg, rec, run_dir
+
+
+def test_a_job_pending_on_a_down_node_is_cancelled_and_resubmitted_without_it(hpc_home, tmp_path, monkeypatch):
+    fake = FakeNodeBackend()
+    job, reg, rec, run_dir = _pending_job(tmp_path, fake, monkeypatch)
     job.wait(poll=0.01, timeout=0.05)
     assert fake.cancelled == ["100"]
     (rerun, cwd), = fake.reruns
@@ -110,6 +115,14 @@ def test_a_job_pending_on_a_down_node_is_cancelled_and_resubmitted_without_it(hp
     # the handle follows the new job, recorded on the backend it ran on (not as "slurm")
     assert (job.record.backend, job.record.job_id) == ("fakesched", "101")
     assert reg.get(rec.key).state == "NODE_FAIL"
+
+
+def test_a_backend_that_declares_no_node_failures_is_not_asked_about_nodes(hpc_home, tmp_path, monkeypatch):
+    fake = FakeNodeBackend()
+    fake.capabilities = frozenset()   # it has the methods, but does not say so: they are not probed
+    job, reg, rec, run_dir = _pending_job(tmp_path, fake, monkeypatch)
+    job.wait(poll=0.01, timeout=0.05)
+    assert fake.cancelled == [] and fake.reruns == [] and job.record.job_id == "100"
 
 
 def test_a_split_sweep_chains_its_chunks_after_the_users_dependencies(tmp_path, monkeypatch):

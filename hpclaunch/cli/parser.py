@@ -61,8 +61,9 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
 
     c = job_command("submit", "validate, render and queue a job (Slurm, or this machine with --backend local)",
                     optional=True)
-    c.add_argument("--backend", choices=["slurm", "local"], default=None,
-                   help="where to run (default: slurm if a cluster is configured here, else local)")
+    c.add_argument("--backend", default=None, metavar="NAME",
+                   help="where to run: slurm, local, or a backend another package installed "
+                        "(default: slurm if a cluster is configured here, else local)")
     c.add_argument("--after", action="append", default=[], metavar="JOB[:KIND]",
                    help="start after JOB (id or name); KIND afterok (default), afterany or afternotok")
     c.add_argument("--wait", action="store_true", help="follow the job until it ends; exit with its exit code")

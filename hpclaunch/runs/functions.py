@@ -33,9 +33,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.launchers.backends.choice import backend_class, default_backend_name
 from hpclaunch.launchers.backends.slurmcli import clean_env
-from hpclaunch.launchers.backends.submitit import parameters
+from hpclaunch.launchers.backends.submitit import SubmititBackend, executor_cluster, parameters, recorded
 from hpclaunch.launchers.plan import Plan, build_plan
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
@@ -138,7 +137,7 @@ def resolve(profile: str = DEFAULT_PROFILE, overrides: Optional[Mapping[str, Any
         origins_of[key] = f"{caller}(overrides: {key})"
     resolved = resolve_data(layer, f"{caller}()", cwd, cwd, origins_of, job_path=os.path.join(cwd, f"{caller}()"))
     plan = build_plan(resolved)
-    which = cluster or ("slurm" if default_backend_name() == "slurm" else "local")
+    which = executor_cluster(cluster)
     # Was the signal chosen (by the profile or the caller), or is it the default?
     defaults = resolved.profile.profile.defaults.get("requeue")
     signal_chosen = "signal" in layer.get("requeue", {}) or (isinstance(defaults, dict) and "signal" in defaults)
@@ -187,7 +186,7 @@ def submit_function(fn: Callable, *args: Any, profile: str = DEFAULT_PROFILE, fo
     """Run fn(*args) through submitit with the profile's settings; returns the submitit Job.
 
     Keyword arguments are settings (see the module docstring), not arguments of fn: bind those
-    with functools.partial. The job is recorded in hpclaunch's registry (backend "slurm", the
+    with functools.partial. The job is recorded in hpclaunch's registry (backend "submitit", the
     job's submitit folder as its run directory); `job.hpclaunch` is the hpclaunch handle.
     """
     settings.setdefault("name", getattr(fn, "__name__", "submitit"))
@@ -215,10 +214,10 @@ def map_function(fn: Callable, *iterables: Iterable, profile: str = DEFAULT_PROF
 
 
 def _record(job, cfg: Settings, registry, run_dir: str, array_size: Optional[int], job_id: Optional[str] = None):
-    if cfg.cluster != "slurm":
-        return None  # hpclaunch's local backend tracks its own runs only: nothing to record
+    if not recorded(cfg.cluster):
+        return None  # submitit's LocalExecutor: its runs are submitit's own, nothing to record
     reg = registry or Registry()
-    rec = reg.add(backend="slurm", cluster=_cluster_name(), job_id=job_id or str(job.job_id),
+    rec = reg.add(backend=SubmititBackend.name, cluster=_cluster_name(), job_id=job_id or str(job.job_id),
                   name=cfg.spec.name, run_dir=run_dir, profile=cfg.profile.profile.name,
                   partition=cfg.spec.slurm.partition, launcher="submitit", nodes=cfg.spec.resources.nodes,
                   array_size=array_size, resolved=cfg.document())
@@ -228,7 +227,7 @@ def _record(job, cfg: Settings, registry, run_dir: str, array_size: Optional[int
 
 def _cluster_name() -> str:
     try:
-        return backend_class("slurm")().cluster_name()   # through the table, as every submission
+        return SubmititBackend().cluster_name()   # the Slurm cluster's name, as batch jobs record it
     except HpclaunchError:
         return "slurm"
 

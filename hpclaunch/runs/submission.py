@@ -12,14 +12,24 @@ from typing import Optional, Sequence
 
 from hpclaunch.common.atomic import file_in_the_way, make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
-from hpclaunch.launchers.backends.choice import get_backend
-from hpclaunch.launchers.backends.base import JobRef
+from hpclaunch.launchers.backends.choice import job_backend, names
+from hpclaunch.launchers.backends.base import Capability, JobRef
 from hpclaunch.launchers.plan import DEPENDENCY_KINDS, Dependency, Plan, build_plan, replace
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.loading import Resolved, resolve_job
 from hpclaunch.spec.typedload import SourceMap
 from hpclaunch.spec.yamlio import display_path, dump_yaml
+
+def dependencies(after: Sequence[str], registry: Registry, be) -> tuple:
+    """`--after` as the plan's dependencies, on a backend that declares them."""
+    if not after:
+        return ()
+    if Capability.DEPENDENCIES not in be.capabilities:
+        raise HpclaunchError(f"--after: the {be.name} backend runs no dependencies \u2014 submit with --backend "
+                             f"{' or '.join(names(Capability.DEPENDENCIES))}")
+    return tuple(parse_after(a, registry, be.name) for a in after)
+
 
 def parse_after(spec: str, registry: Registry, backend: str) -> Dependency:
     """`JOB[:afterok|afterany|afternotok]` -> a dependency on a job of `backend` (JOB: an id or a name)."""
@@ -127,7 +137,7 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
 
     The same steps for every backend: check, queue held, make the run directory and the registry
     rows, release. Anything failing before the release abandons what was queued."""
-    be = get_backend(backend)
+    be = job_backend(backend)
     be.prefetch(preflight)  # a cluster answers while the job loads and renders
     resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
     cwd = os.path.abspath(cwd or os.getcwd())
@@ -135,7 +145,7 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
     reg.check()  # a damaged registry is refused before anything is queued or a run directory made
     plan = build_plan(resolved)
     if after:
-        plan = replace(plan, after=tuple(parse_after(a, reg, be.name) for a in after))
+        plan = replace(plan, after=dependencies(after, reg, be))
     request = be.prepare(plan)
     root = plan.runs_root if os.path.isabs(plan.runs_root) else os.path.join(cwd, plan.runs_root)
     sources = sources_of(resolved)
@@ -176,12 +186,12 @@ def test_only(job: str | Resolved, overrides: Sequence[str] = (), *, after: Sequ
               backend: Optional[str] = "slurm") -> str:
     """Preflight plus the backend's own verdict (Slurm: `sbatch --test-only`, when and where it
     would start). Queues and records nothing."""
-    be = get_backend(backend)
+    be = job_backend(backend)
     be.prefetch(True)
     resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
     plan = build_plan(resolved)
     if after:
-        plan = replace(plan, after=tuple(parse_after(a, Registry(), be.name) for a in after))
+        plan = replace(plan, after=dependencies(after, Registry(), be))
     request = be.prepare(plan)
     be.check(request, sources_of(resolved))
     return be.preflight(request, sources_of(resolved), test_only=True) or ""

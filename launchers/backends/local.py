@@ -17,7 +17,7 @@ from typing import Callable, List, Optional
 
 from hpclaunch.common.atomic import make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
+from hpclaunch.launchers.backends.base import Backend, Capability, JobRef, JobStatus, State
 from hpclaunch.launchers.backends.local_gpus import checked_lease_dir, machine_gpus, shared_setting
 from hpclaunch.launchers.backends.local_runner import end_group, group_alive, open_private_log, read_state, record_state
 from hpclaunch.launchers.backends import slurm_script
@@ -28,6 +28,11 @@ from hpclaunch.launchers.plan import Plan
 
 class LocalBackend(Backend):
     name = "local"
+    capabilities = frozenset({Capability.JOB_FILES})
+
+    @classmethod
+    def detected(cls) -> bool:
+        return True  # this machine: where no scheduler is configured
     _gpus_memo: Optional[tuple] = None  # (plan, its GPU list): check() and start() of one submit
 
     def _machine_gpus(self, plan: Plan) -> Optional[List[str]]:
@@ -49,8 +54,6 @@ class LocalBackend(Backend):
 
     def check(self, request: SlurmRequest, sources) -> None:
         plan = request.plan
-        if plan.after:
-            raise HpclaunchError("--after: dependencies need Slurm \u2014 submit with --backend slurm")
         if plan.container is not None and plan.container.runtime == "pyxis":
             raise HpclaunchError(f"{sources.of('container')}: container: pyxis runs containers through Slurm's "
                                  "srun — submit with --backend slurm, or use a profile whose "

@@ -10,13 +10,14 @@ last minutes asked for them (slurm_facts.py); a request they would refuse is che
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import Callable, List, Optional, Sequence
 
 from hpclaunch.common.errors import HpclaunchError, InvalidInput
 from hpclaunch.common.identity import current_user
 from hpclaunch.launchers.backends import slurm_facts, slurm_script, slurm_status, slurmcli
-from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
+from hpclaunch.launchers.backends.base import Capability, JobRef, JobStatus, NodeFailureAware, State
 from hpclaunch.launchers.backends.slurm_preflight import check_request, parse_associations
 from hpclaunch.launchers.backends.slurm_script import SlurmRequest, array_spec, run_log, sweep_log
 from hpclaunch.launchers.plan import Rerun
@@ -33,8 +34,20 @@ def submit_env() -> dict:
     return env
 
 
-class SlurmBackend(Backend):
+class SlurmBackend(NodeFailureAware):
     name = "slurm"
+    capabilities = frozenset({Capability.JOB_FILES, Capability.DEPENDENCIES, Capability.NODE_FAILURES})
+
+    @classmethod
+    def unavailable(cls) -> Optional[str]:
+        if not slurmcli.available():
+            return "--backend slurm: sbatch is not on PATH \u2014 run on a login node, or use --backend local"
+        return None
+
+    @classmethod
+    def detected(cls) -> bool:
+        """A cluster is configured here: sbatch on PATH and a slurm.conf."""
+        return bool(shutil.which("sbatch") and (os.environ.get("SLURM_CONF") or os.path.exists("/etc/slurm/slurm.conf")))
 
     def __init__(self) -> None:
         self._config: Optional[dict[str, str]] = None

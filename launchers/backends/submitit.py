@@ -1,6 +1,12 @@
-"""submitit's parameters from a plan: the Slurm backend's translation of a job into Slurm terms
-(slurm_script.directives, one translation, two consumers), so a callable submitted through submitit
-asks for exactly what the same job file would.
+"""The submitit backend: Python callables run through submitit, on Slurm (or this machine).
+
+Its parameters come from a plan through the Slurm backend's translation (slurm_script.directives,
+one translation, two consumers), so a callable submitted through submitit asks for exactly what
+the same job file would. Its submissions go through submitit itself, the one side entrance
+(hpclaunch.runs.functions: submit_function, map_function, executor): a pickled call is not a job
+file, so this backend declares no Capability.JOB_FILES and refuses prepare/queue. Its jobs are
+Slurm jobs, recorded under this backend's name and followed and cancelled through the Slurm
+backend; submitit requeues them itself, so they are not resubmitted around failed nodes.
 
 The runs layer (hpclaunch.runs.functions) builds the request from a profile and keyword settings
 and owns the executor, the submission and the registry row.
@@ -9,9 +15,11 @@ from __future__ import annotations
 
 import math
 import shlex
-from typing import Any
+from typing import Any, List, Optional, Sequence
 
-from hpclaunch.common.errors import InvalidInput, Problem
+from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
+from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus
+from hpclaunch.launchers.backends.slurm import SlurmBackend
 from hpclaunch.launchers.backends.slurm_script import directives
 from hpclaunch.launchers.plan import Plan
 from hpclaunch.spec.job import SIGNAL_EARLY_S
@@ -80,3 +88,45 @@ def parameters(request: Plan, cluster: str, sources, signal_chosen: bool) -> tup
     if setup:
         p["slurm_setup"] = setup
     return p, {"slurm_max_num_timeout": max(0, request.max_attempts - 1)}
+
+
+def executor_cluster(cluster: Optional[str]) -> str:
+    """submitit's executor (its own words): `cluster` as given, else "slurm" where a Slurm cluster is
+    configured here, else "local" (one node, this machine)."""
+    return cluster or ("slurm" if SlurmBackend.detected() else "local")
+
+
+def recorded(cluster: str) -> bool:
+    """Whether a submission through that executor is a job of this backend (the registry's): a
+    LocalExecutor's run is submitit's alone."""
+    return cluster == "slurm"
+
+
+class SubmititBackend(Backend):
+    name = "submitit"
+    capabilities = frozenset()   # no job files, no --after, no resubmission (submitit requeues its own)
+
+    def __init__(self) -> None:
+        self._slurm = SlurmBackend()
+
+    @classmethod
+    def unavailable(cls) -> Optional[str]:
+        return SlurmBackend.unavailable()
+
+    def cluster_name(self) -> str:
+        return self._slurm.cluster_name()
+
+    def _refuse(self, *args: Any, **kwargs: Any):
+        raise HpclaunchError("--backend submitit: it runs Python callables (hpclaunch.submit_function), not "
+                             "job files \u2014 submit a job file with --backend slurm")
+
+    prepare = queue = release = _refuse
+
+    def status(self, ref: JobRef) -> JobStatus:
+        return self._slurm.status(ref)
+
+    def statuses(self, refs: Sequence[JobRef]) -> List[JobStatus]:
+        return self._slurm.statuses(refs)
+
+    def cancel(self, ref: JobRef) -> None:
+        self._slurm.cancel(ref)
