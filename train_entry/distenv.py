@@ -66,6 +66,14 @@ def slurm_tasks_on_node(tasks_per_node: str, node_id: int) -> Optional[int]:
     return None
 
 
+def rank_hint(env: Mapping[str, str]) -> str:
+    """This process's rank as the first starter's variable says it, unchecked (log lines' prefix)."""
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "SLURM_PROCID"):
+        if env.get(name):
+            return env[name]
+    return "0"
+
+
 def detect(env: Mapping[str, str]) -> DistEnv:
     """Classify the launch from ``env`` alone (master address not resolved here).
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple
 
+from hpclaunch.common import schedenv
 from hpclaunch.common.model import model
 from hpclaunch.spec.container import Container
 from hpclaunch.spec.train import Train
@@ -98,7 +99,7 @@ class SlurmOptions:
                                       check=_slurm_word("constraint"))
     exclusive: bool = field(False, help="whole nodes only (--exclusive)")
     extra: List[str] = field(default_factory=list,
-                             help="extra #SBATCH long options, passed through after validation of their form")
+                             help="extra sbatch long options, passed through after validation of their form")
 
 
 @model
@@ -204,7 +205,7 @@ def env_name_problem(name: str) -> Optional[Tuple[str, str]]:
     if not _ENV_NAME.fullmatch(name):
         return ("is not a valid environment variable name",
                 "use letters, digits and _, not starting with a digit")
-    if name.startswith("HPCLAUNCH_") or name.startswith("SLURM_"):
+    if name.startswith(("HPCLAUNCH_",) + schedenv.PREFIXES):
         return ("is set by hpclaunch or Slurm and cannot be overridden here",
                 "pick another name")
     return None

@@ -19,7 +19,7 @@ MODES = {
     "torchrun": ("torchrun", TRAIN_ENTRY, "torchrun forks tasks_per_node ranks per node; they meet at the head node"),
     "horovod": ("horovod", "[python, train.py]", "horovodrun starts the ranks; hvd.init() finds them"),
     "mpi": ("mpi", "[python, train.py]", "mpirun or srun --mpi starts the ranks; MPI.COMM_WORLD spans them"),
-    "srun": ("srun", "[python, train.py]", "srun starts tasks_per_node ranks per node; SLURM_PROCID is the rank"),
+    "srun": ("srun", "[python, train.py]", "srun starts tasks_per_node ranks per node; Slurm's PROCID variable is the rank"),
     "ray": ("ray", "[python, driver.py]",
             "a Ray head on the first node, a worker on each other node; this command is the driver, on the "
             "head node, with RAY_ADDRESS set (ray.init() joins). The job ends when the driver does"),
@@ -70,7 +70,7 @@ slurm:
   account: null
   qos: null
   exclusive: false
-  extra: []              # more #SBATCH long options, e.g. ["--constraint=a100"]
+  extra: []              # more sbatch long options, e.g. ["--constraint=a100"]
 
 env:                     # exported to every rank
   OMP_NUM_THREADS: {_y(str(res.get("cpus_per_task", 1)))}

@@ -1,7 +1,7 @@
-"""The local backend: the same rendered script, run on this machine as a one-node allocation.
+"""The local backend: the Slurm backend's script, run on this machine as a one-node allocation.
 
-It sets the variables Slurm would (job id, node list, task counts, restart count) and
-HPCLAUNCH_LOCAL=1, which makes the script's `hl_step` run tasks itself instead of srun.
+It runs it under a Slurm emulation (slurm_emulation.py: the variables Slurm would set, and
+HPCLAUNCH_LOCAL=1, which makes the script's `hl_step` run tasks itself instead of srun).
 A detached runner process (local_runner.py) supervises attempts, the time limit and cancel.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import Backend, Capability, JobRef, JobStatus, State
 from hpclaunch.launchers.backends.local_gpus import checked_lease_dir, machine_gpus, shared_setting
 from hpclaunch.launchers.backends.local_runner import end_group, group_alive, open_private_log, read_state, record_state
-from hpclaunch.launchers.backends import slurm_script
+from hpclaunch.launchers.backends import slurm_emulation, slurm_script
 from hpclaunch.launchers.backends.slurm import submit_env
 from hpclaunch.launchers.backends.slurm_script import SlurmRequest
 from hpclaunch.launchers.plan import Plan
@@ -96,29 +96,10 @@ class LocalBackend(Backend):
         self.start(request.plan, ref.run_dir, ref.job_id, cwd)
 
     def start(self, plan: Plan, run_dir: str, job_id: str, cwd: str) -> int:
-        node_cpus = str(plan.tasks_per_node * plan.cpus_per_task)
-        env = {
-            "HPCLAUNCH_LOCAL": "1",
-            "SLURM_JOB_ID": job_id,
-            "SLURM_JOBID": job_id,
-            "SLURM_JOB_NAME": plan.slug,
-            "SLURM_JOB_NODELIST": "localhost",
-            "SLURM_NODELIST": "localhost",
-            "SLURM_JOB_NUM_NODES": "1",
-            "SLURM_NNODES": "1",
-            "SLURM_NTASKS": str(plan.tasks_per_node),
-            "SLURM_NTASKS_PER_NODE": str(plan.tasks_per_node),
-            # sbatch's: Open MPI's mpirun reads the allocation from SLURM_NODELIST and these
-            "SLURM_TASKS_PER_NODE": str(plan.tasks_per_node),
-            "SLURM_JOB_CPUS_PER_NODE": node_cpus,
-            "SLURM_CPUS_ON_NODE": node_cpus,
-            "SLURM_CPUS_PER_TASK": str(plan.cpus_per_task),
-            "SLURM_SUBMIT_DIR": cwd,
-            "SLURM_CLUSTER_NAME": "local",
-            "SLURM_JOB_PARTITION": "local",
-        }
+        env = slurm_emulation.job_env(job_id, plan.slug, plan.tasks_per_node, plan.cpus_per_task, cwd)
         spec = {
             "env": env,
+            "job_id": job_id,
             "cwd": cwd,
             "time_limit_s": plan.time_s,
             "grace_s": plan.requeue_grace,
