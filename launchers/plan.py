@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from hpclaunch.common.model import fields, model
+from hpclaunch.launchers import modes
 from hpclaunch.launchers.container import ContainerPlan, container_plan
 from hpclaunch.spec.job import DEFAULT_GRACE_S, signal_grace
 from hpclaunch.spec.loading import Resolved
@@ -115,12 +116,11 @@ class Plan:
     port_range: int
     hostname_suffix: str
     network_interface: Optional[str]
-    mpi_starter: str
-    srun_mpi: str
-    mpirun_args: Tuple[str, ...]
-    horovod_controller: str
-    horovod_args: Tuple[str, ...]
-    horovod_starter: str
+    # The launcher's (launchers/modes/<launcher>.py): its profile settings (templates read r.launch),
+    # its launch section (templates/<launcher>.j2), where its ranks read their place (common/rankenv.py)
+    launch: Dict[str, Any]
+    launch_template: Optional[str]
+    rank_env: str
     requeue_exit: int = REQUEUE_EXIT
     requeue_by: str = "hpclaunch"      # who requeues: hpclaunch, or the program (`scontrol requeue`)
     signal_ranks: bool = False         # the batch shell passes the requeue signal on to every rank process
@@ -154,9 +154,8 @@ def replace(record, **changes):
 def build_plan(resolved: Resolved) -> Plan:
     job, profile = resolved.job, resolved.profile.profile
     r, s = job.resources, job.slurm
-    # torchrun is one task per node that forks the ranks, ray one per node (a Ray node with the
-    # node's share); the others are one task per rank.
-    per_node = job.launcher in ("torchrun", "ray")
+    mode = modes.get(job.launcher)
+    per_node = mode.per_node  # one task a node that starts the node's ranks (torchrun, ray), else one a rank
     seconds = parse_time_seconds(r.time)
     sweep_tasks, varying = _sweep_tasks(job)
     rq = job.requeue
@@ -210,12 +209,9 @@ def build_plan(resolved: Resolved) -> Plan:
         port_range=profile.rendezvous.port_range,
         hostname_suffix=profile.network.hostname_suffix,
         network_interface=profile.network.interface,
-        mpi_starter=profile.mpi.starter,
-        srun_mpi=profile.mpi.srun_mpi,
-        mpirun_args=tuple(profile.mpi.mpirun_args),
-        horovod_controller=profile.horovod.controller,
-        horovod_args=tuple(profile.horovod.extra_args),
-        horovod_starter=profile.horovod.starter,
+        launch=dict(mode.settings(profile)),
+        launch_template=mode.template,
+        rank_env=mode.rank_env,
         container=container_plan(job.container, profile.container, [k for k, _ in env] + list(varying),
                                  r.gpus_per_node or 0),
         array_size=len(sweep_tasks),

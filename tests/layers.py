@@ -27,7 +27,8 @@ PACKAGE_DIRS = {
 # Core layers, lowest first: each may import from itself and the layers before it.
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("common", ("hpclaunch.common",)),
-    ("spec", ("hpclaunch.spec", "hpclaunch.hpc_profiles")),
+    # the launcher modules (launchers/modes/) are read by the job schema, validation and init
+    ("spec", ("hpclaunch.spec", "hpclaunch.hpc_profiles", "hpclaunch.launchers.modes")),
     ("launch", ("hpclaunch.launchers.plan", "hpclaunch.templates", "hpclaunch.launchers")),
     # render: a job's script through a backend's translation (the Slurm one), so above the backends
     ("backends", ("hpclaunch.launchers.backends", "hpclaunch.launchers.render")),

@@ -10,13 +10,12 @@ from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple
 
 from hpclaunch.common import schedenv
 from hpclaunch.common.model import model
+from hpclaunch.launchers import modes
 from hpclaunch.spec.container import Container
 from hpclaunch.spec.train import Train
 from hpclaunch.spec.typedload import Scalar, field
 from hpclaunch.spec.units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
 
-LAUNCHERS = ("torchrun", "horovod", "mpi", "srun", "ray", "tensorflow")
-Launcher = Literal["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow"]
 REQUEUE_SIGNALS = ("USR1", "USR2")
 SECRET_MARKERS = ("TOKEN", "KEY", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
 
@@ -50,6 +49,16 @@ def _slurm_word(what: str) -> object:
                     "use letters, digits and _ . , : + @ % = - only")
         return None
     return check
+
+
+def _launcher_check(value: str) -> Optional[Tuple[str, str]]:
+    if modes.known(value):
+        return None
+    import difflib  # only to word an error
+    choices = modes.names()
+    close = difflib.get_close_matches(value, choices, n=1)
+    return ("is not a valid choice", (f"did you mean '{close[0]}'? " if close else "") +
+            "choose one of: " + ", ".join(choices))
 
 
 def _no_nul(value: str) -> Optional[Tuple[str, str]]:
@@ -185,7 +194,8 @@ class Job:
     command: List[Scalar] = field(help="program and arguments, as a list", check=_command_check,
                                   example="[python, train.py]")
     profile: str = field("local", help="a shipped profile name, or a path to a profile YAML")
-    launcher: Launcher = field("torchrun", help="how ranks are started")
+    launcher: str = field("torchrun", help="how ranks are started (launchers/modes/: one module each)",
+                          check=_launcher_check, choices=modes.names)
     resources: Resources = field(default_factory=Resources)
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
     env: Dict[str, Scalar] = field(default_factory=dict, help="exported to every rank")

@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 
 from hpclaunch.common.model import model
 from hpclaunch.common.version import __version__
-from hpclaunch.launchers import template_cache
+from hpclaunch.launchers import modes, template_cache
 from hpclaunch.launchers.plan import Plan, Rerun, replace
 from hpclaunch.spec.units import format_time
 
@@ -28,6 +28,7 @@ class SlurmRequest:
     extra_directives: Tuple[str, ...]                   # the job's pass-through options (slurm.extra)
     gpu_directive: Optional[str]                        # "--gpus-per-node=4" / "--gres=gpu:4" for steps that need the GPUs
     array: Optional[str]                                # "0-49%10" for a sweep
+    launch_text: Optional[str] = None                   # a launcher's own launch section (modes: launch_text)
     script: str = ""                                    # the batch script (filled in by prepare)
 
 
@@ -72,8 +73,10 @@ def directives(plan: Plan) -> Tuple[Tuple[Tuple[str, Optional[str]], ...], Optio
 def prepare(plan: Plan) -> SlurmRequest:
     """The plan as Slurm's request, its batch script rendered."""
     found, gpu = directives(plan)
+    builder = modes.get(plan.launcher).launch_text
     request = SlurmRequest(plan=plan, directives=found, extra_directives=plan.placement.extra, gpu_directive=gpu,
-                           array=array_spec(plan.array_size, plan.parallelism) if plan.sweep_tasks else None)
+                           array=array_spec(plan.array_size, plan.parallelism) if plan.sweep_tasks else None,
+                           launch_text=builder(plan).rstrip("\n") if builder else None)
     return replace(request, script=render(request))
 
 
