@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from hpclaunch.common.model import model
 from hpclaunch.common.rankenv import KINDS
 
-BUILT_IN = ("torchrun", "horovod", "mpi", "srun", "ray", "tensorflow")
+BUILT_IN = ("torchrun", "horovod", "mpi", "srun", "ray", "tensorflow", "accelerate")
 ENTRY_POINTS = "hpclaunch.launchers"
 
 
