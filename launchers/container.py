@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Tuple
 
+from dataclasses import dataclass
+
 from hpclaunch.common import schedenv
-from hpclaunch.common.model import model
 
 # What podman must be told to pass in (apptainer and pyxis pass the whole environment): the scheduler's,
 # hpclaunch's and every launcher's rank variables, and the threading/accelerator settings.
@@ -21,7 +22,7 @@ PASSED = tuple(f"{p}*" for p in schedenv.PREFIXES) + ("HPCLAUNCH_*", "MASTER_ADD
           "PMIX_*", "PMI_*", "HOROVOD_*", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NCCL_*", "GLOO_*", "TF_CONFIG")
 
 
-@model(frozen=True)
+@dataclass(frozen=True)
 class ContainerPlan:
     runtime: str                  # pyxis | apptainer | podman
     image: str

@@ -7,16 +7,15 @@ scheduler, and only a backend knows its scheduler's words: nothing here is an sb
 
 The flat fields are the ones the rank runtime (templates/prologue.j2, epilogue.j2) reads by name;
 the records group what a backend translates (placement, the site's request dialect,
-dependencies; a resubmission is a Rerun). Records are hpclaunch.common.model's (dataclasses' surface without importing
-`inspect` on the render path).
+dependencies; a resubmission is a Rerun), all frozen dataclasses.
 """
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
-from hpclaunch.common.model import fields, model
 from hpclaunch.launchers import modes
 from hpclaunch.launchers.container import ContainerPlan, container_plan
 from hpclaunch.spec.job import DEFAULT_GRACE_S, signal_grace
@@ -39,7 +38,7 @@ def slug(name: str) -> str:
     return (text or "job")[:64]
 
 
-@model(frozen=True)
+@dataclass(frozen=True)
 class Placement:
     """Where the scheduler should place the job (the job's `slurm:` section): each backend maps these
     to its own terms, or refuses what it cannot honour."""
@@ -52,7 +51,7 @@ class Placement:
     extra: Tuple[str, ...] = ()       # the job's pass-through options, validated for form (spec/validate.py)
 
 
-@model(frozen=True)
+@dataclass(frozen=True)
 class SiteDialect:
     """How this site wants GPUs and memory asked for (the profile's gpu_request, gres_name,
     memory_request); a backend reads what applies to it."""
@@ -62,7 +61,7 @@ class SiteDialect:
     memory_request: str = "per-node"     # per-node | omit
 
 
-@model(frozen=True)
+@dataclass(frozen=True)
 class Dependency:
     """Start only after job `job_id` (of the same backend) has ended as `kind` says."""
 
@@ -70,7 +69,7 @@ class Dependency:
     job_id: str
 
 
-@model(frozen=True)
+@dataclass(frozen=True)
 class Rerun:
     """A job queued again from its recorded script, without the nodes that failed under it, into the
     run directory it started in (its checkpoints and logs), its attempts counted on (runs/resubmit.py)."""
@@ -81,7 +80,7 @@ class Rerun:
     attempts_so_far: int
 
 
-@model(frozen=True)
+@dataclass(frozen=True)
 class Plan:
     job_name: str                      # exact, any characters
     slug: str                          # safe form, for the scheduler's job name and directories
@@ -118,7 +117,7 @@ class Plan:
     network_interface: Optional[str]
     # The launcher's (launchers/modes/<launcher>.py): its profile settings (templates read r.launch),
     # its launch section (templates/<launcher>.j2), where its ranks read their place (common/rankenv.py)
-    launch: Dict[str, Any]
+    launch: Dict[str, Any] = field(hash=False)
     launch_template: Optional[str]
     rank_env: str
     requeue_exit: int = REQUEUE_EXIT
@@ -136,19 +135,12 @@ class Plan:
     prometheus_textfile_dir: Optional[str] = None
     # The local backend's GPU lease folder shared by the machine's users (the profile's local.gpu_lease_dir).
     gpu_lease_dir: Optional[str] = None
-    # Submission-time facts: runs/submission.py fills them in (replace below)
+    # Submission-time facts: runs/submission.py fills them in (dataclasses.replace)
     after: Tuple[Dependency, ...] = ()
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.tasks_per_node
-
-
-def replace(record, **changes):
-    """A copy of a plan (or one of its records) with some fields changed (dataclasses.replace)."""
-    values = {f.name: getattr(record, f.name) for f in fields(record)}
-    values.update(changes)
-    return type(record)(**values)
 
 
 def build_plan(resolved: Resolved) -> Plan:

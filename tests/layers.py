@@ -31,7 +31,8 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("spec", ("hpclaunch.spec", "hpclaunch.hpc_profiles", "hpclaunch.launchers.modes")),
     ("launch", ("hpclaunch.launchers.plan", "hpclaunch.templates", "hpclaunch.launchers")),
     # render: a job's script through a backend's translation (the Slurm one), so above the backends
-    ("backends", ("hpclaunch.launchers.backends", "hpclaunch.launchers.render")),
+    # and the render targets' table, which names render.py as the slurm target
+    ("backends", ("hpclaunch.launchers.backends", "hpclaunch.launchers.render", "hpclaunch.launchers.targets")),
     ("runs", ("hpclaunch.runs",)),
     ("top", ("hpclaunch.cli", "hpclaunch.dashboard", "hpclaunch.__main__", "hpclaunch")),
 ]

@@ -5,13 +5,11 @@ through Debian's chromedriver. Screenshots are kept in artifacts/dashboard/ at t
 when that is set; the path is printed."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -20,14 +18,13 @@ import urllib.error
 import urllib.request
 
 import pytest
+from dashboard_parts import CHROMEDRIVER, CHROMIUM, chrome, dashboards, get, require_browser_parts, wait_for
 from hlcli import hl, modules_loaded
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "monitors"))
 import fake_nvml  # noqa: E402
-
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 # A rank of the job: a step record every 0.2 s in the metrics contract (docs/run-directory.md), for
 # at most 120 s; the test cancels the job when it is done with it.
@@ -70,10 +67,13 @@ def scenario() -> dict:
 
 @pytest.fixture
 def browser_parts(require):
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
-    if importlib.util.find_spec("selenium") is None:
-        missing.append("selenium (make venv)")
-    require(f"needs {', '.join(missing)} (make deps, make venv)" if missing else None, "tests/test_dashboard.py")
+    require_browser_parts(require)
+
+
+@pytest.fixture
+def dashboard():
+    with dashboards() as start:
+        yield start
 
 
 @pytest.fixture
@@ -99,68 +99,6 @@ def running_job(hpc_home, tmp_path):
     sub = json.loads(hl("submit", "job.yaml", "--backend", "local", "--json", cwd=str(tmp_path), env=env).stdout)
     yield sub
     hl("cancel", sub["job_id"], check=False)
-
-
-class Dashboard:
-    """`hpclaunch dashboard ARGS` as a subprocess: its printed URL, stopped with SIGINT (Ctrl-C)."""
-
-    def __init__(self, *args):
-        self.proc = subprocess.Popen([sys.executable, "-m", "hpclaunch", "dashboard", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()   # the first line is the URL, printed once it listens
-        m = re.match(r"hpclaunch dashboard: (http://\S+)$", line.strip())
-        assert m, f"no URL printed: {line!r} {self.proc.stderr.read() if self.proc.poll() is not None else ''}"
-        self.url = m.group(1)
-        self.port = int(re.match(r"http://.*:(\d+)/", self.url).group(1))
-
-    def local(self, path: str = "/") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-        try:
-            return self.proc.wait(timeout=15)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-
-
-@pytest.fixture
-def dashboard():
-    started = []
-
-    def start(*args):
-        started.append(Dashboard(*args))
-        return started[-1]
-
-    yield start
-    for d in started:
-        d.stop()
-
-
-def chrome():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM    # Debian's, with its own driver: selenium-manager is never asked
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                "--window-size=1300,1500", "--disable-background-networking"):
-        opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(options=opts, service=Service(executable_path=CHROMEDRIVER))
-
-
-def wait_for(driver, script, what, timeout=45.0):
-    """The value of a JS expression once it is truthy."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = driver.execute_script("return " + script)
-        if got:
-            return got
-        time.sleep(0.25)
-    raise AssertionError(f"no {what} after {timeout} s; console: {driver.get_log('browser')}")
 
 
 def test_the_dashboard_follows_a_running_job_in_chromium(browser_parts, running_job, dashboard, artefacts):
@@ -210,43 +148,38 @@ def test_the_dashboard_follows_a_running_job_in_chromium(browser_parts, running_
     assert dash.stop() == 0                                           # Ctrl-C: exit 0
 
 
-def _get(url, cookie=None):
-    req = urllib.request.Request(url, headers={"Cookie": cookie} if cookie else {})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, resp.read().decode(), resp.headers
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(), e.headers
-
-
 @pytest.mark.parametrize("args", [a for a in README_LINES if "--host" in a] + [["--token"]])
 def test_a_non_loopback_bind_needs_the_printed_token(hpc_home, dashboard, args):
     dash = dashboard(*args)
-    token = re.search(r"\?token=([\w-]+)$", dash.url).group(1)
-    assert len(token) >= 32
+    token = dash.token
+    assert len(token) >= 32 and re.fullmatch(r"/[\w-]{16}/", dash.root), dash.url   # pages under a random path
     for path in ("/", "/api/jobs", "/vendor/plotly.min.js", "/static/dashboard.js", "/job/1/events"):
-        code, body, _ = _get(dash.local(path))
-        assert code == 403 and "token" in body, (path, code, body)
-    assert _get(dash.local("/?token=" + token[:-1] + "x"))[0] == 403
-    code, body, headers = _get(dash.local("/?token=" + token))
+        for url in (dash.local(path), f"http://127.0.0.1:{dash.port}{path}"):   # under the root or not
+            code, body, _ = get(url)
+            assert code == 403 and "token" in body, (url, code, body)
+    assert get(dash.local("/?token=" + token[:-1] + "x"))[0] == 403
+    code, body, headers = get(dash.local("/?token=" + token))
     assert code == 200 and "hpclaunch jobs" in body
-    cookie = headers["Set-Cookie"].split(";")[0]
-    assert cookie == f"hpclaunch_dashboard_{dash.port}={token}" and "HttpOnly" in headers["Set-Cookie"]
-    code, body, _ = _get(dash.local("/api/jobs"), cookie=cookie)            # the page's own requests
+    cookie, *attributes = headers["Set-Cookie"].split("; ")
+    assert cookie == f"hpclaunch_dashboard_{dash.port}={token}" and "HttpOnly" in attributes, attributes
+    assert f"Path={dash.root}" in attributes and "SameSite=Strict" in attributes, attributes
+    code, body, _ = get(dash.local("/api/jobs"), cookie=cookie)            # the page's own requests
     assert code == 200 and json.loads(body) == {"jobs": [], "error": ""}
+    code, body, _ = get(f"http://127.0.0.1:{dash.port}/?token={token}")   # the root with the token: there
+    assert code == 200 and "hpclaunch jobs" in body
     assert dash.stop() == 0
 
 
 def test_loopback_answers_only_to_loopback_names(hpc_home, dashboard):
     dash = dashboard()
-    assert _get(dash.local("/api/jobs"))[0] == 200
+    assert get(dash.local("/api/jobs"))[0] == 200
     req = urllib.request.Request(dash.local("/api/jobs"), headers={"Host": f"attacker.example:{dash.port}"})
     with pytest.raises(urllib.error.HTTPError) as e:   # a rebinding page names its own host
         urllib.request.urlopen(req, timeout=10)
     assert e.value.code == 403
-    assert _get(dash.local("/job/999"))[:2] == (404, "no job 999 in the registry (the list: /)\n")
-    assert _get(dash.local("/api/job/999"))[0] == 404 and _get(dash.local("/job/999/events"))[0] == 404
-    assert _get(dash.local("/job/x1"))[0] == 404
+    assert get(dash.local("/job/999"))[:2] == (404, "no job 999 in the registry (the list: /)\n")
+    assert get(dash.local("/api/job/999"))[0] == 404 and get(dash.local("/job/999/events"))[0] == 404
+    assert get(dash.local("/job/x1"))[0] == 404
 
 
 def test_a_job_submitted_elsewhere_is_listed_with_what_the_registry_knows(hpc_home, dashboard):
@@ -260,13 +193,13 @@ def test_a_job_submitted_elsewhere_is_listed_with_what_the_registry_knows(hpc_ho
                   run_dir="/nonexistent/shared/code/far-away-4242", state="RUNNING")
     reg.close()
     dash = dashboard()
-    code, body, _ = _get(dash.local("/api/jobs"))
+    code, body, _ = get(dash.local("/api/jobs"))
     listed = json.loads(body)
     assert code == 200 and "could not ask the remote login node" in listed["error"], listed
     assert "job 4242: the row holds no remote settings" in listed["error"], listed
     assert [(r["job_id"], r["backend"], r["cluster"], r["state"], r["local"]) for r in listed["jobs"]] == \
         [("4242", "remote", "big-cluster", "RUNNING", False)]
-    code, body, _ = _get(dash.local(f"/api/job/{far.key}"))
+    code, body, _ = get(dash.local(f"/api/job/{far.key}"))
     page = json.loads(body)
     assert code == 200 and page["job"]["nodes_requested"] == 2 and page["job"]["hosts"] == []
     assert page["live"] == {"full": True, "charts": {}, "ranks": [], "notes": []}

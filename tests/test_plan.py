@@ -3,11 +3,11 @@ a resubmission), and the runs layer hands every backend the same typed plan."""
 from __future__ import annotations
 
 import os
+from dataclasses import fields, is_dataclass, replace
 
-from hpclaunch.common.model import is_model
 from hpclaunch.launchers.backends import slurm_script
 from hpclaunch.launchers.backends.base import Capability, JobRef, JobStatus, State
-from hpclaunch.launchers.plan import Dependency, Rerun, build_plan, fields, replace
+from hpclaunch.launchers.plan import Dependency, Rerun, build_plan
 from hpclaunch.runs import jobs as jobs_module
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.loading import resolve_job
@@ -26,7 +26,7 @@ def _words(value) -> list:
         return [value]
     if isinstance(value, (tuple, list)):
         return [w for v in value for w in _words(v)]
-    if is_model(value):
+    if is_dataclass(value):
         return [w for f in fields(value) for w in _words(getattr(value, f.name))]
     return []
 

@@ -81,15 +81,28 @@ class Relay:
 
 
 @pytest.fixture
-def cluster_ssh(slurm, tmp_path):
-    """The cluster's ssh key and a known_hosts file that holds c1's host key."""
+def cluster_ssh(slurm, tmp_path, monkeypatch):
+    """The cluster's ssh key, a known_hosts file that holds the nodes' host key (they share one), and
+    the user's own ssh config naming it (HPCLAUNCH_SSH_CONFIG): a profile may not name a known_hosts
+    file (spec/ssh_options.py), and root's ~/.ssh on this shared machine is not the tests' to edit."""
     ssh_dir = os.path.join(os.path.dirname(slurm["SLURM_CONF"]), "ssh")
     key = os.path.join(ssh_dir, "id_ed25519")
     assert os.path.isfile(key), f"slurm-up.sh made no ssh key at {key}"
     kind, blob = open(os.path.join(ssh_dir, "host_ed25519.pub")).read().split()[:2]
     known = tmp_path / "known_hosts"
-    known.write_text(f"c1 {kind} {blob}\n")
-    return {"key": key, "known_hosts": str(known), "slurm_conf": slurm["SLURM_CONF"]}
+    known.write_text(f"c1,c2 {kind} {blob}\n")
+    ssh = {"key": key, "known_hosts": str(known), "slurm_conf": slurm["SLURM_CONF"], "tmp": tmp_path}
+    use_known_hosts(ssh, monkeypatch, str(known))
+    return ssh
+
+
+def use_known_hosts(ssh, monkeypatch, known_hosts):
+    """The user's ssh config (the file HPCLAUNCH_SSH_CONFIG names), trusting `known_hosts` only; the
+    jump host c2 gets the cluster's key there, as ssh passes -o options to the destination only."""
+    config = ssh["tmp"] / f"ssh_config-{os.path.basename(known_hosts)}"
+    config.write_text(f'UserKnownHostsFile "{known_hosts}"\nGlobalKnownHostsFile /dev/null\n'
+                      f'Host c2\n  IdentityFile "{ssh["key"]}"\n  IdentitiesOnly yes\n  BatchMode yes\n')
+    monkeypatch.setenv("HPCLAUNCH_SSH_CONFIG", str(config))
 
 
 @pytest.fixture
@@ -119,10 +132,9 @@ def _close_masters(runtime):
 
 
 def write_profile(project, ssh, code_root, remote_home, name=PROFILE, host="root@c1", port=None,
-                  command=None, key=None, known_hosts=None, extra=""):
+                  command=None, key=None, extra=""):
     command = command or os.path.join(VENV_BIN, "hpclaunch")
-    options = {"IdentityFile": key or ssh["key"], "UserKnownHostsFile": known_hosts or ssh["known_hosts"],
-               "IdentitiesOnly": "yes", "HostKeyAlias": "c1", "GlobalKnownHostsFile": "/dev/null"}
+    options = {"IdentityFile": key or ssh["key"], "IdentitiesOnly": "yes", "HostKeyAlias": "c1"}
     (project / "hpc_profiles").mkdir(exist_ok=True)
     (project / "hpc_profiles" / f"{name}.yaml").write_text(f"""name: {name}
 extends: testcluster
@@ -354,16 +366,17 @@ def failing(cluster_ssh, hpc_home, runtime_dir, tmp_path):
     return project, code_root, profile
 
 
-def test_unknown_host_key_is_refused_with_how_to_add_it(failing, tmp_path):
+def test_unknown_host_key_is_refused_with_how_to_add_it(failing, cluster_ssh, monkeypatch, tmp_path):
     project, code_root, profile = failing
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
-    _fails(project, code_root, profile("no-key-known", known_hosts=str(empty)), 78,
+    use_known_hosts(cluster_ssh, monkeypatch, str(empty))
+    _fails(project, code_root, profile("no-key-known"), 78,
                   "host key is not known here", f"ssh-keyscan -p 22 c1 >> {empty}")
     assert empty.read_text() == ""   # never accepted silently
 
 
-def test_a_changed_host_key_is_refused(failing, tmp_path):
+def test_a_changed_host_key_is_refused(failing, cluster_ssh, monkeypatch, tmp_path):
     project, code_root, profile = failing
     other = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")],
                            capture_output=True)
@@ -371,7 +384,8 @@ def test_a_changed_host_key_is_refused(failing, tmp_path):
     kind, blob = (tmp_path / "other.pub").read_text().split()[:2]
     wrong = tmp_path / "wrong_known_hosts"
     wrong.write_text(f"c1 {kind} {blob}\n")
-    _fails(project, code_root, profile("key-changed", known_hosts=str(wrong)), 78, "host key has CHANGED",
+    use_known_hosts(cluster_ssh, monkeypatch, str(wrong))
+    _fails(project, code_root, profile("key-changed"), 78, "host key has CHANGED",
            "ssh-keygen -R c1")
 
 
@@ -435,8 +449,7 @@ def test_a_remote_exit_255_or_signal_is_the_commands_not_an_ssh_failure(cluster_
     from hpclaunch.runs.remote_ssh import RemoteError, SshSession
     from hpclaunch.spec.remote import Remote
 
-    options = {"IdentityFile": cluster_ssh["key"], "UserKnownHostsFile": cluster_ssh["known_hosts"],
-               "IdentitiesOnly": "yes", "GlobalKnownHostsFile": "/dev/null"}
+    options = {"IdentityFile": cluster_ssh["key"], "IdentitiesOnly": "yes"}
     session = SshSession(Remote(host="root@c1", code_root=str(tmp_path), ssh_options=options, connect_timeout=5),
                          PROFILE, "test")
     streamed = []
@@ -452,3 +465,27 @@ def test_a_remote_exit_255_or_signal_is_the_commands_not_an_ssh_failure(cluster_
     with pytest.raises(RemoteError) as failure:
         lost.call("exit 255")
     assert failure.value.exit_code == 69 and "cannot reach c1 port 1" in str(failure.value)
+
+
+def test_the_options_a_profile_may_set_work_against_the_real_sshd(cluster_ssh, runtime_dir, tmp_path):
+    # Every option spec/ssh_options.py allows that this sshd can honour, at once (issue 44): the login
+    # through the bastion c2 (ProxyJump, a hop checked like remote.host), the user and key from the options.
+    from hpclaunch.runs.remote_ssh import SshSession
+    from hpclaunch.spec.profiles import load_profile
+    options = {"User": "root", "IdentityFile": cluster_ssh["key"], "IdentitiesOnly": "yes", "HostKeyAlias": "c1",
+               "ProxyJump": "ssh://root@c2:22", "PubkeyAuthentication": "yes", "PasswordAuthentication": "no",
+               "KbdInteractiveAuthentication": "no", "ChallengeResponseAuthentication": "no",
+               "GSSAPIAuthentication": "no", "PreferredAuthentications": "publickey", "NumberOfPasswordPrompts": "0",
+               "BatchMode": "yes", "ServerAliveInterval": "10", "ServerAliveCountMax": "3", "TCPKeepAlive": "yes",
+               "ConnectionAttempts": "2", "AddressFamily": "inet", "Compression": "yes",
+               "Ciphers": "aes256-gcm@openssh.com", "MACs": "hmac-sha2-256", "KexAlgorithms": "curve25519-sha256",
+               "HostKeyAlgorithms": "ssh-ed25519", "PubkeyAcceptedAlgorithms": "ssh-ed25519"}
+    profile = tmp_path / "jump.yaml"
+    profile.write_text("name: jump\nextends: testcluster\nremote: " + json.dumps(
+        {"host": "c1", "code_root": str(tmp_path / "code"), "ssh_options": options, "connect_timeout": 5}) + "\n")
+    remote = load_profile(str(profile)).profile.remote     # the profile validates as written
+    session = SshSession(remote, "jump", str(profile))
+    code, out, err = session.call('hostname; echo "$SSH_CONNECTION"; id -un')
+    host, connection, user = out.split("\n")[:3]
+    assert code == 0 and host == "c1" and user == "root", (out, err)
+    assert connection.split()[0] == "10.200.0.12", connection   # it came from c2: the jump was taken

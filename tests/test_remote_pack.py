@@ -2,8 +2,10 @@
 .git or the runs folder; the content address; the tar stream. Local only: no ssh, no cluster."""
 import io
 import os
+import shutil
 import subprocess
 import tarfile
+import threading
 
 import pytest
 
@@ -112,3 +114,65 @@ def test_a_file_that_changes_after_hashing_stops_the_copy(repo):
     (repo / "notes.txt").write_text("written meanwhile\n")   # same path, other content (or size)
     with pytest.raises(HpclaunchError, match="notes.txt: changed while it was being copied"):
         write_tar(pkg, io.BytesIO())
+
+
+# --- links: nothing is read through one (issue 44, item 9) -----------------------------------------
+
+def _swap_for_link(repo, folder, target):
+    shutil.rmtree(repo / folder)
+    os.symlink(target, repo / folder)
+
+
+def test_a_tracked_folder_that_is_now_a_link_out_of_the_project_is_refused(repo, tmp_path):
+    # git still lists src/train.py (its index), but src is a link now: the file read would be outside.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "train.py").write_text("someone else's file\n")
+    _swap_for_link(repo, "src", outside)
+    with pytest.raises(HpclaunchError) as e:
+        collect(str(repo), True, ["runs"], BIG, "p")
+    text = str(e.value)
+    assert "\n" not in text and text.startswith(f"{repo}/src/train.py: git lists it, but src on its path is a "
+                                                f"symbolic link (to {outside})"), text
+    assert "git rm -r --cached src" in text, text
+
+
+def test_a_tracked_folder_that_is_now_a_link_inside_the_project_is_refused_too(repo):
+    (repo / "lib").mkdir()
+    (repo / "lib" / "train.py").write_text("print('train')\n")
+    _swap_for_link(repo, "src", "lib")
+    with pytest.raises(HpclaunchError, match="src on its path is a symbolic link"):
+        collect(str(repo), True, ["runs"], BIG, "p")
+
+
+def test_a_folder_swapped_for_a_link_after_hashing_is_not_read_through(repo, tmp_path):
+    # Same content outside: the digest would match, so only not following the link keeps it out.
+    pkg = collect(str(repo), True, ["runs"], BIG, "p")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "train.py").write_text("print('train')\n")
+    _swap_for_link(repo, "src", outside)
+    with pytest.raises(HpclaunchError, match="src/train.py: changed while it was being copied"):
+        write_tar(pkg, io.BytesIO())
+
+
+def test_a_file_swapped_for_a_fifo_after_hashing_stops_the_copy_at_once(repo):
+    pkg = collect(str(repo), True, ["runs"], BIG, "p")
+    os.unlink(repo / "notes.txt")
+    os.mkfifo(repo / "notes.txt")
+    failed = []
+
+    def copy():
+        try:
+            write_tar(pkg, io.BytesIO())
+        except HpclaunchError as e:
+            failed.append(str(e))
+    worker = threading.Thread(target=copy, daemon=True)
+    worker.start()
+    worker.join(10)
+    hung = worker.is_alive()
+    if hung:   # a blocking open waits for a writer: be that writer, so the test ends
+        with open(repo / "notes.txt", "wb"):
+            pass
+        worker.join(10)
+    assert not hung and failed and "notes.txt: changed while it was being copied" in failed[0], failed

@@ -57,7 +57,7 @@ def test_a_good_remote_section_validates(run_cli, write):
     ({"ssh_options": {"proxycommand": "nc %h %p"}}, "remote.ssh_options.proxycommand", "use ProxyJump"),
     ({"ssh_options": {"RequestTTY": "yes"}}, "remote.ssh_options.RequestTTY", "cannot be set in a profile"),
     ({"ssh_options": {"Bad-Option": "x"}}, "remote.ssh_options.Bad-Option", "is not an ssh option name"),
-    ({"ssh_options": {"IdentityFile": 'a"b'}}, "remote.ssh_options.IdentityFile", "double quote"),
+    ({"ssh_options": {"IdentityFile": 'a"b'}}, "remote.ssh_options.IdentityFile", "no %-tokens, $ variables, quotes"),
     ({"ssh_options": {"IdentityFile": "/a", "identityfile": "/b"}}, "remote.ssh_options.identityfile",
      "sets the same ssh option as IdentityFile"),
     ({"ssh_options": {"IdentityFile": "a\rb"}}, "remote.ssh_options.IdentityFile", "one line of printable text"),
@@ -153,6 +153,25 @@ def test_a_job_file_git_ignores(run_cli, project, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "git-only"))   # git, and still no ssh
     code, _, lines = _submit(run_cli, "job.yaml", "--remote", "far")
     assert code == 2 and len(lines) == 1 and "not among the files copied" in lines[0], lines
+
+
+def test_a_tracked_folder_that_became_a_link_is_refused_before_ssh(run_cli, project, tmp_path, monkeypatch):
+    # issue 44, item 9: git's index lists src/train.py, src is now a link out of the project.
+    git = shutil.which("git", path="/usr/bin:/bin")
+    (project / "src").mkdir()
+    (project / "src" / "train.py").write_text("print('train')\n")
+    subprocess.run([git, "init", "-q", str(project)], check=True)
+    subprocess.run([git, "-C", str(project), "add", "."], check=True)
+    shutil.rmtree(project / "src")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "train.py").write_text("someone else's\n")
+    os.symlink(tmp_path / "outside", project / "src")
+    (tmp_path / "git-only").mkdir()
+    os.symlink(git, tmp_path / "git-only" / "git")
+    monkeypatch.setenv("PATH", str(tmp_path / "git-only"))   # git, and still no ssh
+    code, out, lines = _submit(run_cli, "job.yaml", "--remote", "far")
+    assert code == 2 and len(lines) == 1 and out == "", lines
+    assert "src/train.py: git lists it, but src on its path is a symbolic link" in lines[0], lines
 
 
 def test_a_project_over_the_size_limit(run_cli, project):

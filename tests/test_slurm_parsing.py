@@ -5,6 +5,7 @@ Job ids change at every re-recording: they are read from jobs.txt, never written
 import os
 import re
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -12,7 +13,7 @@ from hpclaunch.common.errors import InvalidInput
 from hpclaunch.launchers.backends import slurm as slurm_backend
 from hpclaunch.launchers.backends import slurm_preflight, slurm_status, slurmcli
 from hpclaunch.launchers.backends.base import JobRef, JobStatus, State
-from hpclaunch.launchers.plan import build_plan, replace
+from hpclaunch.launchers.plan import build_plan
 from hpclaunch.spec.loading import resolve_job
 from hpclaunch.spec.typedload import SourceMap
 

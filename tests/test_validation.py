@@ -155,7 +155,7 @@ def _wrong_type_cases():
     """Every top-level key of a job file, each given a value of the wrong YAML type."""
     import typing
     from hpclaunch.spec.job import Job
-    from hpclaunch.common.model import fields, is_model
+    from dataclasses import fields, is_dataclass as is_model
     hints = typing.get_type_hints(Job)
     cases = []
     for f in fields(Job):
@@ -178,11 +178,12 @@ WRONG_TYPES = _wrong_type_cases()
 
 def test_wrong_type_cases_cover_every_top_level_key():
     from hpclaunch.spec.job import Job
-    from hpclaunch.common.model import fields
+    from dataclasses import fields
     assert {key for key, _, _ in WRONG_TYPES} == {f.name for f in fields(Job)}
     # the derivation from the schema sorts the sections right (a slip would test them as words)
     mappings = {key for key, _, words in WRONG_TYPES if words.startswith("expected a mapping")}
-    assert mappings == {"resources", "slurm", "env", "monitor", "requeue", "rendezvous", "train", "sweep", "container"}
+    assert mappings == {"resources", "slurm", "env", "monitor", "requeue", "rendezvous", "train", "sweep", "container",
+                        "kubernetes"}
     assert [key for key, _, words in WRONG_TYPES if words.startswith("expected a list")] == ["command"]
 
 

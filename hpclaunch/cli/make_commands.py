@@ -1,5 +1,6 @@
-"""`render` and `init`: the commands that make text from a job or a profile (the sbatch script, a
-starter job file). Apart from `validate` so that checking a job loads no renderer."""
+"""`render` and `init`: the commands that make text from a job or a profile (the sbatch script or
+another target's text, a starter job file). Apart from `validate` so that checking a job loads no
+renderer."""
 from __future__ import annotations
 
 import argparse
@@ -8,13 +9,14 @@ import sys
 
 from hpclaunch.cli.output import write_user_file
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.launchers.render import render_job
+from hpclaunch.launchers.targets import renderer
 from hpclaunch.spec.loading import resolve_job
 from hpclaunch.spec.starter import starter_job
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    sys.stdout.write(render_job(resolve_job(args.job, args.override)))
+    render = renderer(args.target)  # an unknown target is refused before the job is read
+    sys.stdout.write(render(resolve_job(args.job, args.override)))
     return 0
 
 

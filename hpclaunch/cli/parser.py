@@ -44,7 +44,11 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
         return c
 
     job_command("validate", "check a job file against the schema and its profile's limits", default="job.yaml")
-    job_command("render", "print the sbatch script the job would submit, and nothing else", default="job.yaml")
+    c = job_command("render", "print the sbatch script the job would submit (or, with --target, what another "
+                    "scheduler would be given), and nothing else", default="job.yaml")
+    c.add_argument("--target", default=None, metavar="NAME",
+                   help="what to render: slurm, the sbatch script (default), or another target by name; an "
+                        "unknown name lists the known ones (docs/targets.md)")
 
     c = add_command("profiles", help="list cluster profiles, or show one",
                        description="List cluster profiles (yours first: ./hpc_profiles, ~/.config/hpclaunch/profiles, then shipped), or show one resolved.")

@@ -1,1 +1,1 @@
-"""Small pieces every layer shares: atomic writes, user-facing errors, the record class."""
+"""Small pieces every layer shares: atomic writes, user-facing errors."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 class Problem:
     """One thing wrong with the input: where, what, the offending value, and the fix.
 
-    A plain class, not a model: every command imports this module, and `--help` should not pay
-    for `typing` (hpclaunch.common.model) to print usage."""
+    A plain class, not a dataclass: every command imports this module, and `--help` should not pay
+    for `dataclasses` (and the `inspect` it imports) to print usage."""
 
     __slots__ = ("source", "path", "message", "value", "fix", "has_value")
 

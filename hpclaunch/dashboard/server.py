@@ -1,6 +1,7 @@
 """Starting the dashboard: the `[dashboard]` extra's parts found (one line when missing), the socket
 bound (one line per way that fails), a token made when the address is not loopback (or when asked),
-the URL printed, and the server run until Ctrl-C or SIGTERM (exit 0)."""
+with the random path the pages then live under (app.py's guard), the URL printed, and the server run
+(connections.py) until Ctrl-C or SIGTERM (exit 0)."""
 from __future__ import annotations
 
 import errno
@@ -23,23 +24,28 @@ def serve(host: str, port: int, since_s: float, token: bool = False) -> int:
         raise HpclaunchError(f"--port {port}: expected a port from 1 to 65535, or 0 for any free one")
     plotly_js = plotly_js_path()
     try:
-        from aiohttp import web
-
         from hpclaunch.dashboard.app import make_app
+        from hpclaunch.dashboard.connections import run
     except ImportError as e:
         raise HpclaunchError(f"hpclaunch dashboard: {e.name or e} is not installed \u2014 {EXTRA}") from None
     from hpclaunch.dashboard.board import Board
+    from hpclaunch.dashboard.notices import Notices
 
     sock, loopback = bind(host, port)
     secret = secrets.token_urlsafe(32) if token or not loopback else None
+    # With a token, the pages live under a random path, the only one its cookie is sent to: a browser
+    # sends a host's cookies to all of its ports, so a cookie for "/" would reach every other server on
+    # this machine (another user's too), token and all
+    root = f"/{secrets.token_urlsafe(12)}/" if secret else "/"
     bound = sock.getsockname()
+    notices = Notices()
     board = Board(since_s)
-    app = make_app(board, plotly_js, secret, bound[0], cookie=f"hpclaunch_dashboard_{bound[1]}")
-    print(f"hpclaunch dashboard: {url(bound, secret)}", flush=True)
+    app = make_app(board, plotly_js, secret, bound[0], cookie=f"hpclaunch_dashboard_{bound[1]}", root=root,
+                   notices=notices)
+    print(f"hpclaunch dashboard: {url(bound, secret, root)}", flush=True)
     print("  (Ctrl-C stops it" + ("; the token in this URL is printed only here" if secret else "") + ")",
           file=sys.stderr, flush=True)
-    # run_app turns SIGINT and SIGTERM into a clean stop and returns; open streams get a second to close
-    web.run_app(app, sock=sock, print=None, shutdown_timeout=1.0, handle_signals=True)
+    run(app, sock, notices)
     return 0
 
 
@@ -70,7 +76,7 @@ def bind(host: str, port: int) -> Tuple[socket.socket, bool]:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
-        sock.listen(128)
+        sock.listen(128)   # serving listens again with connections.BACKLOG
     except OSError as e:
         sock.close()
         fix = {errno.EADDRINUSE: f"--port {port}: already in use on {host} \u2014 pick another, or --port 0 for any free one",
@@ -82,11 +88,11 @@ def bind(host: str, port: int) -> Tuple[socket.socket, bool]:
     return sock, ip.is_loopback
 
 
-def url(bound: tuple, token: Optional[str]) -> str:
+def url(bound: tuple, token: Optional[str], root: str = "/") -> str:
     """The URL to open: the machine's name when bound to every interface."""
     name = bound[0]
     if ipaddress.ip_address(name.split("%")[0]).is_unspecified:
         name = socket.getfqdn()
     if ":" in name:
         name = f"[{name}]"
-    return f"http://{name}:{bound[1]}/" + (f"?token={token}" if token else "")
+    return f"http://{name}:{bound[1]}{root}" + (f"?token={token}" if token else "")

@@ -9,14 +9,14 @@ import time
 from typing import Callable, Optional
 
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.common.model import model
+from dataclasses import dataclass
 from hpclaunch.launchers.backends.choice import get_backend, relayed
 from hpclaunch.launchers.backends.base import FINAL_STATES, Capability, JobRef, JobStatus, State, exit_code_for
 from hpclaunch.runs.registry import JobRecord, Registry
 from hpclaunch.runs.resubmit import resubmit
 
 
-@model
+@dataclass
 class RankLog:
     rank: int
     path: str

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Optional, Sequence
 from hpclaunch.common.atomic import file_in_the_way
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.common.identity import current_user
-from hpclaunch.common.model import model
+from dataclasses import dataclass
 from hpclaunch.launchers.backends.base import FINAL_STATES as _FINAL
 
 SCHEMA_VERSION = 1
@@ -74,7 +74,7 @@ def home() -> str:
     return os.environ.get("HPCLAUNCH_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state", "hpclaunch")
 
 
-@model
+@dataclass
 class JobRecord:
     key: int
     backend: str

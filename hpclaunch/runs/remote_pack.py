@@ -82,12 +82,77 @@ def _listed(root: str, git: bool) -> List[str]:
     return sorted(set(out))
 
 
-def _file_digest(path: str) -> str:
+def _folder_beneath(root: str, rel: str) -> int:
+    """A descriptor of the folder that holds `rel` under `root`, reached one component at a time
+    without following a link (O_NOFOLLOW): a folder on the path that became a link raises OSError
+    instead of leading elsewhere."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in rel.split("/")[:-1]:
+            if part in ("", ".", ".."):
+                raise OSError(f"{rel}: not a plain relative path")
+            step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = step
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_beneath(root: str, rel: str) -> BinaryIO:
+    """The regular file `rel` under `root`, never through a link, opened non-blocking (a FIFO put in
+    its place never waits for a writer); anything but a regular file raises OSError."""
+    folder = _folder_beneath(root, rel)
+    try:
+        fd = os.open(rel.rsplit("/", 1)[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=folder)
+    finally:
+        os.close(folder)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{rel}: not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def readlink_beneath(root: str, rel: str) -> str:
+    """The target of the link `rel` under `root`, its folders reached without following a link."""
+    folder = _folder_beneath(root, rel)
+    try:
+        return os.readlink(rel.rsplit("/", 1)[-1], dir_fd=folder)
+    finally:
+        os.close(folder)
+
+
+def _file_digest(root: str, rel: str) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_beneath(root, rel) as f:
         for block in iter(lambda: f.read(_CHUNK), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _target(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+def _linked_folder(root: str, rel: str, checked: dict) -> str | None:
+    """The first folder on `rel`'s path that is a symbolic link (git's index can list files under a
+    folder since replaced by a link), or None. `checked` keeps the answers per folder."""
+    parts = rel.split("/")[:-1]
+    for i in range(1, len(parts) + 1):
+        folder = "/".join(parts[:i])
+        if folder not in checked:
+            try:
+                checked[folder] = os.path.islink(os.path.join(root, folder))
+            except OSError:
+                checked[folder] = False
+        if checked[folder]:
+            return folder
+    return None
 
 
 def collect(root: str, git: bool, excluded: List[str], max_bytes: int, limit_source: str) -> Package:
@@ -100,20 +165,34 @@ def collect(root: str, git: bool, excluded: List[str], max_bytes: int, limit_sou
     if len(names) > MAX_FILES:
         raise HpclaunchError(f"{root}: more than {MAX_FILES} files to copy \u2014 list what is not code in "
                              ".gitignore (data, outputs, environments), or submit from a smaller folder")
+    linked: dict = {}
     for rel in names:
         path = os.path.join(root, rel)
+        folder = _linked_folder(root, rel, linked)
+        if folder is not None:
+            raise HpclaunchError(f"{path}: git lists it, but {folder} on its path is a symbolic link (to "
+                                 f"{_target(os.path.join(root, folder))}): hpclaunch copies no file through a "
+                                 f"link \u2014 if the link is meant, `git rm -r --cached {folder}` (then `git add "
+                                 f"{folder}` to keep the link itself); else put the folder back")
         try:
             st = os.lstat(path)
         except OSError:
             continue  # tracked but deleted in the working tree: not part of what runs
         if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(path)
+            try:
+                target = readlink_beneath(root, rel)
+            except OSError:
+                raise _changed(path) from None
             entries.append(Entry(rel, "l", 0, hashlib.sha256(os.fsencode(target)).hexdigest()))
         elif stat.S_ISREG(st.st_mode):
             total += st.st_size
             if total > max_bytes:
                 raise _too_big(root, names, max_bytes, limit_source)
-            entries.append(Entry(rel, "x" if st.st_mode & 0o100 else "f", st.st_size, _file_digest(path)))
+            try:
+                digest = _file_digest(root, rel)
+            except OSError:
+                raise _changed(path) from None
+            entries.append(Entry(rel, "x" if st.st_mode & 0o100 else "f", st.st_size, digest))
         # a folder (a git submodule) or a socket or FIFO: not shipped
     h = hashlib.sha256()
     for e in entries:
@@ -124,7 +203,10 @@ def collect(root: str, git: bool, excluded: List[str], max_bytes: int, limit_sou
 def _too_big(root: str, names: List[str], max_bytes: int, limit_source: str) -> HpclaunchError:
     by_top: dict[str, int] = {}
     total = 0
+    linked: dict = {}
     for rel in names:
+        if _linked_folder(root, rel, linked) is not None:
+            continue
         try:
             st = os.lstat(os.path.join(root, rel))
         except OSError:
@@ -188,7 +270,10 @@ def write_tar(pkg: Package, out: BinaryIO) -> int:
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             if e.kind == "l":
-                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+                try:
+                    info.type, info.linkname = tarfile.SYMTYPE, readlink_beneath(pkg.root, e.path)
+                except OSError:
+                    raise _changed(path) from None
                 if hashlib.sha256(os.fsencode(info.linkname)).hexdigest() != e.digest:
                     raise _changed(path)
                 tar.addfile(info)
@@ -196,7 +281,7 @@ def write_tar(pkg: Package, out: BinaryIO) -> int:
             info.mode = 0o755 if e.kind == "x" else 0o644
             info.size = e.size
             try:
-                with open(path, "rb") as f:
+                with open_beneath(pkg.root, e.path) as f:
                     info.mtime = int(os.fstat(f.fileno()).st_mtime)
                     reader = _Hashing(f)
                     tar.addfile(info, reader)

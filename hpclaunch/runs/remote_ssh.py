@@ -16,17 +16,20 @@ from __future__ import annotations
 import codecs
 import hashlib
 import os
+import pwd
 import re
 import shlex
+import stat
 import subprocess
 import sys
 import threading
 from typing import Callable, List, Optional, Tuple
 
-from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.common.errors import HpclaunchError, Problem
 from hpclaunch.common.privatedir import private_dir
 from hpclaunch.common.version import __version__
 from hpclaunch.runs.registry import home
+from hpclaunch.spec.remote import entry_problems
 
 # Exit codes of the failures below: sysexits(3) where one fits (hpclaunch already uses EX_TEMPFAIL, 75).
 EXIT_NO_HOST = 68         # EX_NOHOST: the host name does not resolve
@@ -42,6 +45,9 @@ EXIT_VERSION = 80         # the remote hpclaunch is another version
 EXIT_255_MARK = "\x1ehpclaunch-remote-exit-255\x1e\n"
 _TRAILER = 'rc=$?; if [ "$rc" -eq 255 ]; then printf \'\\036hpclaunch-remote-exit-255\\036\\n\' >&2; fi; exit "$rc"'
 
+SSH_CONFIG_ENV = "HPCLAUNCH_SSH_CONFIG"
+# ssh writes the -F path unquoted into the `sh -c` command it makes of a ProxyJump: a plain path only.
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9/._+-]{1,500}")
 CONTROL_PERSIST_S = 30    # long enough for the next command typed, short enough to leave nothing behind
 _SOCKET_MAX = 90          # sun_path holds 108 bytes; ssh binds `<path>.<16 random chars>` first
 
@@ -65,14 +71,58 @@ def control_dir() -> str:
     candidates.append(os.path.join(home(), "ssh"))
     candidates.append(os.path.join("/tmp", f"hpclaunch-ssh-{os.getuid()}"))
     for path in candidates:
-        if len(path) + 17 <= _SOCKET_MAX and private_dir(path):
+        # ssh expands %-tokens, ${VAR} and ~ in ControlPath: a folder named with them is skipped
+        if len(path) + 17 <= _SOCKET_MAX and not set("%$~") & set(path) and private_dir(path):
             return path
     raise HpclaunchError(f"cannot make a private folder for ssh's control socket (tried {', '.join(candidates)})"
                          " \u2014 set $XDG_RUNTIME_DIR to a short folder only you can use")
 
 
+def ssh_config() -> List[str]:
+    """`-F FILE` when the user's environment names an ssh config file for hpclaunch (HPCLAUNCH_SSH_CONFIG,
+    docs/environment.md): the user's own settings, which a profile may not make (spec/ssh_options.py),
+    e.g. another known_hosts file. ssh then reads it instead of ~/.ssh/config."""
+    path = os.environ.get(SSH_CONFIG_ENV, "").strip()
+    if not path:
+        return []
+    if not _PLAIN_PATH.fullmatch(path):
+        raise HpclaunchError(f"{SSH_CONFIG_ENV}={path!r}: must be an absolute path of letters, digits and / . _ + - "
+                             f"— name the ssh config file by such a path, or unset {SSH_CONFIG_ENV}")
+    if not os.path.isfile(path):
+        raise HpclaunchError(f"{SSH_CONFIG_ENV}={path!r}: is not a file — name an ssh config file "
+                             f"(ssh_config(5)), or unset {SSH_CONFIG_ENV}")
+    return ["-F", path]
+
+
+def _home() -> str:
+    """The home folder ssh expands ~ to: the password database's, not $HOME."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return os.path.expanduser("~")
+
+
+def _key_files(remote, source: str) -> None:
+    """The key and certificate files a profile names are regular files where they exist: ssh opens a
+    FIFO or a device there (and beside it: .pub, -cert, -cert.pub) and waits forever, whatever the
+    connect timeout. A missing one is ssh's to report (the login then fails: exit 77)."""
+    home = _home()
+    for key, value in (remote.ssh_options or {}).items():
+        if key.lower() not in ("identityfile", "certificatefile") or value == "none":
+            continue
+        path = os.path.join(home, value[2:]) if value.startswith("~/") else value
+        for name in (path, path + ".pub", path + "-cert", path + "-cert.pub"):
+            try:
+                mode = os.stat(name).st_mode
+            except OSError:
+                continue
+            if not stat.S_ISREG(mode):
+                raise HpclaunchError(str(Problem(source, f"remote.ssh_options.{key}", f"{name} is not a regular file "
+                                                 "(ssh would wait on it forever)", value, "name your key file")))
+
+
 def _option(name: str, value: str) -> List[str]:
-    # ssh splits an -o line at whitespace unless quoted; values never hold '"' (spec/remote.py).
+    # ssh splits an -o line at whitespace unless quoted; values never hold '"' (spec/ssh_options.py).
     return ["-o", f'{name}="{value}"' if any(c.isspace() for c in value) else f"{name}={value}"]
 
 
@@ -82,13 +132,18 @@ class SshSession:
 
     def __init__(self, remote, name: str, source: str):
         self.remote, self.name, self.source = remote, name, source
+        for where, message, value, fix in entry_problems(remote):   # checked where it was read; never unchecked
+            raise HpclaunchError(str(Problem(source, where, message, value, fix)))
+        _key_files(remote, source)
         self.destination = remote.host
         self.host = remote.host.rpartition("@")[2]
         self._checked = False
-        options: List[str] = []
+        self._config: Optional[dict] = None   # ssh -G's answer, asked after a failure only
+        options: List[str] = ssh_config()
         # Sorted: the registry keeps the settings with sorted keys, so a later command builds the same
         # command line (and control socket name) as submit did, and can reuse its connection.
-        for key, value in sorted((remote.ssh_options or {}).items()):  # before ours: ssh keeps the first value
+        # before ours: ssh keeps the first value (spec/ssh_options.py keeps what a profile may set)
+        for key, value in sorted((remote.ssh_options or {}).items()):
             options += _option(key, str(value))
         identity = repr((self.destination, remote.port, options)).encode()
         self.control_path = os.path.join(control_dir(), hashlib.sha256(identity).hexdigest()[:16])
@@ -198,21 +253,31 @@ class SshSession:
         return RemoteError(f"{where}: the connection failed ({last}) \u2014 run `ssh {self.destination} true` "
                            "to see why", EXIT_SSH)
 
+    def _resolved(self, key: str) -> Optional[str]:
+        """The first word of what ssh makes of `key` for this connection (`ssh -G`: the profile's options
+        and the user's own config), for the advice after a failure; None when ssh cannot say."""
+        if self._config is None:
+            self._config = {}
+            try:
+                res = subprocess.run(["ssh", "-G", *self._argv[1:]], stdin=subprocess.DEVNULL, capture_output=True,
+                                     text=True, timeout=10)
+            except (OSError, subprocess.SubprocessError):
+                res = None
+            if res is not None and res.returncode == 0:
+                self._config = dict(ln.split(" ", 1) for ln in res.stdout.splitlines() if " " in ln)
+        words = self._config.get(key, "").split()
+        return words[0] if words else None
+
     def _known_hosts(self) -> str:
-        for key, value in (self.remote.ssh_options or {}).items():
-            if key.lower() == "userknownhostsfile":
-                return str(value).split()[0]
-        return "~/.ssh/known_hosts"
+        return shlex.quote(self._resolved("userknownhostsfile") or "~/.ssh/known_hosts")
 
     def _known_hosts_flag(self) -> str:
         path = self._known_hosts()
-        return "" if path == "~/.ssh/known_hosts" else f" -f {path}"
+        default = os.path.join(_home(), ".ssh", "known_hosts")
+        return "" if path in ("~/.ssh/known_hosts", default) else f" -f {path}"
 
     def _keyscan_host(self) -> str:
-        for key, value in (self.remote.ssh_options or {}).items():
-            if key.lower() == "hostkeyalias":
-                return str(value)
-        return self.host
+        return self._resolved("hostkeyalias") or self.host
 
     # --- the remote hpclaunch --------------------------------------------------------------------
 

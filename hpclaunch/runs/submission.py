@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from typing import Optional, Sequence
 
 from hpclaunch.common.atomic import file_in_the_way, make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
 from hpclaunch.launchers.backends.choice import job_backend, names
 from hpclaunch.launchers.backends.base import Capability, JobRef
-from hpclaunch.launchers.plan import DEPENDENCY_KINDS, Dependency, Plan, build_plan, replace
+from hpclaunch.launchers.plan import DEPENDENCY_KINDS, Dependency, Plan, build_plan
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.loading import Resolved, resolve_job

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import List, Literal, Optional, Tuple
 
-from hpclaunch.common.model import model
+from dataclasses import dataclass
 from hpclaunch.spec.typedload import field, pattern_check
 
 RUNTIMES = ("pyxis", "apptainer", "podman")
@@ -56,7 +56,7 @@ def arguments_problem(value: List[str]) -> Optional[Tuple[str, str]]:
     return None
 
 
-@model
+@dataclass
 class Container:
     """Run each rank's program in a container image (the profile names the runtime)."""
 
@@ -72,7 +72,7 @@ class Container:
                            "the job's env, Slurm's, the launchers' and hpclaunch's always are)")
 
 
-@model
+@dataclass
 class ContainerRuntime:
     """The container runtime this site has, and its site options."""
 

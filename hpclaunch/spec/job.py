@@ -1,4 +1,4 @@
-"""The job file: its schema as typed records (hpclaunch.model), with per-field checks.
+"""The job file: its schema as dataclasses, with per-field checks.
 
 Cross-field rules and the profile's limits live in validate.py; this module only
 says what each key is and which values are well-formed on their own.
@@ -8,10 +8,11 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple
 
+from dataclasses import dataclass
 from hpclaunch.common import schedenv
-from hpclaunch.common.model import model
 from hpclaunch.launchers import modes
 from hpclaunch.spec.container import Container
+from hpclaunch.spec.kubernetes import KubernetesOptions
 from hpclaunch.spec.train import Train
 from hpclaunch.spec.typedload import Scalar, field
 from hpclaunch.spec.units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
@@ -83,7 +84,7 @@ def _command_check(value: List[str]) -> Optional[Tuple[str, str]]:
     return None
 
 
-@model
+@dataclass
 class Resources:
     """What each job asks Slurm for."""
 
@@ -97,7 +98,7 @@ class Resources:
     time: str = field("00:30:00", help=f"time limit ({TIME_FORMATS})", check=_time_check)
 
 
-@model
+@dataclass
 class SlurmOptions:
     """Scheduler placement and pass-through options."""
 
@@ -111,7 +112,7 @@ class SlurmOptions:
                              help="extra sbatch long options, passed through after validation of their form")
 
 
-@model
+@dataclass
 class Monitor:
     """The per-node power/thermal monitor."""
 
@@ -142,7 +143,7 @@ def signal_grace(grace: Optional[int], seconds: Optional[int]) -> Optional[int]:
     return None if seconds is not None and seconds <= DEFAULT_GRACE_S + SIGNAL_EARLY_S else DEFAULT_GRACE_S
 
 
-@model
+@dataclass
 class Requeue:
     """Automatic requeue before the time limit (or on preemption)."""
 
@@ -164,7 +165,7 @@ class Requeue:
                                                 "submitit: `scontrol requeue`)")
 
 
-@model
+@dataclass
 class Rendezvous:
     """Where ranks meet: the head node and a per-job port."""
 
@@ -172,7 +173,7 @@ class Rendezvous:
                                 minimum=1024, maximum=65535)
 
 
-@model
+@dataclass
 class Sweep:
     """A parameter sweep: one Slurm job array, one task per point. `{name}` in command arguments
     and env values is replaced by the point's value of parameter `name`."""
@@ -186,7 +187,7 @@ class Sweep:
     parallelism: Optional[int] = field(None, help="tasks running at once (--array=...%N)", minimum=1)
 
 
-@model
+@dataclass
 class Job:
     """An hpclaunch job file."""
 
@@ -209,6 +210,8 @@ class Job:
     container: Optional[Container] = field(None, help="run each rank's program in a container (docs/containers.md)")
     runs_root: Optional[str] = field(None, help="where run directories go (default: the profile's, else ./runs)",
                                      check=lambda v: runs_root_problem(v))
+    kubernetes: Optional[KubernetesOptions] = field(None, help="for `hpclaunch render --target kubernetes`: "
+                                                    "image, namespace, Kueue queue, volumes (docs/targets.md)")
 
 
 def env_name_problem(name: str) -> Optional[Tuple[str, str]]:

@@ -6,7 +6,7 @@ import os
 from hpclaunch.common.errors import InvalidInput, Problem
 from hpclaunch.spec.job import Job
 from hpclaunch.spec.merge import copy_plain, merge_into, set_path
-from hpclaunch.common.model import model
+from dataclasses import dataclass
 from hpclaunch.spec.overrides import parse_override
 from hpclaunch.spec.profiles import LoadedProfile, load_profile
 from hpclaunch.spec.typedload import Loader, SourceMap, _yaml_kind, to_plain, wrong_kind
@@ -16,7 +16,7 @@ from hpclaunch.spec.yamlio import display_path, load_yaml_bytes, read_input_file
 OVERRIDE_LABEL = "command line"
 
 
-@model
+@dataclass
 class Resolved:
     """A job ready to render: the typed job, its profile, and where each value came from."""
 

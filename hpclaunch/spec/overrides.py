@@ -6,7 +6,8 @@ from typing import Any
 
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.spec.job import Job
-from hpclaunch.common.model import fields, is_model
+from dataclasses import fields
+from dataclasses import is_dataclass as is_model
 from hpclaunch.spec.typedload import Scalar, _hints
 from hpclaunch.spec.yamlio import load_yaml_text
 

@@ -11,7 +11,7 @@ import re
 from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from hpclaunch.spec.job import _mem_check, _slurm_word, _time_check, runs_root_problem
-from hpclaunch.common.model import model
+from dataclasses import dataclass
 from hpclaunch.spec.container import ContainerRuntime, arguments_problem as _arguments
 from hpclaunch.spec.remote import Remote
 from hpclaunch.spec.typedload import Scalar, field, pattern_check
@@ -41,7 +41,7 @@ def _lines(value: List[str]) -> Optional[Tuple[str, str]]:
     return None
 
 
-@model
+@dataclass
 class NodeShape:
     """What one compute node holds."""
 
@@ -52,7 +52,7 @@ class NodeShape:
     gpu_mem_gib: Optional[float] = field(None, help="memory per GPU in GiB", minimum=0)
 
 
-@model
+@dataclass
 class Network:
     """How ranks find the head node and which interface collectives use."""
 
@@ -63,7 +63,7 @@ class Network:
                                  ("is not a host name part", "use letters, digits, '.' and '-' only"))
 
 
-@model
+@dataclass
 class MpiSettings:
     """How the mpi launcher starts ranks on this site."""
 
@@ -73,7 +73,7 @@ class MpiSettings:
                                    check=_arguments)
 
 
-@model
+@dataclass
 class HorovodSettings:
     """How the horovod launcher starts ranks and how they talk."""
 
@@ -84,7 +84,7 @@ class HorovodSettings:
     extra_args: List[str] = field(default_factory=list, help="extra horovodrun arguments", check=_arguments)
 
 
-@model
+@dataclass
 class RendezvousSettings:
     """Per-job rendezvous ports: base + (job id mod range), so concurrent jobs differ."""
 
@@ -92,7 +92,7 @@ class RendezvousSettings:
     port_range: int = field(10000, minimum=1, maximum=40000, help="number of ports to spread jobs over")
 
 
-@model
+@dataclass
 class Limits:
     """What the site allows; validation refuses more."""
 
@@ -106,7 +106,7 @@ class Limits:
                                             ("must be two numbers [min, max] with min <= max", "e.g. [1.0e-6, 1.0]"))
 
 
-@model
+@dataclass
 class Training:
     """How train_entry runs on this hardware."""
 
@@ -116,7 +116,7 @@ class Training:
     tensorboard_dir: Optional[str] = field(None, help="TensorBoard log dir, relative to the run directory or absolute")
 
 
-@model
+@dataclass
 class MonitorSettings:
     """Which monitor sources this hardware has, and whether the site scrapes the monitors."""
 
@@ -135,7 +135,7 @@ class MonitorSettings:
             "/var/lib/node_exporter/textfile_collector")))
 
 
-@model
+@dataclass
 class LocalSettings:
     """How the local backend runs jobs on this machine (--backend local)."""
 
@@ -147,7 +147,7 @@ class LocalSettings:
             "is not an absolute path", "give the machine's shared folder, e.g. /var/lib/hpclaunch/gpu-leases")))
 
 
-@model
+@dataclass
 class Profile:
     """An hpclaunch cluster profile."""
 

@@ -8,7 +8,7 @@ from hpclaunch import hpc_profiles  # package data, importable in editable and w
 from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
 from hpclaunch.spec.job import env_entry_problem
 from hpclaunch.spec.merge import merge_into
-from hpclaunch.common.model import model
+from dataclasses import dataclass
 from hpclaunch.spec.profile import Profile
 from hpclaunch.spec.remote import entry_problems
 from hpclaunch.spec.typedload import Loader, SourceMap, wrong_kind
@@ -75,7 +75,7 @@ def available_profiles(cwd: str | None = None) -> list[str]:
     return names
 
 
-@model
+@dataclass
 class LoadedProfile:
     profile: Profile
     path: str

@@ -4,15 +4,16 @@
 Every value here reaches ssh's command line or the login node's shell. The remote side quotes each
 one (shlex), so these checks are not the quoting: they keep each value one printable line of a
 bounded size, keep option injection out of the ssh destination (`-oProxyCommand=...` as a host),
-and keep the options hpclaunch owns (multiplexing, host key checking) out of the user's hands.
+and let ssh_options set only what spec/ssh_options.py allows (a profile may come from a colleague).
 """
 from __future__ import annotations
 
 import re
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from hpclaunch.common.model import model
+from dataclasses import dataclass
 from hpclaunch.spec.job import looks_secret, runs_root_problem
+from hpclaunch.spec.ssh_options import DESTINATION, name_problem, value_problem
 from hpclaunch.spec.typedload import Scalar, field, pattern_check
 
 MAX_TEXT = 1024          # a path, an option value, a command word
@@ -20,35 +21,10 @@ MAX_ENV_VALUE = 4096
 MAX_ENTRIES = 64         # env entries, ssh options, command words
 MAX_UPLOAD_LIMIT = 64 << 30
 
-# [user@]host: a name from ~/.ssh/config, a DNS name or an IPv4 address. Never a leading '-': ssh
-# would read it as an option.
-_DESTINATION = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,63}@)?[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")
 _OPTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _SIZE = re.compile(r"(\d{1,12})([KMG]?)")
 _FACTOR = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-# Options hpclaunch sets itself (one multiplexed connection per command; unknown host keys are never
-# accepted) and options that would run local commands or take the session's stdin/tty from the tar
-# stream. Site-wide ssh settings belong in ~/.ssh/config, which ssh reads as always.
-OWNED_OPTIONS = {
-    "controlmaster": "hpclaunch multiplexes one connection per command itself",
-    "controlpath": "hpclaunch keeps its control sockets in a private folder",
-    "controlpersist": "hpclaunch keeps its connection open a short while itself",
-    "stricthostkeychecking": "hpclaunch never accepts an unknown host key: add the key to known_hosts "
-                             "(docs/remote.md)",
-    "proxycommand": "a profile does not run local commands: use ProxyJump, or set ProxyCommand for this "
-                    "host in ~/.ssh/config",
-    "localcommand": "a profile does not run local commands",
-    "permitlocalcommand": "a profile does not run local commands",
-    "knownhostscommand": "a profile does not run local commands",
-    "remotecommand": "hpclaunch chooses the remote command",
-    "requesttty": "a terminal would corrupt the copied files and the JSON answers",
-    "sessiontype": "hpclaunch runs commands on the login node",
-    "stdinnull": "hpclaunch sends the project on stdin",
-    "forkafterauthentication": "hpclaunch waits for every remote command",
-}
-
 
 def _one_line(value: str, limit: int = MAX_TEXT) -> Optional[Tuple[str, str]]:
     if not value:
@@ -60,7 +36,8 @@ def _one_line(value: str, limit: int = MAX_TEXT) -> Optional[Tuple[str, str]]:
     return None
 
 
-_destination = pattern_check(_DESTINATION, "is not an ssh destination", "write [user@]host with letters, digits "
+# [user@]host: a name from ~/.ssh/config, a DNS name or an IPv4 address (spec/ssh_options.py).
+_destination = pattern_check(DESTINATION, "is not an ssh destination", "write [user@]host with letters, digits "
                              "and . _ - (a name from ~/.ssh/config works too), e.g. me@login.cluster.org")
 
 
@@ -110,7 +87,7 @@ def _max_upload(value: str) -> Optional[Tuple[str, str]]:
     return None
 
 
-@model
+@dataclass
 class Remote:
     """How to reach this cluster's login node from your own machine (hpclaunch submit --remote)."""
 
@@ -160,16 +137,16 @@ def entry_problems(remote: Remote, path: str = "remote") -> Iterator[Tuple[str, 
                     yield (sub, "looks like a secret; remote env values are sent on the ssh command line", name,
                            "set it in your login environment on the cluster instead (e.g. ~/.bashrc there)")
                     continue
+                found = _one_line(str(value), limit)
             else:
                 if not _OPTION_NAME.fullmatch(name):
-                    yield (sub, "is not an ssh option name", name, "e.g. IdentityFile, ProxyJump, User")
+                    yield (sub, "is not an ssh option name", name, "write one option name as the key, e.g. "
+                           "IdentityFile, ProxyJump, User (ssh_config(5))")
                     continue
-                if name.lower() in OWNED_OPTIONS:
-                    yield (sub, "cannot be set in a profile", name, OWNED_OPTIONS[name.lower()])
+                refused = name_problem(name)
+                if refused:
+                    yield (sub, refused[0], value, refused[1])
                     continue
-                if '"' in str(value):
-                    yield (sub, "must not contain a double quote", value, "remove the quotes")
-                    continue
-            found = _one_line(str(value), limit)
+                found = _one_line(str(value), limit) or value_problem(name, value)
             if found:
                 yield (sub, found[0], value, found[1])

@@ -7,7 +7,8 @@ import re
 import typing
 from typing import Any, Optional
 
-from hpclaunch.common.model import fields, is_model
+from dataclasses import fields
+from dataclasses import is_dataclass as is_model
 from hpclaunch.spec.job import Job, env_entry_problem
 from hpclaunch.spec.train import Train
 from hpclaunch.spec.typedload import Loader, SourceMap, _hints

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, List, Literal, Optional
 
-from hpclaunch.common.model import model
+from dataclasses import dataclass
 from hpclaunch.spec.typedload import field
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -29,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-@model
+@dataclass
 class Train:
     """Settings for hpclaunch.train_entry; checked against the profile's training limits."""
 

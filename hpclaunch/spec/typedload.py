@@ -13,8 +13,9 @@ import typing
 from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Union
 
 from hpclaunch.common.errors import Problem
-from hpclaunch.common.model import MISSING, fields, is_model
-from hpclaunch.common.model import field as _field
+from dataclasses import MISSING, fields
+from dataclasses import field as _field
+from dataclasses import is_dataclass as is_model
 
 Check = Callable[[Any], Optional[Tuple[str, str]]]  # value -> (message, fix) or None
 
@@ -43,7 +44,7 @@ def pattern_check(pattern: "typing.Pattern[str]", message: str, fix: str) -> Che
 def field(default: Any = MISSING, *, default_factory: Any = MISSING,
           **kwargs: Any) -> Any:
     """A model field with hpclaunch metadata (help text, bounds, a value check)."""
-    return _field(default, default_factory=default_factory, metadata=meta(**kwargs))
+    return _field(default=default, default_factory=default_factory, metadata=meta(**kwargs))
 
 
 class SourceMap:

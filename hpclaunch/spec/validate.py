@@ -6,7 +6,7 @@ run reports every problem.
 from __future__ import annotations
 
 from hpclaunch.common.errors import Problem
-from hpclaunch.common.model import fields
+from dataclasses import fields
 from hpclaunch.launchers import modes
 from hpclaunch.spec.job import _EXTRA, DEFAULT_GRACE_S, SIGNAL_EARLY_S, Job, env_entry_problem, signal_grace
 from hpclaunch.spec.profile import Profile

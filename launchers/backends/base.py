@@ -24,7 +24,7 @@ import abc
 import enum
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence
 
-from hpclaunch.common.model import field, model
+from dataclasses import dataclass, field
 
 
 class State(str, enum.Enum):
@@ -101,7 +101,7 @@ def state_of(word: Optional[str], words: Optional[Dict[str, State]] = None) -> S
     return (words or {}).get(head, State.UNKNOWN)
 
 
-@model
+@dataclass
 class JobStatus:
     state: State
     exit_code: Optional[int] = None
@@ -124,7 +124,7 @@ class JobStatus:
         return self.state in FINAL_STATES
 
 
-@model(frozen=True)
+@dataclass(frozen=True)
 class JobRef:
     """What names a job to its backend: its id, its run directory, and for a sweep its task count."""
 

@@ -8,18 +8,18 @@ read the plan as `r` and this request as `s` (the GPU option of a job step).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
-from hpclaunch.common.model import model
 from hpclaunch.common.version import __version__
 from hpclaunch.launchers import modes, template_cache
-from hpclaunch.launchers.plan import Plan, Rerun, replace
+from hpclaunch.launchers.plan import Plan, Rerun
 from hpclaunch.spec.units import format_time
 
 TEMPLATE = "job.sbatch.j2"
 
 
-@model(frozen=True)
+@dataclass(frozen=True)
 class SlurmRequest:
     """A plan in Slurm's terms: what sbatch reads from the script, and the script."""
 

@@ -26,16 +26,16 @@ layer (tests/layers.py): they import nothing of hpclaunch but hpclaunch.common.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from hpclaunch.common.model import model
 from hpclaunch.common.rankenv import KINDS
 
 BUILT_IN = ("torchrun", "horovod", "mpi", "srun", "ray", "tensorflow", "accelerate")
 ENTRY_POINTS = "hpclaunch.launchers"
 
 
-@model(frozen=True)
+@dataclass(frozen=True)
 class Launcher:
     """A launcher module, its optional parts filled in."""
 

@@ -3,6 +3,10 @@
 (function () {
   "use strict";
 
+  // Every path is under the page's root: "/", or with a token "/<random>/", the only path its cookie
+  // is sent to (a cookie for "/" would go to every port of this host).
+  var root = document.body.getAttribute("data-root") || "/";
+
   // A token in the address bar has done its work (the server set a cookie): keep it out of
   // screenshots, history and shared links.
   var params = new URLSearchParams(location.search);
@@ -56,11 +60,11 @@
 
   // ---------------------------------------------------------------- the job list
   function jobsPage() {
-    follow("/events", "jobs", function (data) {
+    follow(root + "events", "jobs", function (data) {
       showError(data.error);
       var rows = data.jobs.map(function (j) {
         var tr = el("tr", {"data-key": j.key, "class": "state-" + j.state.toLowerCase()});
-        cell(tr, el("a", {href: "/job/" + j.key}, j.job_id));
+        cell(tr, el("a", {href: root + "job/" + j.key}, j.job_id));
         cell(tr, j.name);
         cell(tr, j.state + (j.exit_code !== null && j.exit_code !== undefined ? " (exit " + j.exit_code + ")" : ""), "state");
         cell(tr, j.backend);
@@ -99,8 +103,14 @@
     };
   }
 
+  // plotly reads a subset of HTML in a trace's name (links, styles, line breaks) and decodes entities
+  // after it: a label holds a host name from a monitor log, which the job's own programs write.
+  function plotlyText(text) {
+    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
+
   function trace(label, points) {
-    return {x: points.t.map(function (ms) { return new Date(ms); }), y: points.y, name: label,
+    return {x: points.t.map(function (ms) { return new Date(ms); }), y: points.y, name: plotlyText(label),
             type: "scatter", mode: "lines", connectgaps: false};
   }
 
@@ -178,7 +188,7 @@
   }
 
   function jobPage(key) {
-    follow("/job/" + key + "/events", "job", function (data) {
+    follow(root + "job/" + key + "/events", "job", function (data) {
       showError(data.job.error);
       drawFacts(data.job);
       drawRanks(data.live.ranks);
