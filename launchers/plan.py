@@ -6,8 +6,9 @@ flags, launchers/backends/slurm_script.py) -> script text. Only a backend writes
 scheduler, and only a backend knows its scheduler's words: nothing here is an sbatch option.
 
 The flat fields are the ones the rank runtime (templates/prologue.j2, epilogue.j2) reads by name;
-the records group what a backend translates (placement, the site's request dialect,
-dependencies; a resubmission is a Rerun), all frozen dataclasses.
+`placement` groups what the job asks of the scheduler's placement, `after` its dependencies as
+(kind, job id) pairs; frozen dataclasses, as few as the render path can afford (each costs ~0.3 ms
+to create).
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from hpclaunch.spec.units import parse_time_seconds
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: "save done, run me again"
 
-# The kinds of dependency a job may wait on (`submit --after JOB:KIND`); a backend that declares
-# Capability.DEPENDENCIES honours each.
+# The kinds of dependency a job may wait on (`submit --after JOB:KIND`, Plan.after's (kind, job id)
+# pairs); a backend that declares Capability.DEPENDENCIES honours each.
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
 
 _SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
@@ -52,35 +53,6 @@ class Placement:
 
 
 @dataclass(frozen=True)
-class SiteDialect:
-    """How this site wants GPUs and memory asked for (the profile's gpu_request, gres_name,
-    memory_request); a backend reads what applies to it."""
-
-    gpu_request: str = "gpus-per-node"   # gpus-per-node | gres | none
-    gres_name: str = "gpu"
-    memory_request: str = "per-node"     # per-node | omit
-
-
-@dataclass(frozen=True)
-class Dependency:
-    """Start only after job `job_id` (of the same backend) has ended as `kind` says."""
-
-    kind: str     # one of DEPENDENCY_KINDS
-    job_id: str
-
-
-@dataclass(frozen=True)
-class Rerun:
-    """A job queued again from its recorded script, without the nodes that failed under it, into the
-    run directory it started in (its checkpoints and logs), its attempts counted on (runs/resubmit.py)."""
-
-    script: str                        # the run directory's script, as it ran
-    run_dir: str
-    exclude: Tuple[str, ...]           # node names
-    attempts_so_far: int
-
-
-@dataclass(frozen=True)
 class Plan:
     job_name: str                      # exact, any characters
     slug: str                          # safe form, for the scheduler's job name and directories
@@ -98,7 +70,10 @@ class Plan:
     time_s: int
     mem: Optional[str]                 # per node, the job's form (e.g. 4G)
     placement: Placement
-    site: SiteDialect
+    # How this site wants GPUs and memory asked for (the profile's): a backend reads what applies to it
+    gpu_request: str                   # gpus-per-node | gres | none
+    gres_name: str
+    memory_request: str                # per-node | omit
     requeue_grace: int
     node_cpus: int                     # the profile's node shape
     node_gpus: int
@@ -136,7 +111,7 @@ class Plan:
     # The local backend's GPU lease folder shared by the machine's users (the profile's local.gpu_lease_dir).
     gpu_lease_dir: Optional[str] = None
     # Submission-time facts: runs/submission.py fills them in (dataclasses.replace)
-    after: Tuple[Dependency, ...] = ()
+    after: Tuple[Tuple[str, str], ...] = ()   # (kind, job id): start after those jobs of the same backend
 
     @property
     def world_size(self) -> int:
@@ -181,7 +156,9 @@ def build_plan(resolved: Resolved) -> Plan:
         time_s=seconds,
         mem=r.mem,
         placement=Placement(s.partition, s.account, s.qos, s.constraint, bool(s.exclusive), tuple(s.extra)),
-        site=SiteDialect(profile.gpu_request, profile.gres_name, profile.memory_request),
+        gpu_request=profile.gpu_request,
+        gres_name=profile.gres_name,
+        memory_request=profile.memory_request,
         requeue_grace=grace if grace is not None else DEFAULT_GRACE_S,
         node_cpus=profile.node.cpus,
         node_gpus=profile.node.gpus,

@@ -6,8 +6,8 @@ import os
 from dataclasses import fields, is_dataclass, replace
 
 from hpclaunch.launchers.backends import slurm_script
-from hpclaunch.launchers.backends.base import Capability, JobRef, JobStatus, State
-from hpclaunch.launchers.plan import Dependency, Rerun, build_plan
+from hpclaunch.launchers.backends.base import Capability, JobRef, JobStatus, Rerun, State
+from hpclaunch.launchers.plan import build_plan
 from hpclaunch.runs import jobs as jobs_module
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.loading import resolve_job
@@ -43,7 +43,7 @@ def test_the_plan_holds_no_sbatch_option_and_slurm_reads_it_into_directives():
 
 
 def test_dependencies_are_kind_and_job_pairs_that_slurm_writes_as_one_flag():
-    plan = replace(_plan(), after=(Dependency("afterok", "12"), Dependency("afterany", "13")))
+    plan = replace(_plan(), after=(("afterok", "12"), ("afterany", "13")))
     assert slurm_script.dependency(plan) == ["--dependency=afterok:12,afterany:13"]
     # a sweep's later chunk waits on the one before it too
     assert slurm_script.dependency(plan, ("afterany:14",)) == ["--dependency=afterok:12,afterany:13,afterany:14"]
@@ -129,7 +129,7 @@ def test_a_split_sweep_chains_its_chunks_after_the_users_dependencies(tmp_path, 
     from hpclaunch.launchers.backends.slurm import SlurmBackend
 
     plan = _plan("sweep={parameters: {i: [1, 2, 3, 4, 5]}, parallelism: 1}", "env={SEED: '{i}'}")
-    plan = replace(plan, after=(Dependency("afterok", "7"),))
+    plan = replace(plan, after=(("afterok", "7"),))
     be = SlurmBackend()
     calls = []
     monkeypatch.setattr(be, "max_array_size", lambda: 2)

@@ -6,8 +6,7 @@ import os
 from typing import Sequence
 
 from hpclaunch.launchers.backends.choice import get_backend
-from hpclaunch.launchers.backends.base import JobRef
-from hpclaunch.launchers.plan import Rerun
+from hpclaunch.launchers.backends.base import JobRef, Rerun
 from hpclaunch.runs.registry import Registry
 
 

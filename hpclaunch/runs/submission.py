@@ -15,7 +15,7 @@ from hpclaunch.common.atomic import file_in_the_way, make_private_dirs, write_at
 from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
 from hpclaunch.launchers.backends.choice import job_backend, names
 from hpclaunch.launchers.backends.base import Capability, JobRef
-from hpclaunch.launchers.plan import DEPENDENCY_KINDS, Dependency, Plan, build_plan
+from hpclaunch.launchers.plan import DEPENDENCY_KINDS, Plan, build_plan
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.loading import Resolved, resolve_job
@@ -32,19 +32,20 @@ def dependencies(after: Sequence[str], registry: Registry, be) -> tuple:
     return tuple(parse_after(a, registry, be.name) for a in after)
 
 
-def parse_after(spec: str, registry: Registry, backend: str) -> Dependency:
-    """`JOB[:afterok|afterany|afternotok]` -> a dependency on a job of `backend` (JOB: an id or a name)."""
+def parse_after(spec: str, registry: Registry, backend: str) -> tuple[str, str]:
+    """`JOB[:afterok|afterany|afternotok]` -> (kind, job id): a dependency on a job of `backend` (JOB: an
+    id or a name)."""
     ref, _, kind = spec.partition(":")
     kind = kind or "afterok"
     if kind not in DEPENDENCY_KINDS:
         raise HpclaunchError(f"--after {spec}: unknown dependency '{kind}' \u2014 use one of {', '.join(DEPENDENCY_KINDS)}")
     if ref.isdigit():
-        return Dependency(kind, ref)
+        return kind, ref
     found = [r for r in registry.find(ref) if r.backend == backend]
     if not found:
         raise HpclaunchError(f"--after {spec}: no {backend} job '{ref}' in the registry \u2014 give a job id or a name "
                              "from `hpclaunch list`")
-    return Dependency(kind, found[0].job_id)
+    return kind, found[0].job_id
 
 
 def _runs_root_problem(root: str) -> Optional[str]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from dataclasses import dataclass, field
 
@@ -125,6 +125,18 @@ class JobStatus:
 
 
 @dataclass(frozen=True)
+class Rerun:
+    """A job queued again from its recorded script, without the nodes that failed under it, into the
+    run directory it started in (its checkpoints and logs), its attempts counted on (runs/resubmit.py):
+    what NodeFailureAware.resubmit is given."""
+
+    script: str                        # the run directory's script, as it ran
+    run_dir: str
+    exclude: Tuple[str, ...]           # node names
+    attempts_so_far: int
+
+
+@dataclass(frozen=True)
 class JobRef:
     """What names a job to its backend: its id, its run directory, and for a sweep its task count."""
 
@@ -223,4 +235,4 @@ class NodeFailureAware(Backend):
 
     @abc.abstractmethod
     def resubmit(self, rerun, cwd: str) -> str:
-        """Queue a launchers.plan.Rerun held; its job id (release() starts it)."""
+        """Queue a Rerun held; its job id (release() starts it)."""

@@ -17,10 +17,9 @@ from typing import Callable, List, Optional, Sequence
 from hpclaunch.common.errors import HpclaunchError, InvalidInput
 from hpclaunch.common.identity import current_user
 from hpclaunch.launchers.backends import slurm_facts, slurm_script, slurm_status, slurmcli
-from hpclaunch.launchers.backends.base import Capability, JobRef, JobStatus, NodeFailureAware, State
+from hpclaunch.launchers.backends.base import Capability, JobRef, JobStatus, NodeFailureAware, Rerun, State
 from hpclaunch.launchers.backends.slurm_preflight import check_request, parse_associations
 from hpclaunch.launchers.backends.slurm_script import SlurmRequest, array_spec, run_log, sweep_log
-from hpclaunch.launchers.plan import Rerun
 
 
 def submit_env() -> dict:

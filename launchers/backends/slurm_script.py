@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from hpclaunch.common.version import __version__
 from hpclaunch.launchers import modes, template_cache
-from hpclaunch.launchers.plan import Plan, Rerun
+from hpclaunch.launchers.plan import Plan
+
+if TYPE_CHECKING:  # base (enum, three dataclasses) is not on the render path
+    from hpclaunch.launchers.backends.base import Rerun
 from hpclaunch.spec.units import format_time
 
 TEMPLATE = "job.sbatch.j2"
@@ -34,7 +37,7 @@ class SlurmRequest:
 
 def directives(plan: Plan) -> Tuple[Tuple[Tuple[str, Optional[str]], ...], Optional[str]]:
     """The #SBATCH directives of a plan, in the script's order, and the GPU option of its steps."""
-    site, place = plan.site, plan.placement
+    place = plan.placement
     d: list[tuple[str, Optional[str]]] = [
         ("job-name", plan.slug),
         ("nodes", str(plan.nodes)),
@@ -42,13 +45,13 @@ def directives(plan: Plan) -> Tuple[Tuple[Tuple[str, Optional[str]], ...], Optio
         ("cpus-per-task", str(plan.step_cpus)),
     ]
     gpu = None
-    if plan.gpus_per_node and site.gpu_request == "gpus-per-node":
+    if plan.gpus_per_node and plan.gpu_request == "gpus-per-node":
         d.append(("gpus-per-node", str(plan.gpus_per_node)))
         gpu = f"--gpus-per-node={plan.gpus_per_node}"
-    elif plan.gpus_per_node and site.gpu_request == "gres":
-        d.append(("gres", f"{site.gres_name}:{plan.gpus_per_node}"))
-        gpu = f"--gres={site.gres_name}:{plan.gpus_per_node}"
-    if plan.mem is not None and site.memory_request == "per-node":
+    elif plan.gpus_per_node and plan.gpu_request == "gres":
+        d.append(("gres", f"{plan.gres_name}:{plan.gpus_per_node}"))
+        gpu = f"--gres={plan.gres_name}:{plan.gpus_per_node}"
+    if plan.mem is not None and plan.memory_request == "per-node":
         d.append(("mem", plan.mem))
     d.append(("time", format_time(plan.time_s)))
     for opt, value in (("partition", place.partition), ("account", place.account), ("qos", place.qos),
@@ -96,11 +99,11 @@ def render(request: SlurmRequest) -> str:
 
 def dependency(plan: Plan, more: Tuple[str, ...] = ()) -> list[str]:
     """sbatch's --dependency flag for the plan's dependencies (and `more`, Slurm's own "kind:id" words)."""
-    words = [f"{d.kind}:{d.job_id}" for d in plan.after] + list(more)
+    words = [f"{kind}:{job_id}" for kind, job_id in plan.after] + list(more)
     return [f"--dependency={','.join(words)}"] if words else []
 
 
-def rerun_flags(rerun: Rerun) -> list[str]:
+def rerun_flags(rerun: "Rerun") -> list[str]:
     """sbatch's flags for a Rerun: the failed nodes left out, the run directory and the attempts so
     far handed to the script (prologue.j2 reads HPCLAUNCH_RESUME_DIR and HPCLAUNCH_ATTEMPT_BASE),
     Slurm's log appended to the run directory's."""
