@@ -44,9 +44,11 @@ LEAVES: Dict[str, Tuple[str, ...]] = {
     "hpclaunch.monitors": ("hpclaunch.common.atomic",),
     "hpclaunch.reports": ("hpclaunch.monitors.schema",),
     "hpclaunch.train_entry": ("hpclaunch.common", "hpclaunch.spec.train", "hpclaunch.spec.typedload"),
+    "hpclaunch.runtime": (),
 }
 # Which core layer may import a leaf (the leaf's users are above it).
-LEAF_USERS = {"hpclaunch.monitors": "top", "hpclaunch.reports": "runs", "hpclaunch.train_entry": "top"}
+LEAF_USERS = {"hpclaunch.monitors": "top", "hpclaunch.reports": "runs", "hpclaunch.train_entry": "top",
+              "hpclaunch.runtime": "backends"}
 
 
 def _within(module: str, prefix: str) -> bool:
