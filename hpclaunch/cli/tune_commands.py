@@ -79,7 +79,7 @@ def _view(args: argparse.Namespace) -> int:
         if args.json:
             print_json(doc)
         else:
-            sys.stdout.write(study_report.text(doc))
+            sys.stdout.write(study_report.text(doc, job_file=False))
         return 0
     fmt = report_format(args.format, args.output)
     doc = study_report.document(folder)

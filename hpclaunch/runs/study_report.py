@@ -22,10 +22,8 @@ REPORT_SCHEMA = "hpclaunch.study-report/1"
 def trial_state(t, active: bool) -> str:
     """complete, pruned, failed, running, waiting, or interrupted (a trial left running by a task
     that ended without telling: the job was cancelled or lost; --resume runs its point again)."""
-    name = t.state.name.lower()
-    if t.user_attrs.get(files.ATTR_INTERRUPTED) or (name == "running" and not active):
-        return "interrupted"
-    return {"fail": "failed"}.get(name, name)
+    word = files.state_word(t)
+    return "interrupted" if word == "running" and not active else word
 
 
 def trial_energy(run_dir: Optional[str]) -> Optional[float]:
@@ -156,7 +154,7 @@ def table_lines(doc: Dict[str, Any]) -> List[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [head] + body]
 
 
-def text(doc: Dict[str, Any]) -> str:
+def text(doc: Dict[str, Any], job_file: bool = True) -> str:
     c = doc["counts"]
     lines = [f"study {doc['study']}: {doc['method']}, {doc['mode']} {doc['metric']}; {doc['finished']} of "
              f"{doc['trials_owed']} trials ended ({c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed"
@@ -173,8 +171,10 @@ def text(doc: Dict[str, Any]) -> str:
             lines.append(f"trial {r['number']} failed: {r['error']} (logs: {r['run_dir']})")
     best = doc["best"]
     if best:
-        lines += ["", f"best: trial {best['number']}, {doc['metric']} {_cell(best['value'])}", "", "best job file:",
-                  *("  " + x for x in best["job_file"].splitlines())]
+        lines += ["", f"best: trial {best['number']}, {doc['metric']} {_cell(best['value'])}: "
+                  + ", ".join(f"{k}={_cell(v)}" for k, v in sorted(best["params"].items()))]
+        if job_file:
+            lines += ["", "best job file:", *("  " + x for x in best["job_file"].splitlines())]
     return "\n".join(lines) + "\n"
 
 
@@ -194,6 +194,6 @@ def html_page(doc: Dict[str, Any], folder: str) -> str:
     best = doc["best"]
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>study "
             f"{html.escape(doc['study'])}</title></head><body><h1>study {html.escape(doc['study'])}</h1>"
-            f"<pre>{html.escape(''.join(text(doc)))}</pre>{charts}"
+            f"<pre>{html.escape(text(doc, job_file=False))}</pre>{charts}"
             + (f"<h2>best job file</h2><pre>{html.escape(best['job_file'])}</pre>" if best else "")
             + "</body></html>\n")

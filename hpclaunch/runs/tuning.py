@@ -118,6 +118,7 @@ def start(job_path: str, overrides: Sequence[str] = (), *, resume: bool = False,
         make_private_dirs(folder)
         files.write_settings(folder, settings)
         study = files.open_study(folder, settings, create=True)
+        files.enqueue_grid(study, settings)
     files.write_settings(folder, settings)
     left = files.budget_left(study.get_trials(deepcopy=False), settings["trials"])
     if left == 0:
@@ -183,7 +184,7 @@ def follow(folder: str, settings: Dict[str, Any], job: Job, say: Callable[[str],
             value = "" if t.value is None else f" {settings['metric']} {t.value:.6g}"
             error = f" ({t.user_attrs[files.ATTR_ERROR]})" if t.user_attrs.get(files.ATTR_ERROR) else ""
             params = ", ".join(f"{k}={v}" for k, v in sorted(t.params.items()))
-            say(f"  trial {t.number:>3} {t.state.name.lower():<8}{value}{error}  {params}")
+            say(f"  trial {t.number:>3} {files.state_word(t):<8}{value}{error}  {params}")
         if st.state in FINAL_STATES:
             break
         time.sleep(poll)

@@ -56,6 +56,16 @@ def grid(parameters: Dict[str, Any]) -> Dict[str, List[Any]]:
     return out
 
 
+def grid_points(parameters: Dict[str, Any], limit: int) -> List[Dict[str, Any]]:
+    """The grid's first `limit` points, in the order a grid sweep runs them."""
+    import itertools
+
+    axes = grid(parameters)
+    names = list(axes)
+    combos = itertools.islice(itertools.product(*(axes[n] for n in names)), limit)
+    return [dict(zip(names, combo)) for combo in combos]
+
+
 def point(params: Dict[str, Any]) -> Dict[str, str]:
     """A trial's values as the text its command and environment receive."""
     return {name: _text(value) for name, value in params.items()}

@@ -74,14 +74,13 @@ def sampler(settings: Dict[str, Any], seed: Optional[int] = None):
     the same history would otherwise get the same point."""
     import optuna
 
-    from hpclaunch.tune.space import grid
-
     method = settings["method"]
-    if method == "grid":
-        return optuna.samplers.GridSampler(grid(settings["parameters"]), seed=seed)
-    if method == "random":
+    if method in ("grid", "random"):
+        # A grid study's points are all queued when it is made (enqueue_grid): each task takes the
+        # next waiting one, which the journal gives to one task only. Optuna's GridSampler picks
+        # an unvisited point at random instead, and two tasks asking at once may pick the same.
         return optuna.samplers.RandomSampler(seed=seed)
-    # constant_liar: a running trial counts as a poor result, so parallel tasks spread out
+        # constant_liar: a running trial counts as a poor result, so parallel tasks spread out
     return optuna.samplers.TPESampler(seed=seed, constant_liar=True, n_startup_trials=_startup(settings))
 
 
@@ -101,6 +100,15 @@ def pruner(settings: Dict[str, Any]):
                                            n_warmup_steps=prune["warmup_steps"])
     return optuna.pruners.SuccessiveHalvingPruner(min_resource=max(1, prune["warmup_steps"]),
                                                   reduction_factor=prune["reduction_factor"])
+
+
+def enqueue_grid(study, settings: Dict[str, Any]) -> None:
+    """Queue a new grid study's points, its first `trials` in the grid's order."""
+    from hpclaunch.tune.space import grid_points
+
+    if settings["method"] == "grid":
+        for params in grid_points(settings["parameters"], int(settings["trials"])):
+            study.enqueue_trial(params)
 
 
 def direction(settings: Dict[str, Any]) -> str:
@@ -133,3 +141,12 @@ def finished(trial) -> bool:
 
 def budget_left(trials: List[Any], total: int) -> int:
     return max(0, total - sum(1 for t in trials if finished(t)))
+
+
+def state_word(trial) -> str:
+    """How the study's views name a trial's state: complete, pruned, failed, running, waiting, or
+    interrupted (a trial recorded so by --resume)."""
+    if trial.user_attrs.get(ATTR_INTERRUPTED):
+        return "interrupted"
+    name = trial.state.name.lower()
+    return "failed" if name == "fail" else name
