@@ -6,10 +6,10 @@ file (an exclusive create in the task's run directory) is the leader: it asks th
 task's trial (or, on a requeued attempt, takes the trial the task already has), writes it to
 `.hpclaunch/trial.json`, and the others read it there. Each agent runs the program with the
 trial's values filled in (`{name}` in its arguments and env values, train.KEY through
-HPCLAUNCH_SWEEP_POINT as for a sweep; no shell: the words are the arguments) in a session of its
-own, and passes on the signals it gets. The leader follows the program's values (values.py),
-reports each to the study and asks the pruner; when the pruner says stop it writes the pruned
-marker and ends the program (SIGTERM to its process group, SIGKILL after KILL_AFTER_S); the
+HPCLAUNCH_SWEEP_POINT as for a sweep; no shell: the words are the arguments) and passes on the
+signals it gets. The leader follows the program's values (values.py), reports each to the study
+and asks the pruner; when the pruner says stop it writes the pruned marker and ends the program
+(SIGTERM to it and every process it started, SIGKILL after KILL_AFTER_S); the
 other ranks' agents see the marker and do the same. Then the leader tells the study how the trial
 ended: complete with its last value, pruned, or failed with the error.
 
@@ -139,22 +139,22 @@ def child_env(settings: Dict[str, Any], record: Dict[str, Any], task: Task) -> D
 
 
 class Program:
-    """The trial's program, in a session of its own, ended with its whole process group."""
+    """The trial's program. It stays in the task's process group, so whatever stops the task
+    (Slurm's step cgroup, the local backend's killpg) stops it too; pruning ends its whole tree."""
 
     def __init__(self, argv: List[str], env: Dict[str, str]):
-        self.proc = subprocess.Popen(argv, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(argv, env=env)
         self.outside = False  # a stop signal came from outside (cancel, time limit)
         for sig in _FORWARDED:
             signal.signal(sig, self._forward)
 
     def _forward(self, signum, _frame) -> None:
+        # torchrun signals its child (this agent) only: pass it on (a step-wide signal reaches the
+        # program too; a second SIGTERM changes nothing)
         if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             self.outside = True
-        self._signal(signum)
-
-    def _signal(self, signum: int) -> None:
         try:
-            os.killpg(self.proc.pid, signum)
+            os.kill(self.proc.pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -165,13 +165,27 @@ class Program:
             return None
 
     def stop(self) -> int:
-        """SIGTERM to the program's group, SIGKILL after KILL_AFTER_S; its exit code."""
-        self._signal(signal.SIGTERM)
-        rc = self.wait(KILL_AFTER_S)
-        if rc is None:
-            self._signal(signal.SIGKILL)
-            rc = self.proc.wait()
-        return rc
+        """SIGTERM to the program and every process it started (DataLoader workers, a shell's
+        children), SIGKILL to those left after KILL_AFTER_S; the program's exit code."""
+        import psutil
+
+        try:
+            tree = [psutil.Process(self.proc.pid)]
+            tree += tree[0].children(recursive=True)
+        except psutil.NoSuchProcess:
+            tree = []
+        for p in tree:
+            try:
+                p.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(tree, timeout=KILL_AFTER_S)
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        return self.proc.wait()
 
 
 def run_leader(folder: str, settings: Dict[str, Any], task: Task, command: List[str]) -> int:
