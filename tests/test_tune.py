@@ -196,3 +196,56 @@ def test_submit_of_a_study_starts_it_and_a_second_start_is_refused(hpc_home, tmp
     assert sorted(t["params"]["x"] for t in doc["trials"]) == [1, 2] and doc["counts"]["complete"] == 2
     proc = hl("tune", job, "--resume", "--backend", "local", cwd=str(tmp_path))
     assert "nothing left to run" in proc.stdout
+
+
+SLOW = """\
+import os, signal, sys, time
+from hpclaunch.tune import report
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a program that ignores SIGTERM: only SIGKILL ends it
+for step in range(120 if os.path.exists("first") else 3):  # the first job's run on past the cancel
+    time.sleep(0.5)
+    report(step, float(sys.argv[1]))
+"""
+
+
+def _programs_in(folder):
+    """The prog.py processes running in `folder` (the job's working directory)."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["cmdline", "cwd"]):
+        if "prog.py" in (p.info["cmdline"] or []) and (p.info["cwd"] or "").startswith(str(folder)):
+            out.append(p)
+    return out
+
+
+def test_a_local_study_cancelled_mid_way_resumes_to_its_trials_none_twice(hpc_home, tmp_path):
+    (tmp_path / "prog.py").write_text(SLOW)
+    (tmp_path / "first").write_text("")
+    job = study_job(tmp_path, "metric: v\nmethod: random\ntrials: 4\nparallelism: 2\nparameters: {x: {uniform: [0, 1]}}",
+                    name="res")
+    start = json.loads(hl("tune", job, "--backend", "local", "--detach", "--json", cwd=str(tmp_path)).stdout)
+    deadline = time.time() + 120
+    while json.loads(hl("tune", "status", "res", "--json").stdout)["counts"]["running"] < 2:
+        assert time.time() < deadline
+        time.sleep(0.5)
+    hl("cancel", start["job_id"])
+    deadline = time.time() + 60
+    while json.loads(hl("status", start["job_id"], "--json").stdout)["state"] != "CANCELLED":
+        assert time.time() < deadline
+        time.sleep(0.5)
+    # the cancel reached the programs, even these (they stay in the task's process group, which the
+    # local backend ends with SIGKILL): none runs on
+    assert _programs_in(tmp_path) == []
+    doc = json.loads(hl("tune", "status", "res", "--json").stdout)
+    assert doc["counts"]["interrupted"] == 2, doc["counts"]  # no job active: the running ones were cut off
+    (tmp_path / "first").unlink()
+    proc = hl("tune", job, "--resume", "--backend", "local", cwd=str(tmp_path), timeout=300)
+    assert "were interrupted: their points run again" in proc.stdout
+    doc = json.loads(hl("tune", "report", "res", "--format", "json").stdout)
+    ended = [t for t in doc["trials"] if t["state"] == "complete"]
+    cut = [t for t in doc["trials"] if t["state"] == "interrupted"]
+    assert len(ended) == 4 and len(cut) == 2 and len({t["run_dir"] for t in ended}) == 4
+    for t in cut:  # each point cut off ran again, once
+        assert [e["params"] for e in ended].count(t["params"]) == 1
+    assert [j["tasks"] for j in doc["jobs"]] == [4, 4 - sum(1 for e in ended if e["job_id"] == start["job_id"])]

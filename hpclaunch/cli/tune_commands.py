@@ -14,11 +14,11 @@ _VIEWS = ("status", "report")
 
 
 def _need_optuna() -> None:
-    try:
-        import optuna  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("optuna") is None:
         raise HpclaunchError("tune: Optuna is not installed \u2014 pip install 'hpclaunch[tune]' (on the login node "
-                             "and wherever the trials run)") from None
+                             "and wherever the trials run)")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

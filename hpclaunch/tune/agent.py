@@ -138,12 +138,16 @@ def child_env(settings: Dict[str, Any], record: Dict[str, Any], task: Task) -> D
     return env
 
 
+_RUNNING: List["Program"] = []  # the program this agent started, stopped if the agent itself fails
+
+
 class Program:
     """The trial's program. It stays in the task's process group, so whatever stops the task
     (Slurm's step cgroup, the local backend's killpg) stops it too; pruning ends its whole tree."""
 
     def __init__(self, argv: List[str], env: Dict[str, str]):
         self.proc = subprocess.Popen(argv, env=env)
+        _RUNNING.append(self)
         self.outside = False  # a stop signal came from outside (cancel, time limit)
         for sig in _FORWARDED:
             signal.signal(sig, self._forward)
@@ -188,10 +192,38 @@ class Program:
         return self.proc.wait()
 
 
+def _report(trial, value: float, step: int) -> bool:
+    """Report one value; False when the trial ended already (a --resume recorded it interrupted)."""
+    try:
+        trial.report(value, step)
+    except RuntimeError:
+        return False
+    return True
+
+
 def run_leader(folder: str, settings: Dict[str, Any], task: Task, command: List[str]) -> int:
+    study, trial, record = ask(folder, settings, task)
+    try:
+        return _run(study, trial, record, settings, task, command)
+    except Exception as e:  # the agent's own failure: the trial fails with it, the study goes on
+        from optuna.trial import TrialState
+
+        error = f"the trial agent failed: {type(e).__name__}: {e}"
+        log(error)
+        for program in _RUNNING:
+            if program.proc.poll() is None:
+                program.stop()
+        try:
+            trial.set_user_attr(ATTR_ERROR, error[:500])
+            study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        except Exception:
+            pass
+        return 1
+
+
+def _run(study, trial, record: Dict[str, Any], settings: Dict[str, Any], task: Task, command: List[str]) -> int:
     from optuna.trial import TrialState
 
-    study, trial, record = ask(folder, settings, task)
     frozen = study._storage.get_trial(trial._trial_id)
     if frozen.state.is_finished():
         log(f"trial {record['number']} already ended {frozen.state.name}; nothing to run")
@@ -209,7 +241,8 @@ def run_leader(folder: str, settings: Dict[str, Any], task: Task, command: List[
             if step in reported:
                 continue  # a requeued attempt repeats the steps after its checkpoint
             reported.add(step)
-            trial.report(value, step)
+            if not _report(trial, value, step):
+                continue
             if not pruned and rc is None and trial.should_prune():
                 pruned = True
                 write_atomic(task.pruned, json.dumps({"step": step, "value": value}) + "\n", mode=0o600)
@@ -219,7 +252,7 @@ def run_leader(folder: str, settings: Dict[str, Any], task: Task, command: List[
     trial.set_user_attr(ATTR_STEPS, values.steps)
     code = rc if rc >= 0 else 128 - rc
     if pruned:
-        study.tell(trial, state=TrialState.PRUNED)
+        study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
         return 0
     if program.outside:
         log(f"trial {record['number']}: the task was stopped from outside (exit code {code}); the trial stays "
@@ -230,14 +263,14 @@ def run_leader(folder: str, settings: Dict[str, Any], task: Task, command: List[
         log(f"trial {record['number']}: the program asked to be requeued; the next attempt continues the trial")
         return code
     if code == 0 and values.last is not None:
-        study.tell(trial, values.last[1])
+        study.tell(trial, values.last[1], skip_if_finished=True)
         log(f"trial {record['number']} complete: {settings['metric']} {values.last[1]} after {values.steps} steps")
         return 0
     error = (f"exit code {code}" if code else f"the program reported no {settings['metric']} "
              f"(train_entry's epoch records, or lines in {REPORT_FILE})")
     trial.set_user_attr(ATTR_ERROR, error)
     trial.set_user_attr(ATTR_EXIT, code)
-    study.tell(trial, state=TrialState.FAIL)
+    study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
     log(f"trial {record['number']} failed: {error}")
     return code or 1
 
