@@ -29,12 +29,26 @@ def parse_hidden(spec: str) -> tuple:
     return tuple(int(v) for v in spec.split(",") if v.strip()) if spec else ()
 
 
+def _mlp(in_features: int, num_classes: int, hidden="256,256", dropout: float = 0.1) -> nn.Module:
+    return MLP(in_features, num_classes, parse_hidden(hidden) if isinstance(hidden, str) else tuple(hidden), dropout)
+
+
+# train_entry's own models, by name: all that `hpclaunch export` builds from a manifest without being
+# told to (it imports no module a run directory names; docs/train-entry.md, "Export").
+BUILTIN_MODELS = {"mlp": _mlp}
+
+
+def build_builtin(name: str, in_features: int, num_classes: int, hidden="256,256", dropout: float = 0.1) -> nn.Module:
+    return BUILTIN_MODELS[name](in_features, num_classes, hidden, dropout)
+
+
 def build_model(spec: str | None, in_features: int, num_classes: int, hidden: str = "256,256",
                 dropout: float = 0.1) -> nn.Module:
-    """``spec`` None -> MLP. Else ``package.module:factory``; the factory gets ``in_features`` and
+    """``spec`` None -> MLP. Else ``package.module:factory``, imported: the user's own --model (or
+    export's --model), never a name read from a run directory. The factory gets ``in_features`` and
     ``num_classes`` as keyword arguments if it accepts them, and must return an nn.Module."""
     if not spec:
-        return MLP(in_features, num_classes, parse_hidden(hidden), dropout)
+        return build_builtin("mlp", in_features, num_classes, hidden, dropout)
     if ":" not in spec:
         raise ValueError(f"--model {spec!r}: expected module:factory")
     mod_name, attr = spec.split(":", 1)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Optional, Tuple
 
 from hpclaunch.common.version import __version__
-from hpclaunch.launchers import modes, template_cache
+from hpclaunch.launchers import modes, templating
 from hpclaunch.launchers.plan import Plan
 
 if TYPE_CHECKING:  # base (enum, three dataclasses) is not on the render path
@@ -89,7 +89,7 @@ _ENV = None
 def _environment():
     global _ENV
     if _ENV is None:
-        _ENV = template_cache.environment()
+        _ENV = templating.environment()
     return _ENV
 
 
