@@ -41,6 +41,8 @@ def benches(quick: bool) -> list[tuple[str, str, list[str], str]]:
         ("submit", "bench/submit/bench_submit.py", ["--points", "100" if quick else "1000", "--rounds", "1" if quick else "5"],
          wheel),
         ("monitor", "bench/monitor/bench_monitor.py", ["--quick"] if quick else [], py),
+        ("monitor_alerts", "bench/monitor/bench_alerts.py",
+         ["--rounds", "1", "--seconds", "15"] if quick else ["--rounds", "6", "--seconds", "70"], py),
         ("report", "bench/report/bench_report.py", ["--hosts", "4"] if quick else [], py),
         ("fleet", "bench/fleet/bench_fleet.py", ["--jobs", "1000"] if quick else [], py),
         ("train_overhead", "bench/train_overhead/bench_train_overhead.py",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import os
 import select
 import signal
@@ -126,6 +127,7 @@ class Daemon:
         self.gpu_log = self.host_log = self.trace_log = self.jetson_log = None
         self.nvml = self.hostsrc = self.jetson = None
         self.exporter = None  # prometheus.Exporter when --prometheus-port/--prometheus-textfile
+        self.alerts = None    # monitors/alerts.AlertEngine when the job has alert rules
 
     # -- files and errors ----------------------------------------------------------------
     def _on_write_error(self, path: str, e: OSError) -> None:
@@ -205,6 +207,10 @@ class Daemon:
                                         schema.JETSON_COLUMNS)
         if prometheus.wanted(a):
             self._start_exporter()
+        from .alerts import start_alerts
+        allocated = {g.index for g in self.nvml.gpus if g.ranks} if self.nvml is not None and a.all_gpus else None
+        self.alerts = self._guard("alerts", start_alerts, a.run_dir, self.host, env, self.events, stderr,
+                                  allocated, a.node_id)
 
     def _start_exporter(self) -> None:
         """Never fatal: without prometheus_client, or without a free port, the CSV logs go on."""
@@ -341,6 +347,11 @@ class Daemon:
             except Exception as e:
                 self.source_error("jetson", e)
         self.samples += 1
+        if self.alerts is not None:  # on the rows just written; sending is the sender thread's
+            try:
+                self.alerts.rows(rows or (), now)
+            except Exception as e:
+                self.source_error("alerts", e)
         if self.exporter is not None:  # after the CSV writes: what a scrape shows is in the files
             try:
                 self.exporter.update(now, self.samples, row, rows or ())
@@ -353,6 +364,9 @@ class Daemon:
         watch = self._watch = ParentWatch(a.parent_pid)
         watch.register(self._poll)
         self.setup()
+        # What set-up made (modules, samplers, the alert rules) lives to the end: out of the collector's
+        # walks, a full collection costs what the loop made, not every module the sources imported.
+        gc.freeze()
         cpu0 = time.process_time()
         wall0 = time.monotonic()
         t0 = wall0
@@ -420,6 +434,11 @@ class Daemon:
                 self.exporter.close()
             except Exception as e:
                 self.source_error("prometheus", e)
+        if self.alerts is not None:  # open episodes end with the monitor; the sender gets the linger's time
+            try:
+                self.alerts.close(time.time(), max(1.0, getattr(self.args, "prometheus_linger", 3.0)))
+            except Exception as e:
+                self.source_error("alerts", e)
         if self.nvml is not None:
             stats["gpus"] = len(self.nvml.gpus)
             try:

@@ -169,6 +169,21 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
                    help="require the printed URL's token on 127.0.0.1 too (on a shared login node, every "
                    "user of the node can reach its 127.0.0.1)")
 
+    c = add_command("alerts", help="alerts a job raised; undelivered ones sent again; Prometheus rules",
+                    description="list: the alerts raised (critical, warning, info), from the run directories and "
+                                "the registry, with what each sink got. send: send a finished job's undelivered "
+                                "alerts again. prometheus-rules: Prometheus alerting rules for the monitor's "
+                                "exporter metrics, with a job file's thresholds (default: hpclaunch's) "
+                                "(docs/alerts.md).")
+    c.add_argument("action", choices=["list", "send", "prometheus-rules"])
+    c.add_argument("job", nargs="?", metavar="JOB",
+                   help="list/send: a job id, name or run directory; prometheus-rules: a job file (JOB.yaml)")
+    c.add_argument("--since", default="7d", metavar="AGE", help="list without JOB: jobs submitted within AGE")
+    c.add_argument("-O", "--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="prometheus-rules: override a key of the job file, e.g. -O alerts.rules.memory.threshold=90")
+    c.add_argument("-o", "--output", metavar="FILE", help="prometheus-rules: write the rules to FILE (atomically)")
+    c.add_argument("--json", action="store_true", help="list: as JSON")
+
     c = add_command("schema", help="print the JSON Schema of job files (or profiles), for editors")
     c.add_argument("--profile", action="store_true", help="the schema of profile files instead")
     return p

@@ -83,9 +83,23 @@ def _follow(job, heartbeat_s: float, quiet: bool = False) -> int:
         print(f"  [{now - start:6.0f} s] {st.state}, attempt {st.attempts - 1}" + (f": {line}" if line else ""),
               file=sys.stderr, flush=True)
 
+    alerts = AlertLines(job.run_dir, job.record.resolved) if not quiet else None
+
+    def poll(st) -> None:
+        heartbeat(st)
+        if alerts is not None:
+            alerts.show(_time.monotonic() - start)
+
+    def change(st) -> None:
+        said[0] = _time.monotonic()
+        show(st)
+        if alerts is not None:
+            alerts.show(_time.monotonic() - start)
+
     try:
-        st = job.wait(poll=1.0, on_change=lambda st: (said.__setitem__(0, _time.monotonic()), show(st)),
-                      on_poll=heartbeat)
+        st = job.wait(poll=1.0, on_change=change, on_poll=poll)
+        if alerts is not None:
+            alerts.show(_time.monotonic() - start)  # the job's own, raised as it ended
     except KeyboardInterrupt:
         last = f" (last seen {seen[0].state})" if seen[0] is not None else ""
         print(f"\ninterrupted: stopped following; {job.record.backend} job {job.id} ({job.name}) goes on{last}.\n"
@@ -96,6 +110,32 @@ def _follow(job, heartbeat_s: float, quiet: bool = False) -> int:
         for line in failure_summary(job, st):
             print(line, file=sys.stderr)
     return st.exit_code if st.exit_code is not None else exit_code_for(st.state)
+
+
+class AlertLines:
+    """`submit --wait`'s terminal sink: each new alert record of the run directory, one line on stderr
+    (followed by offset: the files are append-only). Off with `alerts.terminal: false`."""
+
+    def __init__(self, run_dir: str, resolved: str | None):
+        import json
+        try:
+            conf = (json.loads(resolved or "{}").get("alerts") or {})
+        except (ValueError, AttributeError):
+            conf = {}
+        self.on = bool(conf.get("enabled")) and conf.get("terminal", True)
+        self.run_dir, self.offsets = run_dir, {}
+
+    def show(self, elapsed: float) -> None:
+        if not self.on:
+            return
+        from hpclaunch.monitors.alert_log import alert_files, read_jsonl
+        for path in alert_files(self.run_dir):
+            recs, self.offsets[path] = read_jsonl(path, self.offsets.get(path, 0))
+            for r in recs:
+                sev = "resolved" if r.get("event") == "resolved" else str(r.get("severity"))
+                print(f"  [{elapsed:6.0f} s] ALERT {sev.upper()} {r.get('rule')}: {r.get('message')}"
+                      + (f"  ({r['report']})" if r.get("report") and sev == "critical" else ""),
+                      file=sys.stderr, flush=True)
 
 
 def _heartbeat_s() -> float:

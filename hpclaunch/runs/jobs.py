@@ -12,6 +12,7 @@ from hpclaunch.common.errors import HpclaunchError
 from dataclasses import dataclass
 from hpclaunch.launchers.backends.choice import get_backend, relayed
 from hpclaunch.launchers.backends.base import FINAL_STATES, Capability, JobRef, JobStatus, State, exit_code_for
+from hpclaunch.runs.alerts import on_final
 from hpclaunch.runs.registry import JobRecord, Registry
 from hpclaunch.runs.resubmit import resubmit
 
@@ -29,6 +30,7 @@ class Job:
     def __init__(self, record: JobRecord, registry: Optional[Registry] = None):
         self.record = record
         self.registry = registry or Registry()
+        self.alerts: list = []  # the alerts its end raised, when this handle saw it end
 
     def __repr__(self) -> str:
         return f"Job({self.record.backend}:{self.record.job_id} {self.record.name!r})"
@@ -82,8 +84,12 @@ class Job:
         if st.final:
             st.exit_code = exit_code_for(st.state, self._failing_rank_code(), st.exit_code)
         if st.state not in ("UNKNOWN", ""):
-            self.registry.update_state(self.record.key, st.state, exit_code=st.exit_code, attempts=attempts,
-                                       end_time=st.end_time)
+            if self.registry.update_state(self.record.key, st.state, exit_code=st.exit_code, attempts=attempts,
+                                          end_time=st.end_time) and st.final:
+                try:
+                    self.alerts = on_final(self, st)  # once, by whichever command sees the end first
+                except Exception as e:  # noqa: BLE001 - an alert never costs the state (alerts list says more)
+                    self.alerts = [{"rule": "error", "message": f"alerts: {type(e).__name__}: {e}"}]
         return st
 
     def _failing_rank_code(self) -> Optional[int]:

@@ -16,10 +16,11 @@ from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
 from hpclaunch.launchers.backends.choice import job_backend, names
 from hpclaunch.launchers.backends.base import Capability, JobRef
 from hpclaunch.launchers.plan import DEPENDENCY_KINDS, Plan, build_plan
+from hpclaunch.runs import alerts
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.loading import Resolved, resolve_job
-from hpclaunch.spec.typedload import SourceMap
+from hpclaunch.spec.typedload import SourceMap, to_plain
 from hpclaunch.spec.yamlio import display_path, dump_yaml
 
 class IsStudy(HpclaunchError):
@@ -159,6 +160,8 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
     if after:
         plan = replace(plan, after=dependencies(after, reg, be))
     request = be.prepare(plan)
+    alert_conf = alerts.settings({"alerts": to_plain(resolved.job.alerts)})
+    alerts.check_secrets(alert_conf)  # a secret that cannot be had: the user's one line, nothing queued
     root = plan.runs_root if os.path.isabs(plan.runs_root) else os.path.join(cwd, plan.runs_root)
     sources = sources_of(resolved)
     be.check(request, sources)
@@ -171,6 +174,7 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
         run_dir = os.path.join(root, f"{plan.slug}-{ids[0]}")
         document = resolved.to_document()  # once: job.yaml and every registry row (~3 ms each)
         make_run_dir(run_dir, document, request.script)
+        alerts.write_config(run_dir, alert_conf)
         meta = _registry_meta(resolved, document, plan, cwd)
         first = None
         for job_id, count in queued:

@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple
 from dataclasses import dataclass
 from hpclaunch.common import schedenv
 from hpclaunch.launchers import modes
+from hpclaunch.spec.alerts import Alerts
 from hpclaunch.spec.container import Container
 from hpclaunch.spec.kubernetes import KubernetesOptions
 from hpclaunch.spec.train import Train
@@ -250,6 +251,7 @@ class Job:
                                      check=lambda v: runs_root_problem(v))
     kubernetes: Optional[KubernetesOptions] = field(None, help="for `hpclaunch render --target kubernetes`: "
                                                     "image, namespace, Kueue queue, volumes (docs/targets.md)")
+    alerts: Alerts = field(default_factory=Alerts, help="alert rules and where alerts go (docs/alerts.md)")
 
 
 def env_name_problem(name: str) -> Optional[Tuple[str, str]]:

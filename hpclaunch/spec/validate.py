@@ -8,6 +8,7 @@ from __future__ import annotations
 from hpclaunch.common.errors import Problem
 from dataclasses import fields
 from hpclaunch.launchers import modes
+from hpclaunch.spec.alerts import alerts_problems
 from hpclaunch.spec.job import _EXTRA, DEFAULT_GRACE_S, SIGNAL_EARLY_S, Job, env_entry_problem, signal_grace
 from hpclaunch.spec.profile import Profile
 from hpclaunch.spec.study import study_problems
@@ -105,6 +106,8 @@ def validate_job(job: Job, profile: Profile, sources: SourceMap) -> list[Problem
                 "write e.g. \"--constraint=a100\" (no spaces, no shell characters)")
         elif name in _OWNED:
             bad(f"slurm.extra[{i}]", f"{name} is set by hpclaunch", opt, f"set {_OWNED[name]} instead")
+    for path, message, value, fix in alerts_problems(job.alerts):
+        out.append(Problem(sources.of(path), path, message, value, fix, has_value=value is not None))
     return out
 
 

@@ -187,10 +187,29 @@
     document.getElementById("no-ranks").hidden = rows.length > 0;
   }
 
+  function drawAlerts(alerts) {
+    var rows = (alerts || []).slice().reverse().map(function (a) {
+      var sev = a.event === "resolved" ? "resolved" : a.severity;
+      var tr = el("tr", {"class": "alert-" + sev, "data-rule": a.rule});
+      cell(tr, sev, "severity");
+      cell(tr, a.rule);
+      cell(tr, [a.node, a.gpu === null || a.gpu === undefined ? "" : "GPU " + a.gpu,
+                a.rank === null || a.rank === undefined ? "" : "rank " + a.rank].filter(Boolean).join(" "));
+      cell(tr, when(a.first_seen));
+      cell(tr, when(a.last_seen));
+      cell(tr, a.message, "message");
+      return tr;
+    });
+    var body = document.querySelector("#alerts tbody");
+    body.replaceChildren.apply(body, rows);
+    document.getElementById("no-alerts").hidden = rows.length > 0;
+  }
+
   function jobPage(key) {
     follow(root + "job/" + key + "/events", "job", function (data) {
       showError(data.job.error);
       drawFacts(data.job);
+      drawAlerts(data.live.alerts);
       drawRanks(data.live.ranks);
       drawCharts(data.live);
       var notes = document.getElementById("notes");
