@@ -227,6 +227,18 @@ def test_array_from_scontrol_while_sacct_lags():
         {State.COMPLETED: 3, State.FAILED: 1}
 
 
+def test_array_cancelled_while_tasks_waited_ends():
+    # Tasks that never started are only in the cancelled range row: they count, so the array ends
+    # (it stayed RUNNING, "4/6 tasks seen", for ever: `hpclaunch tune --resume` waited on it).
+    ended = slurm_status.parse_sacct(read("sacct-array-cancelled.txt"))
+    counts = slurm_status.array_counts("264", {}, ended, [])
+    assert counts == {State.COMPLETED: 2, State.CANCELLED: 4}
+    assert JobStatus(State.UNKNOWN, tasks=counts).final
+    # a range still pending says nothing of its tasks
+    assert slurm_status.array_counts(ARR, {}, slurm_status.parse_sacct(read("sacct-array-running.txt")), []) == \
+        {State.RUNNING: 2}
+
+
 def test_array_counts_ignore_other_jobs():
     assert _counts("squeue-all-early.txt") == {State.RUNNING: 2, State.PENDING: 2}
 

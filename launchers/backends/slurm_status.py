@@ -106,6 +106,20 @@ def from_scontrol(rec: Dict[str, str]) -> JobStatus:
                      rec.get("NodeList", ""), rec.get("Reason", ""), restarts + 1, "scontrol")
 
 
+def _range_tasks(text: str, limit: int = 1_000_000) -> List[int]:
+    """The task indices of a pending range as sacct prints it ("2-5%2", "4,6-7"); [] if malformed."""
+    out: List[int] = []
+    for part in text.split("%", 1)[0].split(","):
+        first, _, last = part.partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            return []
+        lo, hi = int(first), int(last or first)
+        if hi < lo or len(out) + hi - lo >= limit:
+            return []
+        out.extend(range(lo, hi + 1))
+    return out
+
+
 def array_counts(job_id: str, squeue_rows: Dict[str, List[str]], sacct_rows: Optional[Dict[str, List[List[str]]]],
                  scontrol_recs: List[Dict[str, str]]) -> Dict[State, int]:
     """Counts per state over one array's tasks. Each source lays over the one before: scontrol
@@ -116,9 +130,18 @@ def array_counts(job_id: str, squeue_rows: Dict[str, List[str]], sacct_rows: Opt
     for rec in scontrol_recs:
         if rec.get("ArrayJobId") == job_id and rec.get("ArrayTaskId", "").isdigit():
             per[f"{job_id}_{rec['ArrayTaskId']}"] = state_of(rec.get("JobState"))
+    ranges = []
     for jid, rows in (sacct_rows or {}).items():
         if jid.startswith(prefix) and "[" not in jid:
             per[jid] = state_of(rows[-1][0])
+        elif jid.startswith(prefix + "["):
+            ranges.append((jid, state_of(rows[-1][0])))
+    for jid, state in ranges:
+        # A range ("ID_[2-5%2]") that ended is the tasks that never started: an array cancelled while
+        # they waited. They have no row of their own, so without this the array never ends.
+        if state in base.FINAL_STATES:
+            for index in _range_tasks(jid[len(prefix) + 1:-1]):
+                per.setdefault(f"{prefix}{index}", state)
     for jid, row in squeue_rows.items():
         if jid.startswith(prefix):
             per[jid] = state_of(row[0])
