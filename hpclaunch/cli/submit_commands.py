@@ -16,11 +16,12 @@ from hpclaunch.cli.output import counts, no_job_file, print_json
 from hpclaunch.common import envknobs
 from hpclaunch.launchers.backends.base import State, exit_code_for
 from hpclaunch.runs.jobs import hosts_of
-from hpclaunch.runs.submission import submit, test_only
+from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.runs.submission import IsStudy, submit, test_only
 from hpclaunch.runs.attempts import node_count
-from hpclaunch.spec.program_warnings import program_warnings
 from hpclaunch.runs.progress import pending_text
 from hpclaunch.runs.summary import alone_warning, attempts_summary, batch_log, failure_summary, last_lines
+from hpclaunch.spec.program_warnings import program_warnings
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -34,8 +35,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print(f"preflight passed; nothing queued. sbatch --test-only: {verdict}")
         return 0
     heartbeat_s = _heartbeat_s() if args.wait else None  # a bad value refused before anything is queued
-    job = submit(args.job, args.override, backend=args.backend, after=args.after,
-                 preflight=not args.no_preflight)
+    try:
+        job = submit(args.job, args.override, backend=args.backend, after=args.after,
+                     preflight=not args.no_preflight)
+    except IsStudy:  # a sweep with a metric: a study, as `hpclaunch tune` runs it (--wait follows it)
+        if args.after:
+            raise HpclaunchError("submit --after: a study's trials wait on nothing \u2014 submit it without --after") \
+                from None
+        from hpclaunch.cli.tune_commands import start
+        return start(args.job, args.override, backend=args.backend, preflight=not args.no_preflight,
+                     detach=not args.wait, as_json=args.json)
     rec = job.record
     logs = os.path.join(rec.run_dir, "logs")
     for line in program_warnings(json.loads(rec.resolved or "{}"), os.getcwd()):

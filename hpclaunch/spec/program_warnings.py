@@ -58,7 +58,7 @@ def program_warnings(doc: dict, submit_dir: str) -> List[str]:
     if launcher == "srun" or launches:
         why = ("under launcher: srun each rank starts its own `accelerate launch`, a world of its own" if launches else
                "reads RANK, WORLD_SIZE and LOCAL_RANK: launcher: srun sets none of them, so each rank")
-        fix = "launcher: torchrun with the script itself (python train.py)" + (
+        fix = "launcher: accelerate, or torchrun with the script itself (python train.py)" + (
             ', and env ACCELERATE_USE_CPU: "1" on these CPU nodes' if cpu and "ACCELERATE_USE_CPU" not in env else "")
         return [f"warning: command: {what} {why} runs alone as a world of 1: {ranks} independent trainings, "
                 f"each ending 0, the job COMPLETED. Use {fix} (docs/launch-modes.md, \"Accelerate\")"]

@@ -10,7 +10,30 @@ import datetime
 from typing import Dict, Iterable, List, Optional
 
 from hpclaunch.launchers.backends import slurmcli
-from hpclaunch.launchers.backends.base import AttemptRecord, JobStatus, State, state_of
+from hpclaunch.launchers.backends import base
+from hpclaunch.launchers.backends.base import AttemptRecord, JobStatus, State
+
+# Every state word squeue (%T), sacct (State) and scontrol (JobState) print, mapped once
+# (TorchX's SLURM_STATES); the rest of hpclaunch speaks State. Words not listed are UNKNOWN.
+SLURM_STATES: Dict[str, State] = {
+    "PENDING": State.PENDING, "CONFIGURING": State.PENDING, "REQUEUE_HOLD": State.PENDING,
+    "REQUEUE_FED": State.PENDING, "RESV_DEL_HOLD": State.PENDING,
+    "RUNNING": State.RUNNING, "RESIZING": State.RUNNING, "SIGNALING": State.RUNNING,
+    "STAGE_OUT": State.COMPLETING, "COMPLETING": State.COMPLETING,
+    "REQUEUED": State.REQUEUED, "SUSPENDED": State.SUSPENDED, "STOPPED": State.SUSPENDED,
+    "COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "CANCELLED": State.CANCELLED,
+    "TIMEOUT": State.TIMEOUT, "NODE_FAIL": State.NODE_FAIL, "OUT_OF_MEMORY": State.OUT_OF_MEMORY,
+    "PREEMPTED": State.PREEMPTED, "BOOT_FAIL": State.BOOT_FAIL, "DEADLINE": State.DEADLINE,
+    "SPECIAL_EXIT": State.FAILED, "REVOKED": State.CANCELLED,
+}
+
+
+
+
+def state_of(word: Optional[str]) -> State:
+    """A state word as squeue, sacct or scontrol print it ("CANCELLED by 0", "REQUEUE_HOLD"), as a State."""
+    return base.state_of(word, SLURM_STATES)
+
 
 # %S: a running job's start, a pending one's expected start (the backfill scheduler's, else N/A).
 # Start is last in both: a recording made before it was there still parses.
@@ -122,6 +145,20 @@ def from_scontrol(rec: Dict[str, str]) -> JobStatus:
     return st
 
 
+def _range_tasks(text: str, limit: int = 1_000_000) -> List[int]:
+    """The task indices of a pending range as sacct prints it ("2-5%2", "4,6-7"); [] if malformed."""
+    out: List[int] = []
+    for part in text.split("%", 1)[0].split(","):
+        first, _, last = part.partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            return []
+        lo, hi = int(first), int(last or first)
+        if hi < lo or len(out) + hi - lo >= limit:
+            return []
+        out.extend(range(lo, hi + 1))
+    return out
+
+
 def array_counts(job_id: str, squeue_rows: Dict[str, List[str]], sacct_rows: Optional[Dict[str, List[List[str]]]],
                  scontrol_recs: List[Dict[str, str]]) -> Dict[State, int]:
     """Counts per state over one array's tasks. Each source lays over the one before: scontrol
@@ -132,9 +169,18 @@ def array_counts(job_id: str, squeue_rows: Dict[str, List[str]], sacct_rows: Opt
     for rec in scontrol_recs:
         if rec.get("ArrayJobId") == job_id and rec.get("ArrayTaskId", "").isdigit():
             per[f"{job_id}_{rec['ArrayTaskId']}"] = state_of(rec.get("JobState"))
+    ranges = []
     for jid, rows in (sacct_rows or {}).items():
         if jid.startswith(prefix) and "[" not in jid:
             per[jid] = state_of(rows[-1][0])
+        elif jid.startswith(prefix + "["):
+            ranges.append((jid, state_of(rows[-1][0])))
+    for jid, state in ranges:
+        # A range ("ID_[2-5%2]") that ended is the tasks that never started: an array cancelled while
+        # they waited. They have no row of their own, so without this the array never ends.
+        if state in base.FINAL_STATES:
+            for index in _range_tasks(jid[len(prefix) + 1:-1]):
+                per.setdefault(f"{prefix}{index}", state)
     for jid, row in squeue_rows.items():
         if jid.startswith(prefix):
             per[jid] = state_of(row[0])
