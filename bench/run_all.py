@@ -53,6 +53,8 @@ def benches(quick: bool) -> list[tuple[str, str, list[str], str]]:
         ("tune", "bench/tune/bench_tune.py",
          ["--trials", "12", "--epochs", "5", "--prune", "median", "--skip-ray"] if quick else ["--prune", "median,asha"],
          py),
+        # on the test cluster (make bench brings it up); 50 runs each way take 1-2 hours on the shared machine
+        ("ddp_teardown", "bench/ddp_teardown/bench_ddp_teardown.py", ["--runs", "3" if quick else "50"], py),
     ]
     if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0:
         out.append(("gpu", "bench/gpu/gpu_checks.py", ["--out", tempfile.mkdtemp(prefix="hpclaunch-gpu-")], py))
