@@ -81,8 +81,9 @@ def choose_checkpoint(run_dir: str, step: Optional[int] = None) -> tuple[str, di
                               f"{listed} \u2014 pick one of them with --step")
         ok, reason, manifest = ckpt.verify(store.step_dir(step))
         if not ok:
+            others = ", ".join(str(s) for s in steps if s != step) or "none here"
             raise ExportError(f"{store.step_dir(step)}: does not verify ({reason}) \u2014 export another step "
-                              f"({listed})")
+                              f"({others})")
         return store.step_dir(step), manifest
     found, skipped = store.valid_checkpoints()
     if not found:

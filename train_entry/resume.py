@@ -1,7 +1,6 @@
 """Resuming the reference trainer: the newest checkpoint that verifies and loads on every rank."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 from typing import Optional
@@ -9,6 +8,7 @@ from typing import Optional
 from . import checkpoint as ckpt
 from .config import ConfigError
 from .dist_init import Dist
+from .manifest import BadCheckpoint, read_manifest
 
 log = logging.getLogger("hpclaunch.train_entry")
 
@@ -51,16 +51,25 @@ def resume_newest(dist: Dist, store, model, opt, sched, scaler, state: dict) -> 
 def load_checkpoint(path: str, model, opt, sched, scaler, state: dict, rank: int, world: int) -> None:
     """One checkpoint into the model, optimizer, scheduler, scaler and the trainer's state; raises
     UnsafeCheckpoint when it does not fit (no pickle: checkpoint.torch_load loads weights only)."""
-    with open(os.path.join(path, ckpt.MANIFEST)) as f:
-        manifest = json.load(f)
+    try:  # again on every rank (only rank 0 verified it): bounded, its fields checked
+        manifest = read_manifest(path)
+    except (BadCheckpoint, OSError) as exc:
+        raise ckpt.UnsafeCheckpoint(f"{path}: {exc}") from None
     weights = os.path.join(path, "model.safetensors")
     try:
         ckpt.load_weights(model, weights)
+    except ckpt.UnsafeCheckpoint:
+        raise
+    except FileNotFoundError:  # not listed in its manifest, so not verified to be there
+        raise ckpt.UnsafeCheckpoint(f"{path}: no model.safetensors") from None
     except (RuntimeError, ValueError, KeyError) as exc:
         why = ckpt.weights_mismatch(model, weights) or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ckpt.UnsafeCheckpoint(f"the weights do not fit this model: {why[:200]} (another --hidden or "
                                     "--model than the run that wrote it?)") from None
-    tr = ckpt.torch_load(os.path.join(path, "trainer.pt"))
+    try:
+        tr = ckpt.torch_load(os.path.join(path, "trainer.pt"))
+    except FileNotFoundError:
+        raise ckpt.UnsafeCheckpoint(f"{path}: no trainer.pt") from None
     try:
         opt.load_state_dict(tr["optimizer"])
         sched.load_state_dict(tr["scheduler"])
@@ -68,6 +77,9 @@ def load_checkpoint(path: str, model, opt, sched, scaler, state: dict, rank: int
         loaded = dict(tr["state"])
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise ckpt.UnsafeCheckpoint(f"trainer.pt does not fit this run ({str(exc)[:200]})") from None
+    problem = _state_problem(loaded, manifest["step"])
+    if problem:
+        raise ckpt.UnsafeCheckpoint(f"{path}: trainer.pt's state {problem}")
     state.update(loaded)
     rng_path = os.path.join(path, f"rng-rank{rank}.pt")
     if manifest.get("world_size") != world:
@@ -75,10 +87,25 @@ def load_checkpoint(path: str, model, opt, sched, scaler, state: dict, rank: int
                     "(exact resume needs the same world size)", path, manifest.get("world_size"), world,
                     state["epoch"])
         state.update(batch_in_epoch=0, ep_loss=0.0, ep_correct=0.0, ep_count=0.0)
-    if os.path.exists(rng_path):
-        try:
-            ckpt.set_rng_state(ckpt.torch_load(rng_path))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ckpt.UnsafeCheckpoint(f"{rng_path}: not an RNG state ({exc})") from None
-    else:
+    try:
+        rng = ckpt.torch_load(rng_path)
+    except FileNotFoundError:
         log.warning("no RNG state for rank %d in %s; RNGs stay freshly seeded", rank, path)
+        return
+    try:
+        ckpt.set_rng_state(rng)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ckpt.UnsafeCheckpoint(f"{rng_path}: not an RNG state ({exc})") from None
+
+
+def _state_problem(loaded: dict, step: int) -> Optional[str]:
+    """What is wrong with a trainer.pt's ``state`` (the counters the loop goes on from), or None."""
+    for key in ("step", "epoch", "batch_in_epoch"):
+        if not (isinstance(loaded.get(key), int) and not isinstance(loaded[key], bool) and loaded[key] >= 0):
+            return f"has no whole number {key}"
+    for key in ("ep_loss", "ep_correct", "ep_count"):
+        if not isinstance(loaded.get(key), (int, float)) or isinstance(loaded[key], bool):
+            return f"has no number {key}"
+    if loaded["step"] != step:
+        return f"is of step {loaded['step']}, its manifest of step {step}"
+    return None
