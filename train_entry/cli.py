@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 
-from hpclaunch.spec.train import EXPORT_FORMATS, EXPORT_PRECISIONS, LR_SCALINGS, PRECISIONS
+from hpclaunch.spec.train import EXPORT_FORMATS, EXPORT_PRECISIONS, LR_SCALINGS, MODEL_SIZES, PRECISIONS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
                                   "built in; python -m hpclaunch.train_entry.digits FILE.csv writes them as CSV)")
     g.add_argument("--label-column", help="label column name (default: label)")
     g.add_argument("--val-fraction", type=float, help="validation share, seeded split (default 0.2)")
-    g.add_argument("--model", help="module:factory returning an nn.Module (default: built-in MLP)")
+    g.add_argument("--model", help="mlp (the default), transformer (built in, sized by --size), or module:factory "
+                                   "returning an nn.Module")
+    g.add_argument("--size", dest="model_size", choices=MODEL_SIZES,
+                   help="size of the built-in transformer (default small; docs/train-entry.md lists them)")
     g.add_argument("--hidden", help="MLP hidden widths, comma-separated (default 256,256)")
     g.add_argument("--dropout", type=float, help="MLP dropout (default 0.1)")
     g.add_argument("--workers", type=int, help="DataLoader workers (default 0: data is in memory)")

@@ -128,7 +128,7 @@ def load_model(path: str, info: dict):
         sys.path.insert(0, os.getcwd())  # as under `python -m hpclaunch.train_entry`: module:factory from here
     try:
         model = build_model(info.get("spec"), int(info["in_features"]), int(info["num_classes"]),
-                            info.get("hidden") or "", float(info.get("dropout") or 0.0))
+                            info.get("hidden") or "", float(info.get("dropout") or 0.0), info.get("size") or "small")
     except (ImportError, AttributeError, ValueError, TypeError) as exc:
         raise ExportError(f"{path}: cannot rebuild the model {info.get('spec') or 'MLP'!r} ({exc}) \u2014 run "
                           "where its module imports (PYTHONPATH)") from None

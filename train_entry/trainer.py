@@ -165,9 +165,11 @@ class _Run:
 
         # -- model / optimizer / schedule / precision --------------------------------------------
         torch.manual_seed(cfg.seed)  # same init on every rank (DDP/horovod broadcast anyway)
-        model = build_model(cfg.model, data.num_features, data.num_classes, cfg.hidden, cfg.dropout).to(device)
+        model = build_model(cfg.model, data.num_features, data.num_classes, cfg.hidden, cfg.dropout,
+                            cfg.model_size).to(device)
         # in every manifest: what `hpclaunch export` needs to rebuild the model and describe its input
         self._model_info = {"spec": cfg.model, "hidden": cfg.hidden, "dropout": cfg.dropout,
+                            **({"size": cfg.model_size} if cfg.model == "transformer" else {}),
                             "in_features": data.num_features, "num_classes": data.num_classes,
                             "feature_names": data.feature_names, "classes": data.classes,
                             "data": cfg.data, "label_column": cfg.label_column, "precision": cfg.precision}

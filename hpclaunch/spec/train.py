@@ -20,12 +20,13 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCALINGS = ("none", "linear", "sqrt")
 EXPORT_FORMATS = ("onnx",)
 EXPORT_PRECISIONS = ("fp32", "fp16", "bf16")
+MODEL_SIZES = ("tiny", "small", "base", "large", "xl")
 
 # What train_entry uses for a key that neither job.yaml nor its command line sets.
 DEFAULTS: dict[str, Any] = {
     "epochs": 10, "batch_per_gpu": 64, "global_batch": None, "lr": 1e-3, "lr_scaling": "linear",
     "precision": "fp32", "seed": 0, "checkpoint_every": 0, "keep_checkpoints": 3,
-    "async_checkpoint": True, "log_every": 10,
+    "async_checkpoint": True, "log_every": 10, "model_size": "small",
 }
 
 
@@ -49,6 +50,8 @@ class Train:
                    "directory; needs hpclaunch[export])")
     export_precision: Optional[Literal[EXPORT_PRECISIONS]] = field(
         None, help="dtype of the exported graph (default fp32, also after mixed-precision training)")
+    model_size: Optional[Literal[MODEL_SIZES]] = field(
+        None, help="size of the built-in transformer (model: transformer): tiny, small, base, large, xl")
 
 
 def lr_factor(scaling: str, world_size: int) -> float:
