@@ -27,6 +27,7 @@ from typing import Optional
 from hpclaunch.common.atomic import write_atomic
 
 from . import checkpoint as ckpt
+from . import sharded_checkpoint as sharded
 from .config import ConfigError
 
 SCHEMA = "hpclaunch.export/1"
@@ -118,8 +119,9 @@ def _model_info(run_dir: str, manifest: dict) -> dict:
             "data": config["data"], "label_column": config.get("label_column"), "precision": config.get("precision")}
 
 
-def load_model(path: str, info: dict):
-    """The checkpoint's model in eval mode, on CPU, fp32 (its weights from model.safetensors)."""
+def load_model(path: str, info: dict, manifest: Optional[dict] = None):
+    """The checkpoint's model in eval mode, on CPU, fp32: its weights from model.safetensors, or
+    assembled whole from the ranks' shards of a sharded (ZeRO) checkpoint."""
     import sys
 
     from .model import build_model
@@ -133,7 +135,12 @@ def load_model(path: str, info: dict):
         raise ExportError(f"{path}: cannot rebuild the model {info.get('spec') or 'MLP'!r} ({exc}) \u2014 run "
                           "where its module imports (PYTHONPATH)") from None
     try:
-        ckpt.load_weights(model, os.path.join(path, "model.safetensors"))
+        if manifest is not None and sharded.is_sharded(manifest):
+            sharded.assemble(path, manifest, model)
+        else:
+            ckpt.load_weights(model, os.path.join(path, "model.safetensors"))
+    except ckpt.UnsafeCheckpoint as exc:
+        raise ExportError(f"{path}: {exc}") from None
     except (RuntimeError, ValueError, KeyError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ExportError(f"{path}: the weights do not fit the model ({first[:200]})") from None
@@ -234,7 +241,7 @@ def export_run(run_dir: str, step: Optional[int] = None, fmt: str = "onnx", prec
     if precision not in dtypes:
         raise ExportError(f"--precision {precision}: use one of {', '.join(dtypes)}")
     dtype = dtypes[precision]
-    model = load_model(path, info).to(dtype)
+    model = load_model(path, info, manifest).to(dtype)
     example = torch.zeros(2, int(info["in_features"]), dtype=dtype)
     onnx_bytes = to_onnx(model, example, path)
     import onnx

@@ -199,6 +199,11 @@ def _check_fields(m) -> None:
             raise BadCheckpoint(f"manifest {key} is not a number")
     if m.get("model") is not None and not isinstance(m["model"], dict):
         raise BadCheckpoint("manifest model is not a JSON object")
+    if m.get("format") not in (None, "sharded"):   # sharded: ZeRO stages 1-3 (sharded_checkpoint.py)
+        raise BadCheckpoint(f"unknown checkpoint format {str(m.get('format'))[:40]!r}")
+    for key, high in (("zero", 3), ("global_batch", MAX_STEP), ("accum_steps", MAX_STEP)):
+        if m.get(key) is not None and not _is_int(m[key], 0, high):
+            raise BadCheckpoint(f"manifest {key} is not a whole number 0..{high}")
 
 
 def read_manifest(folder: str | int) -> dict:
@@ -264,7 +269,7 @@ def verify(path: str) -> tuple[bool, str, Optional[dict]]:
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 FACTORY = re.compile(f"{_NAME}:{_NAME}", re.ASCII)   # module:factory, as --model takes it
-BUILTIN_MODELS = ("mlp", "transformer")   # model.BUILTIN (this module imports no torch)
+BUILTIN_MODELS = ("mlp", "transformer")   # model.build_model's names (this module imports no torch)
 
 MAX_WIDTH = 1 << 31
 MAX_LAYERS = 256

@@ -13,7 +13,6 @@ from torch import nn
 # (tiny 30 k, small 0.2 M, base 4.8 M, large 38 M, xl 302 M).
 TRANSFORMER_SIZES = {"tiny": (32, 2, 2), "small": (64, 4, 4), "base": (256, 6, 8), "large": (512, 12, 8),
                      "xl": (1024, 24, 16)}
-from .manifest import BUILTIN_MODELS as BUILTIN  # noqa: E402 - one list (manifest.py imports no torch)
 
 
 class MLP(nn.Module):

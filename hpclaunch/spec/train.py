@@ -20,13 +20,15 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCALINGS = ("none", "linear", "sqrt")
 EXPORT_FORMATS = ("onnx",)
 EXPORT_PRECISIONS = ("fp32", "fp16", "bf16")
+ZERO_STAGES = (0, 1, 2, 3)
+OFFLOADS = ("none", "params", "optimizer")
 MODEL_SIZES = ("tiny", "small", "base", "large", "xl")
 
 # What train_entry uses for a key that neither job.yaml nor its command line sets.
 DEFAULTS: dict[str, Any] = {
     "epochs": 10, "batch_per_gpu": 64, "global_batch": None, "lr": 1e-3, "lr_scaling": "linear",
     "precision": "fp32", "seed": 0, "checkpoint_every": 0, "keep_checkpoints": 3,
-    "async_checkpoint": True, "log_every": 10, "model_size": "small",
+    "async_checkpoint": True, "log_every": 10, "zero": 0, "offload": "none", "model_size": "small",
 }
 
 
@@ -50,6 +52,12 @@ class Train:
                    "directory; needs hpclaunch[export])")
     export_precision: Optional[Literal[EXPORT_PRECISIONS]] = field(
         None, help="dtype of the exported graph (default fp32, also after mixed-precision training)")
+    zero: Optional[Literal[ZERO_STAGES]] = field(
+        None, help="ZeRO stage: 0 DDP (default); 1 optimizer state sharded (ZeroRedundancyOptimizer); 2 also "
+                   "gradients (FSDP2, parameters kept gathered from forward to backward); 3 also parameters (FSDP2)")
+    offload: Optional[Literal[OFFLOADS]] = field(
+        None, help="params: FSDP2's CPUOffloadPolicy keeps the sharded parameters, gradients and optimizer state in "
+                   "host memory (zero 2 or 3); optimizer alone is not offered by PyTorch")
     model_size: Optional[Literal[MODEL_SIZES]] = field(
         None, help="size of the built-in transformer (model: transformer): tiny, small, base, large, xl")
 
@@ -99,6 +107,14 @@ def train_problems(train: Any, world_size: Optional[int], limits: Any, lr_scalin
                         f"effective LR {effective:g} (base {lr:g} x {factor:g}: {scaling} scaling, world size "
                         f"{world}) is outside profile.limits.lr_range; use a base lr in "
                         f"[{lo / factor:g}, {hi / factor:g}]"))
+    zero, offload = getattr(train, "zero", None), getattr(train, "offload", None)
+    if offload == "optimizer":
+        out.append(("train.offload", "PyTorch offers no optimizer-only offload: FSDP2's CPUOffloadPolicy moves the "
+                    "parameters, gradients and optimizer state to host memory together", offload,
+                    "use offload: params (with zero: 2 or 3)"))
+    elif offload == "params" and zero is not None and zero < 2:
+        out.append(("train.offload", f"offload needs FSDP2, which runs ZeRO stages 2 and 3; zero is {zero}", offload,
+                    "set zero: 2 or 3, or leave offload unset"))
     if train.global_batch is not None and batch is not None and world is not None:
         per_step = batch * world
         if train.global_batch % per_step:
