@@ -1,9 +1,9 @@
 """Pure rendering: a BatchRequest to the text of an sbatch script (Jinja templates in templates/,
-run through launchers/template_cache.py: compiled once, then without importing jinja2)."""
+through launchers/templating.py: compiled when the wheel is built, from the sources in a checkout)."""
 from __future__ import annotations
 
 from hpclaunch.common.version import __version__
-from hpclaunch.launchers import template_cache
+from hpclaunch.launchers import templating
 from hpclaunch.launchers.request import BatchRequest, build_request
 
 _ENV = None
@@ -12,7 +12,7 @@ _ENV = None
 def _environment():
     global _ENV
     if _ENV is None:
-        _ENV = template_cache.environment()
+        _ENV = templating.environment()
     return _ENV
 
 

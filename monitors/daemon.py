@@ -31,6 +31,7 @@ from .logfiles import CsvLog, EventLog, format_rows, format_trace_rows, stderr
 from .parentwatch import ParentWatch
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PID_MAX = 1 << 22
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -77,6 +78,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         p.error(f"--counter-interval {a.counter_interval!r}: use a number of seconds from 0 to 3600")
     if not (0.05 <= a.slow_interval <= 86400):
         p.error(f"--slow-interval {a.slow_interval!r}: use a number of seconds from 0.05 to 86400")
+    # 0 and -1 name no process (kill(0) is the process group, kill(-1) every process: a watch on
+    # them never sees the parent go); pids stop at Linux's PID_MAX_LIMIT (2^22)
+    if a.parent_pid is not None and not (1 <= a.parent_pid <= PID_MAX):
+        p.error(f"--parent-pid {a.parent_pid}: give the pid of a running process (1 to {PID_MAX}); "
+                "the monitor stops when it ends")
     if not (-1000 <= a.thermal_margin <= 1000):
         p.error(f"--thermal-margin {a.thermal_margin!r}: use a finite number of degrees C")
     monitor_dir = os.path.join(a.run_dir, schema.MONITOR_DIR)
@@ -173,6 +179,9 @@ class Daemon:
             "interval_s": a.interval, "counter_interval_s": a.counter_interval, "argv": sys.argv,
             "slurm_job_id": env.get("SLURM_JOB_ID"), "slurm_step_id": env.get("SLURM_STEP_ID"),
             "attempt": env.get("HPCLAUNCH_ATTEMPT"), "python": sys.version.split()[0]})
+        if self.events.moved_aside:
+            self.events.emit("error", {"path": self.events.path, "error": "not a regular file (a link?)",
+                                       "moved_to": self.events.moved_aside})
         from .host import HostSampler
         from .rapl import RaplReader
         from .thermal import CpuTemp

@@ -14,12 +14,19 @@ is counted, and is reported once per failure streak through the ``on_error``
 callback; the first successful write after a streak reports the recovery, once,
 through ``on_recover`` (with the number of writes the streak dropped), so a
 reader can tell where the gap in the file ends and why it is there.
+
+A log is never written through a link, nor into a FIFO: one found at a log's name (someone who
+can write the folder planted it) is moved aside as ``<name>.<n>.old``, as a file with another
+header is, and the file is opened with ``O_NOFOLLOW`` and ``O_NONBLOCK`` (a FIFO never holds the
+daemon up), and refused if it is a FIFO all the same.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import sys
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -141,7 +148,7 @@ class _AppendFile:
         if self.fd is not None:
             return True
         try:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self.fd = _open_no_link(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             return True
         except OSError as e:
             self._failed(e)
@@ -210,15 +217,52 @@ class _AppendFile:
         self.fd = close_fds(self.fd)
 
 
-def _read_head(path: str, limit: int = 8192) -> Optional[bytes]:
-    """First bytes of a regular file (never of a device or FIFO), or None."""
+def _open_no_link(path: str, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that never follows a link at ``path`` nor waits on or writes to a FIFO (OSError
+    saying what it found). A device is opened: only root can make one (the tests' /dev/full)."""
     try:
-        if not os.path.isfile(path):
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symbolic link is at this name: not followed (someone who can "
+                          "write this folder may have planted it)", path) from None
+        raise
+    if stat.S_ISFIFO(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "a FIFO is at this name: not written", path)
+    return fd
+
+
+def _planted(path: str) -> bool:
+    """A link, FIFO or socket at ``path``: what anyone who can write the folder can put there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISLNK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _move_aside(path: str) -> str:
+    """Rename ``path`` to the first free ``<path>.<n>.old`` (a rename moves a link itself, never
+    what it names); the new name. OSError if it cannot."""
+    n = 1
+    while os.path.lexists(f"{path}.{n}.old"):
+        n += 1
+    os.replace(path, f"{path}.{n}.old")
+    return f"{path}.{n}.old"
+
+
+def _read_head(path: str, limit: int = 8192) -> Optional[bytes]:
+    """First bytes of a regular file (never of a link, device or FIFO), or None."""
+    try:
+        fd = _open_no_link(path, os.O_RDONLY)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
             return None
-        with open(path, "rb") as f:
-            return f.read(limit)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read(limit)
 
 
 def _ends_with_newline(path: str) -> bool:
@@ -264,9 +308,10 @@ class CsvLog(_AppendFile):
     def _prepare(self) -> None:
         first = _schema.header_comment(self.schema)
         header = ",".join(self.columns) + "\n"
-        head = _read_head(self.path)
-        if head:
-            lines = head.split(b"\n", 2)
+        planted = _planted(self.path)
+        head = None if planted else _read_head(self.path)
+        if head or planted:
+            lines = (head or b"").split(b"\n", 2)
             if len(lines) >= 2 and lines[0].decode("utf-8", "replace") + "\n" == first \
                     and lines[1].decode("utf-8", "replace") + "\n" == header:
                 self.appended = True
@@ -278,12 +323,8 @@ class CsvLog(_AppendFile):
                         self.closed_partial = 1
                     self._write_pending()
                 return
-            n = 1
-            while os.path.exists(f"{self.path}.{n}.old"):
-                n += 1
             try:
-                os.replace(self.path, f"{self.path}.{n}.old")
-                self.moved_aside = f"{self.path}.{n}.old"
+                self.moved_aside = _move_aside(self.path)
             except OSError as e:
                 self._failed(e)
                 return
@@ -321,9 +362,15 @@ class EventLog(_AppendFile):
         import time
         self.host = host
         self._clock = clock or time.time
+        self.moved_aside: Optional[str] = None
+        if _planted(path):  # a link, FIFO, ...: moved aside as CsvLog moves a foreign file
+            try:
+                self.moved_aside = _move_aside(path)
+            except OSError as e:
+                self._failed(e)
         # A cut JSON object never parses (its closing brace is its last character), so ending
         # the line is enough here; readers then skip it as unparsable.
-        if os.path.isfile(path) and not _ends_with_newline(path):
+        elif os.path.isfile(path) and not _ends_with_newline(path):
             self.write_text("\n")
 
     def emit(self, kind: str, detail: Optional[dict] = None,

@@ -8,7 +8,10 @@ Cheap on the sample path: :meth:`Exporter.update` stores a reference to the rows
 written (one assignment); a scrape builds the metric families from them in the HTTP server's thread
 (:class:`_Collector`). Textfile mode renders them once per sample and replaces the file atomically
 (a temporary file in the same directory, then ``rename``), as node-exporter's textfile collector
-requires; the file is removed when the monitor stops, so a finished job's series go away.
+requires; the file is removed when the monitor stops, so a finished job's series go away. The
+textfile folder is often shared (group-writable or 1777, read by node-exporter's user): the
+temporary file is made exclusively under a random name (hpclaunch/common/atomic.py), never
+through a link another user planted there, and a link at the ``.prom`` name is replaced, not followed.
 
 Port collision (two jobs' monitors on one node asking for the same port): the exporter takes the
 next free port of ``PORT_TRIES``, says so in one stderr line and an event, and writes the port it
@@ -23,6 +26,8 @@ import os
 import pwd
 import time
 from typing import Callable, Dict, Optional, Sequence
+
+from hpclaunch.common.atomic import write_atomic
 
 from . import schema
 
@@ -196,7 +201,7 @@ class Exporter:
             self.say(f"prometheus: port {port} is in use; serving on {self.port} "
                      f"(written to {port_file})")
         try:
-            _write_atomic(port_file, f"{self.port}\n")
+            write_atomic(port_file, f"{self.port}\n", mode=0o644, durable=False)
             self.port_file = port_file
         except OSError as e:
             self.say(f"prometheus: cannot write {port_file}: {e.strerror or e}")
@@ -233,7 +238,7 @@ class Exporter:
         from prometheus_client import generate_latest  # noqa: WPS433 (cached after the first call)
         try:
             # 0644 despite the job's umask 077: node-exporter runs as another user.
-            _write_atomic(self.textfile, generate_latest(self.registry).decode("utf-8"), mode=0o644)
+            write_atomic(self.textfile, generate_latest(self.registry), mode=0o644, durable=False)
         except OSError as e:
             if not self._textfile_failing:
                 self._textfile_failing = True
@@ -326,30 +331,6 @@ class _Collector:
 
 
 # -- files ----------------------------------------------------------------------------------
-def _write_atomic(path: str, text: str, mode: int = 0o644) -> None:
-    """Write a temporary file beside ``path`` (not *.prom, so node-exporter never reads it half
-    written), then rename it over ``path``: readers see the old file or the new one, whole."""
-    folder, base = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{base}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)  # the umask does not decide who may read it
-        data = text.encode("utf-8")
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    except BaseException:
-        os.close(fd)
-        _remove(tmp)
-        raise
-    os.close(fd)
-    try:
-        os.replace(tmp, path)
-    except OSError:
-        _remove(tmp)
-        raise
-
-
 def _remove(path: Optional[str]) -> None:
     if path:
         try:

@@ -14,7 +14,8 @@ readers made of them:
   no pickle, no code; the arrays must have the lengths and types the description says.
 * Written atomically (a temporary file renamed over), only when the caller says the source is settled,
   and only when the source did not change while it was read. A run directory the reader cannot write
-  (an admin reading a user's run) simply gets no copy.
+  (an admin reading a user's run) simply gets no copy, nor does one whose ``.columnar`` is a link
+  (whoever can write the run directory could point it at a folder of the reader's).
 * A log still being written (a running job's) gets a copy of its first part instead, up to a line's
   end (:class:`Growing`): the monitor only appends, so a later report reads that part from the copy
   and parses only the lines appended since. Such a copy names the part it holds by its length, the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import time
 import zlib
@@ -277,6 +279,8 @@ def store(src, kind: str, st: os.stat_result, arrays: Arrays, data: dict, source
         table = table.replace_schema_metadata({META_KEY: json.dumps(desc, separators=(",", ":"))})
         out = copy_path(src)
         out.parent.mkdir(exist_ok=True)
+        if not stat.S_ISDIR(os.lstat(out.parent).st_mode):
+            return False  # a link there (a colleague's run directory): copies go nowhere it names
         fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
         try:
             os.fchmod(fd, st.st_mode & 0o666)  # as readable as the log it copies (mkstemp: 0600)

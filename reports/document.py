@@ -29,9 +29,11 @@ from hpclaunch.reports.gpu_index import gpu_rows, index_gpu_tables
 from hpclaunch.reports.gpu_stats import gpu_stats
 from hpclaunch.reports.hosts import host_stats
 from hpclaunch.reports.metrics import job_info, metrics_summary, rank_hosts
-from hpclaunch.reports.plausible import drop_implausible, run_ended, run_window
+from hpclaunch.reports.plausible import Window, drop_implausible, report_window, run_ended
 from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, REPORT_SCHEMA, Report, SERIES_BINS, STRAGGLER_RATIO, add_or_none, host_from_filename, rounded
 from hpclaunch.reports.nanstats import nanmax
+
+PEAK_BINS = 2_000_000  # time bins of the job-level peak power at most (16 MB an array)
 
 # Cumulative counters: a negative reading is a glitch, never a value (nor a reset: resets go to 0).
 GPU_COUNTERS = ("energy_mj", "viol_power_ns", "viol_thermal_ns", "ecc_dbe_total") + \
@@ -55,7 +57,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS, logs_final: bo
     met_warnings: List[str] = []
     met_future = pool.submit(metrics_summary, run_dir, met_warnings, copies)
     pool.shutdown(wait=False)
-    logs = Logs(run_window(run_dir), engine, warnings, copies)
+    logs = Logs(report_window(run_dir), engine, warnings, copies)
     # indexed as they are read: one file's raw columns in memory at a time, the reader's tables untouched
     keys, segs, fcols, txt, mstats = index_gpu_tables(logs.read(files["gpu"], readers.read_gpu_log, GPU_COUNTERS))
     htabs = list(logs.read(files["host"], readers.read_host_log, HOST_COUNTERS))
@@ -73,7 +75,7 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS, logs_final: bo
     mstats["duplicates"] = per_gpu.duplicates
     xid.apply(gpus, xid.read(files["events"]), warnings)  # gpus[].xids, from the events files
     per_gpu.fcols = fcols = None  # the per-GPU columns are done with: free them before the rest
-    skipped = logs.skipped + power_trace_peaks(files["power_trace"], engine, gpus, warnings)
+    skipped = logs.skipped + power_trace_peaks(files["power_trace"], engine, gpus, warnings, logs.window)
     met = met_future.result()
     warnings.extend(met_warnings)
     ranks, med_all = rank_rows(run_dir, gpus, met, warnings)
@@ -97,7 +99,7 @@ class Logs:
     """Reads a kind of log file by file: each table's implausible rows dropped (into a new table),
     its warnings and malformed rows noted."""
 
-    def __init__(self, window: Optional[Tuple[float, float]], engine: str, warnings: List[str],
+    def __init__(self, window: Optional[Window], engine: str, warnings: List[str],
                  copies: Optional[columnar.Policy] = None):
         self.window, self.engine, self.warnings, self.copies = window, engine, warnings, copies
         self.skipped = 0
@@ -171,9 +173,10 @@ class PerGpu:
         return max((max(probe) if recorded and probe else float(np.median(probe))) if probe else 1.0, 1e-3)
 
     def run(self, t0: float, t1: float, bins: int, recorded: Dict[str, float]) -> None:
-        step = self.peak_step(recorded)
-        span = (t1 - t0) / step
-        nb = (int(min(max(span, 1), 2_000_000)) if np.isfinite(span) else 1) + 1
+        # bins of the sampling interval, fewer and wider on a window of more than PEAK_BINS of them:
+        # the arrays are bounded whatever the times say (the window is plausible: plausible.py)
+        step = max(self.peak_step(recorded), (t1 - t0) / PEAK_BINS)
+        nb = int(min(max((t1 - t0) / step, 1), PEAK_BINS)) + 1
         tot = np.zeros(nb)
         per_host: Dict[str, np.ndarray] = {}
         for g_ in sorted(self.segs, key=lambda k: self.keys[k]):
@@ -208,20 +211,24 @@ def binned_mean_power(sl: Dict[str, np.ndarray], t0: float, step: float, nb: int
     ok = ~np.isnan(p)
     if not ok.any():
         return None
-    bi = ((sl["time_unix"][ok] - t0) / step).astype(np.int64)
+    bi = np.clip((sl["time_unix"][ok] - t0) / step, 0, nb - 1).astype(np.int64)
     s_ = np.bincount(bi, p[ok], nb)
     k_ = np.bincount(bi, None, nb)
     return np.where(k_ > 0, s_ / np.maximum(k_, 1), 0.0)
 
 
-def power_trace_peaks(paths, engine: str, gpus: List[dict], warnings: List[str]) -> int:
+def power_trace_peaks(paths, engine: str, gpus: List[dict], warnings: List[str],
+                      window: Optional[Window] = None) -> int:
     """Peak power per GPU from the optional high-rate power traces, into ``gpus``; returns the
-    malformed rows skipped."""
+    malformed rows skipped. Rows outside ``window`` and absurd readings are dropped as in the logs."""
     skipped = 0
     trace: Dict[Tuple[str, int], Tuple[float, float, int]] = {}
     for p_ in paths:
         tb = readers.read_power_trace(p_, engine)
         warnings.extend(tb.warnings)
+        tb, why = drop_implausible(tb, window, ())
+        if why:
+            warnings.append(why)
         if tb.skipped_rows:
             skipped += tb.skipped_rows
             warnings.append(f"{p_.name}: {tb.skipped_rows} malformed power-trace row(s) skipped")

@@ -30,6 +30,10 @@ except ImportError:  # pragma: no cover - exercised by tests/report/test_fleet_l
 FLEET_SCHEMA = "hpclaunch.fleet_report/1"
 OUTLIER_MIN_C = 3.0
 OUTLIER_K = 3.0
+# The largest number a summary may hold (J, s, °C): no job comes near it (30 MW for a month is 8e13
+# J), and sums of millions of them stay finite. A hand-edited 1e308 made every `report --since` fail
+# (OverflowError in fsum); such a summary is now that job's warning.
+SUMMARY_MAX = 1e15
 
 
 @dataclass
@@ -48,9 +52,15 @@ _TEXT = frozenset((str, type(None)))
 
 def _n(v: Any) -> Optional[float]:
     """A number or None, as a summary holds it; anything else is a broken ledger entry."""
-    if v is None or type(v) in (float, int):
+    if v is None or (type(v) in (float, int) and -SUMMARY_MAX <= v <= SUMMARY_MAX):
         return v
-    raise TypeError(f"{v!r} is not a number")
+    raise _bad(v)
+
+
+def _bad(v: Any) -> Exception:
+    if type(v) in (float, int):
+        return ValueError(f"{v!r} is beyond any job's value (a summary's numbers are within ±{SUMMARY_MAX:g})")
+    return TypeError(f"{v!r} is not a number")
 
 
 def _reasons(throttle_s: Dict[str, Any]) -> Dict[str, float]:
@@ -170,20 +180,27 @@ def _job(row: dict, rec: List[Any]) -> tuple:
     fmt, total, gpu_e, cpu_e, complete, duration, idle, throttle_total, gpus_in, nodes_in, warnings = rec
     if fmt != SUMMARY_FORMAT:
         raise ValueError(f"summary format {fmt!r}, not {SUMMARY_FORMAT}")
-    total, gpu_e, cpu_e = _n(total), _n(gpu_e), _n(cpu_e)
+    total, gpu_e, cpu_e, duration, idle = _n(total), _n(gpu_e), _n(cpu_e), _n(duration), _n(idle)
     # Checked by type, a GPU (a node) at a time, not a value at a time: 10,000 jobs of 8 GPUs are
     # 640,000 values, and the checks were a fifth of the view's time.
     gpu_reasons = []   # each GPU's slowdown reasons with time (None: none), aligned with gpus_in
+    lim = SUMMARY_MAX
     for g in gpus_in:
         h, i, uuid, avg, mx, near, sampled, th = g
         if not (type(h) is str and type(i) is int and type(uuid) in _TEXT and type(avg) in _NUM
                 and type(mx) in _NUM and type(near) in _NUM and type(sampled) in _NUM and type(th) is dict):
             raise TypeError(f"GPU {g!r} is not [host, index, uuid, numbers, reasons]")
+        if not ((avg is None or -lim <= avg <= lim) and (mx is None or -lim <= mx <= lim)
+                and (near is None or -lim <= near <= lim) and (sampled is None or -lim <= sampled <= lim)):
+            raise ValueError(f"GPU {g!r}: a number beyond any job's value (within ±{lim:g})")
         gpu_reasons.append(_reasons(th) if th else None)
     for n in nodes_in:
         h, energy, gpu_t, cpu_t = n
         if not (type(h) is str and type(energy) in _NUM and type(gpu_t) in _NUM and type(cpu_t) in _NUM):
             raise TypeError(f"node {n!r} is not [host, numbers]")
+        if not ((energy is None or -lim <= energy <= lim) and (gpu_t is None or -lim <= gpu_t <= lim)
+                and (cpu_t is None or -lim <= cpu_t <= lim)):
+            raise ValueError(f"node {n!r}: a number beyond any job's value (within ±{lim:g})")
     gpus, nodes = list(zip(gpus_in, gpu_reasons)), nodes_in
     gpu_h = sum(g[6] or 0.0 for g in gpus_in) / 3600.0
     temps = [g[4] for g in gpus_in if g[4] is not None]
@@ -194,7 +211,7 @@ def _job(row: dict, rec: List[Any]) -> tuple:
         "energy_j": total, "gpu_energy_j": gpu_e, "cpu_energy_j": cpu_e, "complete": bool(complete),
         "gpus": len(gpus), "gpu_hours": round(gpu_h, 4), "idle_energy_j": idle,
         "max_temp_c": max(temps) if temps else None,
-        "throttle_power_s": throttle_total.get("power"), "throttle_thermal_s": throttle_total.get("thermal"),
+        "throttle_power_s": _n(throttle_total.get("power")), "throttle_thermal_s": _n(throttle_total.get("thermal")),
         "throttle_s": _in_order(throttle), "warnings": int(warnings),
     }
     return job, throttle, gpu_h, gpus, nodes
@@ -217,8 +234,17 @@ def build_fleet_report(rows: Iterable[dict], *, engine: str = "auto") -> FleetRe
     for row in rows:
         jid = row.get("id")
         try:
-            rec = row.get("summary") or job_summary(row.get("run_dir"), engine)
-            job, throttle, gpu_h, gpus, job_nodes = _job(row, rec)
+            try:
+                job, throttle, gpu_h, gpus, job_nodes = _job(row, row.get("summary") or job_summary(
+                    row.get("run_dir"), engine))
+            except Exception as e:  # noqa: BLE001 - whatever a summary holds
+                if not row.get("summary"):
+                    raise
+                # a ledger entry of the wrong shape or with absurd numbers (a hand edit; an older
+                # hpclaunch's report of rows it now drops): this job's logs instead
+                job, throttle, gpu_h, gpus, job_nodes = _job(row, job_summary(row.get("run_dir"), engine))
+                warnings.append(f"job {jid}: its ledger summary was refused ({type(e).__name__}: {e}); "
+                                "its logs were read instead")
         except Exception as e:  # noqa: BLE001 - one broken run dir (or ledger entry) must not hide the fleet
             warnings.append(f"job {jid}: report failed: {type(e).__name__}: {e}")
             continue

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 import os
+from collections import Counter
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -101,13 +103,22 @@ def _read_head(path: str) -> Tuple[Optional[str], Optional[List[str]], int]:
         return head_of(f)
 
 
+def without_bom(lines):
+    """The lines, the first without a UTF-8 byte-order mark (an editor's, a Windows tool's): with it
+    the schema line was no comment and the file's data was lost."""
+    it = iter(lines)
+    for first in it:
+        return itertools.chain((first[1:] if first.startswith("\ufeff") else first,), it)
+    return it
+
+
 def head_of(lines) -> Tuple[Optional[str], Optional[List[str]], int]:
     """(schema line, header cells, number of leading lines to skip) of a contract CSV's first lines.
 
     Only newline-terminated lines count: a header cut by a killed writer is no header."""
     schema_line = None
     skip = 0
-    for line in lines:
+    for line in without_bom(lines):
         if not line.endswith("\n"):
             break
         skip += 1
@@ -192,6 +203,10 @@ def _read_csv_table(path: str, expected_schema: str, numeric: Sequence[str], tex
     schema_line, header, skip = _read_head(path)
     t.schema_line = schema_line
     _check_schema(t, expected_schema)
+    twice = [f"{c} ({n}x)" for c, n in Counter(header or ()).items() if n > 1]
+    if twice:  # docs/monitor-logs.md: the first of each is read
+        t.warnings.append(f"{path}: the header names a column more than once: {', '.join(twice[:5])}"
+                          f"{' and others' if len(twice) > 5 else ''}; the first of each is read, the others ignored")
     if header is None:
         t.warnings.append(f"{path}: empty file (no header)")
         t.engine = "none"
@@ -260,7 +275,7 @@ def _read_csvmod(t: Table, header, numeric, text, lines=None) -> None:
     with (open(t.path, "r", newline="", errors="replace") if lines is None else nullcontext(lines)) as f:
         # only newline-terminated lines (the unterminated last one is counted by the caller)
         # no quoting: the contract has no quotes (as the pyarrow engine reads it)
-        for row in csv.reader((ln for ln in f if ln.endswith("\n")), quoting=csv.QUOTE_NONE):
+        for row in csv.reader((ln for ln in without_bom(f) if ln.endswith("\n")), quoting=csv.QUOTE_NONE):
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
             if row[0].lstrip().startswith("#"):
@@ -353,7 +368,7 @@ def parse_jsonl(lines) -> Tuple[List[dict], int]:
     recs: List[dict] = []
     bad = 0
     loads = json.loads
-    for line in lines:
+    for line in without_bom(lines):
         if not line.strip():
             continue
         if not line.endswith("\n"):

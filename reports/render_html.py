@@ -73,6 +73,10 @@ def _ticks(lo: float, hi: float, n: int = 5) -> List[float]:
     return out
 
 
+def _clipped(ys: Sequence[float]) -> List[float]:
+    return [v if v is None or not math.isfinite(v) else min(max(v, -1e300), 1e300) for v in ys]
+
+
 def line_chart(lines: Sequence[Tuple[str, Sequence[float], Sequence[float], str]], title: str, ylabel: str,
                xlabel: str = "time since job start", width: int = 560, height: int = 260,
                hlines: Sequence[Tuple[float, str]] = (), band: Optional[Tuple[Sequence[float], Sequence[float], Sequence[float]]] = None,
@@ -80,6 +84,9 @@ def line_chart(lines: Sequence[Tuple[str, Sequence[float], Sequence[float], str]
     """SVG line chart. lines: (label, x, y, colour); NaN breaks a line. band: (x, lo, hi) filled."""
     ml, mr, mt, mb = 54, 12, 24, 36
     pw, ph = width - ml - mr, height - mt - mb
+    # clipped: a span between huge values must stay finite (plausible.py makes them missing first)
+    lines = [(label, x, _clipped(y), col) for label, x, y, col in lines]
+    band = (band[0], _clipped(band[1]), _clipped(band[2])) if band else None
     xs_all = [v for _, x, _, _ in lines for v in x] + (list(band[0]) if band else [])
     ys_all = [v for _, _, y, _ in lines for v in y if v is not None and math.isfinite(v)]
     if band:
@@ -89,8 +96,8 @@ def line_chart(lines: Sequence[Tuple[str, Sequence[float], Sequence[float], str]
         return f'<svg width="{width}" height="60" role="img"><text x="10" y="30">{_e(title)}: no data</text></svg>'
     x0, x1 = min(xs_all), max(xs_all)
     y0, y1 = min(ys_all), max(ys_all)
-    if y1 <= y0:
-        y0, y1 = y0 - 1, y1 + 1
+    if not y1 - y0 > 1e-9 * max(abs(y0), abs(y1)):  # flat (1e308 ± 1 is 1e308): a span around it
+        y0, y1 = y0 - max(1.0, abs(y0) * 0.05), y1 + max(1.0, abs(y1) * 0.05)
     pad = (y1 - y0) * 0.05
     y0, y1 = y0 - pad, y1 + pad
     if x1 <= x0:

@@ -19,7 +19,8 @@ MAX_NODE_ROWS = 16
 def sparkline(values: Sequence[float], width: int = 40, lo: Optional[float] = None,
               hi: Optional[float] = None) -> str:
     """Unicode sparkline; NaN/None -> space. Values are averaged into ``width`` buckets."""
-    a = np.array([np.nan if v is None else v for v in values], dtype=float)
+    # clipped: a span between huge values must stay finite (plausible.py makes them missing first)
+    a = np.clip(np.array([np.nan if v is None else v for v in values], dtype=float), -1e300, 1e300)
     if a.size == 0:
         return ""
     if a.size > width:
@@ -240,7 +241,7 @@ def render_text(report, width: int = 120, color: bool = False) -> str:
     p = _sum_series(ser, "power", "sum")
     tmax = _sum_series(ser, "temp", "max")
     sw = max(20, min(80, width - 40))
-    if p is not None:
+    if p is not None and np.any(~np.isnan(p)):
         con.print(f"GPU power  {sparkline(p, sw)}  {_n(float(np.nanmin(p)), 0)}–{_n(float(np.nanmax(p)), 0)} W",
                   markup=False)
     if tmax is not None and np.any(~np.isnan(tmax)):

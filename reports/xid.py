@@ -59,7 +59,7 @@ def read(paths) -> XidLog:
                     log.skipped_lines += 1
                     continue
                 try:
-                    r = json.loads(line)
+                    r = json.loads(line.lstrip("\ufeff"))  # a byte-order mark, as readers.without_bom
                     d = r.get("detail") or {}
                     host = r.get("host") or fname_host
                     kind = r.get("kind")

@@ -32,12 +32,17 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
 ]
 # Leaves import nothing of the core but what is named here; the core's upper layers may use them.
 LEAVES: Dict[str, Tuple[str, ...]] = {
-    "hpclaunch.monitors": (),
+    # the one writer of files in folders others can write (exclusive create, never through a link):
+    # the monitor's Prometheus textfile goes to a shared folder, and a second copy of it was how the
+    # textfile writer came to follow planted links (issue 44)
+    "hpclaunch.monitors": ("hpclaunch.common.atomic",),
     "hpclaunch.reports": ("hpclaunch.monitors.schema",),
     "hpclaunch.train_entry": ("hpclaunch.common", "hpclaunch.spec.train", "hpclaunch.spec.typedload"),
+    "hpclaunch.runtime": (),
 }
 # Which core layer may import a leaf (the leaf's users are above it).
-LEAF_USERS = {"hpclaunch.monitors": "top", "hpclaunch.reports": "runs", "hpclaunch.train_entry": "top"}
+LEAF_USERS = {"hpclaunch.monitors": "top", "hpclaunch.reports": "runs", "hpclaunch.train_entry": "top",
+              "hpclaunch.runtime": "backends"}
 
 
 def _within(module: str, prefix: str) -> bool:

@@ -303,6 +303,29 @@ def test_a_planted_lock_file_is_as_good_as_held_and_never_hangs(shared_dir):
     assert os.stat("/etc/passwd").st_size > 0
 
 
+def test_a_group_lease_folder_with_links_planted_by_a_member_writes_nothing_through_them(shared_dir, tmp_path):
+    """The other kind of shared folder (install -d -m 3770 -g GROUP): a member's links at the lock
+    files' names are never followed; the file they name keeps its content and mode (issue 44's
+    audit of writers into shared folders: a lock file is opened read-only, O_NOFOLLOW, and only a
+    file made here with O_EXCL is chmod-ed)."""
+    folder = os.path.join(os.path.dirname(shared_dir), "group-leases")
+    os.mkdir(folder)
+    os.chown(folder, 0, 65534)
+    os.chmod(folder, 0o3770)
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    os.chmod(victim, 0o600)
+    for gpu in ("0", "1"):
+        link = os.path.join(folder, f"gpu-{gpu}.lock")
+        os.symlink(victim, link)
+        os.lchown(link, 65534, 65534)
+    stuck: list = []
+    lease = try_lease(["0", "1", "2"], 1, folder, shared=True, stuck=stuck)
+    assert lease.ids == ["2"] and len(stuck) == 2 and all("(a link, owner uid 65534)" in w for w in stuck), stuck
+    lease.release()
+    assert victim.read_text() == "keep\n" and os.stat(victim).st_mode & 0o7777 == 0o600
+
+
 def test_a_shared_lease_folder_others_could_tamper_with_is_refused(shared_dir, tmp_path):
     from hpclaunch.launchers.backends.local_gpus import shared_lease_dir
 

@@ -58,7 +58,7 @@ def test_torchrun_shape():
     assert "--nnodes=4 --nproc-per-node=4" in text
     assert '--rdzv-endpoint="$hl_head:$hl_port"' in text
     assert '--log-dir="$HPCLAUNCH_LOG_DIR/torchelastic"' in text  # not a torchelastic_* in each node's /tmp
-    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in text
+    assert "\nhl_begin\n" in text                            # the hosts: job.sh's (tests/test_job_runtime.py)
     assert "#SBATCH --signal=B:USR2@120\n" in text        # USR2 by default: docs/requeue.md
     assert "module load cuda/12.4" in text
 

@@ -348,11 +348,16 @@ class UnsafeCheckpoint(CheckpointError):
     """A checkpoint file that cannot be loaded without running code from it, or does not fit."""
 
 
+def printable(text: str, limit: int = 200) -> str:
+    """``text`` cut to ``limit`` with what a terminal would act on escaped: names and messages
+    from a checkpoint's files reach a log line."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text[:limit])
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message, printable (a library may quote bytes of the file)."""
     text = str(exc).strip()
-    line = (text.splitlines()[0] if text else type(exc).__name__)[:200]
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in line)
+    return printable(text.splitlines()[0] if text else type(exc).__name__)
 
 
 @contextlib.contextmanager
@@ -376,14 +381,12 @@ def torch_load(path: str):
     """Tensors, numbers, strings and containers only (``weights_only=True``): a checkpoint is data,
     and a pickle that would run code (anyone who can write the run directory can also rewrite the
     manifest's hashes) is refused, never executed."""
-    import pickle
-
     import torch
 
     with checked_file(path) as readable:
         try:
             return torch.load(readable, map_location="cpu", weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - garbled bytes fail in any way (IndexError, EOFError, ...)
             raise UnsafeCheckpoint(f"{path}: not loadable as plain data ({first_line(exc)}); it was not "
                                    "executed") from None
 
@@ -481,10 +484,10 @@ def shapes_mismatch(saved: dict, own: dict, this: str = "this model") -> Optiona
     """weights_mismatch on {name: shape} of the file (``saved``) and of the model (``own``)."""
     for name in sorted(saved.keys() & own.keys()):
         if saved[name] != own[name]:
-            return f"{name} is {saved[name]} in the checkpoint but {own[name]} in {this}"
+            return f"{printable(name, 100)} is {saved[name]} in the checkpoint but {own[name]} in {this}"
     extra, missing = sorted(saved.keys() - own.keys()), sorted(own.keys() - saved.keys())
     for names, has, lacks in ((extra, "the checkpoint", this), (missing, this, "the checkpoint")):
         if names:
             more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
-            return f"{has} has {names[0]}{more}, which {lacks} lacks"
+            return f"{has} has {printable(names[0], 100)}{more}, which {lacks} lacks"
     return None

@@ -6,7 +6,6 @@ The same data without a file: ``--data digits`` (``BUILTIN_DATA``; a file of tha
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
@@ -23,13 +22,14 @@ def digits_arrays():
 
 
 def write_digits_csv(path: str) -> int:
+    """Atomically, through an exclusively created temporary file: OUT may be in /tmp, where a link
+    planted at a predictable temporary name would have had another file overwritten."""
+    from hpclaunch.common.atomic import write_atomic
+
     x, target = digits_arrays()
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(",".join([f"f{i}" for i in range(x.shape[1])] + ["label"]) + "\n")
-        for row, label in zip(x, target):
-            f.write(",".join(f"{v:.6g}" for v in row) + f",{int(label)}\n")
-    os.replace(tmp, path)
+    lines = [",".join([f"f{i}" for i in range(x.shape[1])] + ["label"]) + "\n"]
+    lines += [",".join(f"{v:.6g}" for v in row) + f",{int(label)}\n" for row, label in zip(x, target)]
+    write_atomic(path, "".join(lines), mode=0o644)
     return len(target)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -83,17 +84,39 @@ def parse_hidden(spec: str) -> tuple:
     return tuple(int(v) for v in spec.split(",") if v.strip()) if spec else ()
 
 
+def _mlp(in_features: int, num_classes: int, hidden="256,256", dropout: float = 0.1) -> nn.Module:
+    return MLP(in_features, num_classes, parse_hidden(hidden) if isinstance(hidden, str) else tuple(hidden), dropout)
+
+
+def _transformer(in_features: int, num_classes: int, hidden=None, dropout: float = 0.1,
+                 size: Optional[str] = None) -> nn.Module:
+    size = size or "small"
+    if size not in TRANSFORMER_SIZES:
+        raise ValueError(f"--size {size!r}: the transformer comes in {', '.join(TRANSFORMER_SIZES)}")
+    return transformer(in_features, num_classes, size, dropout)
+
+
+# train_entry's own models, by name: all that `hpclaunch export` builds from a manifest without being
+# told to (it imports no module a run directory names; docs/train-entry.md, "Export"). The names are
+# manifest.BUILTIN_MODELS's (that module imports no torch).
+BUILTIN_MODELS = {"mlp": _mlp, "transformer": _transformer}
+
+
+def build_builtin(name: str, in_features: int, num_classes: int, hidden="256,256", dropout: float = 0.1,
+                  size: Optional[str] = None) -> nn.Module:
+    if name == "transformer":
+        return _transformer(in_features, num_classes, hidden, dropout, size)
+    return BUILTIN_MODELS[name](in_features, num_classes, hidden, dropout)
+
+
 def build_model(spec: str | None, in_features: int, num_classes: int, hidden: str = "256,256",
                 dropout: float = 0.1, size: str = "small") -> nn.Module:
-    """``spec`` None or ``mlp`` -> MLP; ``transformer`` -> FeatureTransformer of ``size``. Else
-    ``package.module:factory``; the factory gets ``in_features`` and ``num_classes`` as keyword
+    """``spec`` None, ``mlp`` or ``transformer``: a built-in model (the transformer of ``size``).
+    Else ``package.module:factory``, imported: the user's own --model (or export's --model), never a
+    name read from a run directory. The factory gets ``in_features`` and ``num_classes`` as keyword
     arguments if it accepts them, and must return an nn.Module."""
-    if not spec or spec == "mlp":
-        return MLP(in_features, num_classes, parse_hidden(hidden), dropout)
-    if spec == "transformer":
-        if size not in TRANSFORMER_SIZES:
-            raise ValueError(f"--size {size!r}: the transformer comes in {', '.join(TRANSFORMER_SIZES)}")
-        return transformer(in_features, num_classes, size, dropout)
+    if not spec or spec in BUILTIN_MODELS:
+        return build_builtin(spec or "mlp", in_features, num_classes, hidden, dropout, size)
     if ":" not in spec:
         raise ValueError(f"--model {spec!r}: expected mlp, transformer or module:factory")
     mod_name, attr = spec.split(":", 1)

@@ -92,8 +92,8 @@ def _load_whole(path: str, model, opt, sched, scaler, stage: int) -> dict:
     except FileNotFoundError:  # not listed in its manifest, so not verified to be there
         raise ckpt.UnsafeCheckpoint(f"{path}: no model.safetensors") from None
     except (RuntimeError, ValueError, KeyError) as exc:
-        why = ckpt.weights_mismatch(model, weights) or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ckpt.UnsafeCheckpoint(f"the weights do not fit this model: {why[:200]} (another --hidden or "
+        why = ckpt.weights_mismatch(model, weights) or ckpt.first_line(exc)
+        raise ckpt.UnsafeCheckpoint(f"the weights do not fit this model: {why} (another --hidden or "
                                     "--model than the run that wrote it?)") from None
     try:
         tr = ckpt.torch_load(os.path.join(path, "trainer.pt"))
@@ -105,7 +105,7 @@ def _load_whole(path: str, model, opt, sched, scaler, stage: int) -> dict:
         scaler.load_state_dict(tr["scaler"])
         return dict(tr["state"])
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise ckpt.UnsafeCheckpoint(f"trainer.pt does not fit this run ({str(exc)[:200]})") from None
+        raise ckpt.UnsafeCheckpoint(f"trainer.pt does not fit this run ({ckpt.first_line(exc)})") from None
 
 
 def _go_on(path: str, manifest: dict, loaded: dict, state: dict, rank: int, world: int,
@@ -115,7 +115,8 @@ def _go_on(path: str, manifest: dict, loaded: dict, state: dict, rank: int, worl
     takes the same samples: DistributedSampler interleaves the ranks), else it restarts."""
     problem = _state_problem(loaded, manifest["step"])
     if problem:
-        raise ckpt.UnsafeCheckpoint(f"{path}: the trainer state {problem}")
+        what = sharded.TRAINER if sharded.is_sharded(manifest) else "trainer.pt"
+        raise ckpt.UnsafeCheckpoint(f"{path}: {what}'s state {problem}")
     if loaded.get("ep_sums") == "global":   # the epoch's sums over every rank: each rank takes its share
         for key in ("ep_loss", "ep_correct", "ep_count"):
             loaded[key] = loaded[key] / world
@@ -150,7 +151,7 @@ def _set_rng_pt(rng_path: str) -> bool:
     try:
         ckpt.set_rng_state(rng)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ckpt.UnsafeCheckpoint(f"{rng_path}: not an RNG state ({exc})") from None
+        raise ckpt.UnsafeCheckpoint(f"{rng_path}: not an RNG state ({ckpt.first_line(exc)})") from None
     return True
 
 

@@ -355,6 +355,14 @@ def load(pending: Pending, model, optimizer, sched, scaler, stage: int) -> dict:
     return dict(tr["state"])
 
 
+def saved_shapes(path: str, manifest: dict) -> dict:
+    """{name: shape} of the model's tensors in a sharded checkpoint, from the shards' headers (no
+    tensor is read)."""
+    with _Shards(path, manifest) as shards:
+        meta = _reader(shards, path).read_metadata()
+    return {k[6:]: list(v.size) for k, v in meta.state_dict_metadata.items() if k.startswith("model.")}
+
+
 def assemble(path: str, manifest: dict, model) -> None:
     """The whole model from a sharded checkpoint, in one process (``hpclaunch export``)."""
     _load_dcp(path, manifest, {"model": model.state_dict(), "optim": {}}, no_dist=True)

@@ -116,10 +116,12 @@ class _Run:
 
             for fmt in cfg.export:
                 try:
-                    desc = export_run(result.run_dir, step=result.step, fmt=fmt, precision=cfg.export_precision)
+                    desc = export_run(result.run_dir, step=result.step, fmt=fmt, precision=cfg.export_precision,
+                                      factory=cfg.model)  # this run's own --model, already imported
                 except ExportError as exc:
                     raise ExportError(f"training finished at step {result.step}, but the export failed: {exc}; "
-                                      f"`hpclaunch export {result.run_dir}` retries it") from None
+                                      f"`hpclaunch export {result.run_dir}"
+                                      f"{' --model ' + cfg.model if cfg.model else ''}` retries it") from None
                 log.info("exported step %d to %s (%s)", desc["step"], os.path.join(result.run_dir, "exports",
                                                                                  desc["file"]), desc["check"])
         return result

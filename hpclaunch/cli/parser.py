@@ -125,6 +125,9 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32",
                    help="dtype of the graph (default fp32, whatever the run trained in)")
     c.add_argument("-o", "--output", metavar="DIR", help="write into DIR (it must exist) instead of RUN_DIR/exports")
+    c.add_argument("--model", metavar="MODULE:FACTORY", default=None,
+                   help="import this factory to rebuild the model (a run trained with --model): export never "
+                   "imports what a run directory names, only what you name here")
     c.add_argument("--json", action="store_true", help="print model.json's content")
 
     c = add_command("dashboard", help="a local web page of your jobs, live: state, ranks' progress, power, heat",

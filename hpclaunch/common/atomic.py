@@ -1,4 +1,9 @@
-"""Atomic file writes: temp file in the same directory, fsync, rename, fsync the directory."""
+"""Atomic file writes: temp file in the same directory, fsync, rename, fsync the directory.
+
+The temporary file is made with O_EXCL under a random name, so a link or file another user planted
+in a folder others can write (a shared textfile-collector folder, /tmp) is never opened, written or
+chmod-ed: the monitor's Prometheus textfile comes through here too (docs/architecture.md lets the
+monitors leaf use this module and nothing else of the core)."""
 from __future__ import annotations
 
 import os
@@ -16,8 +21,10 @@ def _temp_beside(path: str, folder: str) -> tuple[int, str]:
     raise FileExistsError(f"{folder}: no free temporary name beside {os.path.basename(path)}")
 
 
-def write_atomic(path: str, data: str | bytes, mode: int = 0o600) -> None:
-    """Readers see the old file or the whole new one, never a part, even after a crash."""
+def write_atomic(path: str, data: str | bytes, mode: int = 0o600, durable: bool = True) -> None:
+    """Readers see the old file or the whole new one, never a part, even after a crash.
+    ``durable=False``: no fsync (a file rewritten every second and removed at exit, whose loss in a
+    crash costs nothing: the monitor's textfile); still atomic, still never through a link."""
     folder = os.path.dirname(os.path.abspath(path))
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = _temp_beside(path, folder)
@@ -26,7 +33,8 @@ def write_atomic(path: str, data: str | bytes, mode: int = 0o600) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -34,7 +42,8 @@ def write_atomic(path: str, data: str | bytes, mode: int = 0o600) -> None:
         except OSError:
             pass
         raise
-    fsync_dir(folder)
+    if durable:
+        fsync_dir(folder)
 
 
 def fsync_dir(folder: str) -> None:

@@ -101,6 +101,8 @@ def failure_summary(job: Job, st: JobStatus, tail: int = 10) -> list[str]:
         return []
     lines = [f"job {job.id} ({job.name}) ended {st.state}, exit code {st.exit_code}, "
              f"after {st.attempts} attempt(s)"]
+    if st.reason:  # what the backend knows of why (the local runner's own error, say)
+        lines.append(f"  {st.reason}")
     if st.state in HINTS:
         lines.append(f"  {HINTS[st.state]}")
     task = None

@@ -19,7 +19,8 @@ from hpclaunch.common.atomic import make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
 from hpclaunch.launchers.backends.local_gpus import checked_lease_dir, machine_gpus, shared_setting
-from hpclaunch.launchers.backends.local_runner import end_group, group_alive, open_private_log, read_state, record_state
+from hpclaunch.launchers.backends.local_runner import (alive, end_group, group_alive, open_private_log, process_start,
+                                                       read_state, record_state, runner_error, runner_path)
 from hpclaunch.launchers.backends.slurm import submit_env
 from hpclaunch.launchers.request import BatchRequest
 
@@ -129,6 +130,7 @@ class LocalBackend(Backend):
             proc = subprocess.Popen([sys.executable, "-m", "hpclaunch.launchers.backends.local_runner", run_dir],
                                     cwd=cwd, env=runner_env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
+        write_atomic(runner_path(run_dir), json.dumps({"pid": proc.pid, "start": process_start(proc.pid)}))
         return proc.pid
 
     @staticmethod
@@ -144,15 +146,21 @@ class LocalBackend(Backend):
         run_dir = ref.run_dir
         st = read_state(run_dir)
         if not st:
+            runner = _runner(run_dir)
+            if runner and not alive(runner.get("pid"), runner.get("start")):
+                # The runner died before writing a word (its Python could not even import it).
+                return JobStatus(State.FAILED, None, "", os.uname().nodename,
+                                 _died(run_dir, "the local runner died before the job started"), source="local")
             return JobStatus(State.PENDING, source="local")
         state = st.get("state", "PENDING")
-        reason = st.get("reason", "") if state == "PENDING" else ""
-        if state in ("RUNNING", "PENDING") and not _alive(st.get("runner_pid")):
+        reason = st.get("reason", "") if state in ("PENDING", "FAILED") else ""
+        if state in ("RUNNING", "PENDING") and not alive(st.get("runner_pid"), st.get("runner_start")):
             # The runner died without a word (kill -9): the job runs while its processes do.
             if any(group_alive(g) for g in st.get("pgids", [])):
                 reason = "the local runner died; the job's processes still run (hpclaunch cancel stops them)"
             else:
                 state = "FAILED"
+                reason = _died(run_dir, "the local runner died")
         start = st.get("start_time")
         end = st.get("end_time") or time.time()
         elapsed = _fmt(end - start) if start else ""
@@ -177,7 +185,7 @@ class LocalBackend(Backend):
     def cancel(self, ref: JobRef) -> None:
         st = read_state(ref.run_dir)
         pid = st.get("runner_pid")
-        if pid and _alive(pid):
+        if pid and alive(pid, st.get("runner_start")):
             os.kill(int(pid), signal.SIGTERM)  # the runner stops the groups and records CANCELLED
             return
         # No runner (killed): stop the job's process groups here and record the ending ourselves.
@@ -196,14 +204,19 @@ def _spec(run_dir: str) -> dict:
         return {}
 
 
-def _alive(pid) -> bool:
-    if not pid:
-        return False
+def _runner(run_dir: str) -> dict:
+    """The runner start() recorded ({pid, start}), or {}."""
     try:
-        with open(f"/proc/{int(pid)}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
+        with open(runner_path(run_dir)) as f:
+            found = json.load(f)
     except (OSError, ValueError):
-        return False
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _died(run_dir: str, what: str) -> str:
+    error = runner_error(run_dir)
+    return f"{what}: {error}" if error else f"{what} (logs/runner.log is empty)"
 
 
 def _fmt(seconds: float) -> str:

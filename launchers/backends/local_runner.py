@@ -25,6 +25,47 @@ def state_path(run_dir: str) -> str:
     return os.path.join(run_dir, ".hpclaunch", "local.json")
 
 
+def runner_path(run_dir: str) -> str:
+    """Where the backend records the runner it started (pid and start time) before the runner has
+    written anything itself: a runner that dies at its start is then known dead, not PENDING."""
+    return os.path.join(run_dir, ".hpclaunch", "local-runner.json")
+
+
+def process_start(pid) -> str | None:
+    """The process's start time (clock ticks since boot, /proc/PID/stat): with its pid, what names
+    one process for good (a pid is reused); None when there is no such process or it is a zombie."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if not fields or fields[0] == "Z" else fields[19]
+
+
+def alive(pid, start: str | None = None) -> bool:
+    """Whether process ``pid`` runs (not a zombie) and, given its start time, is that same process."""
+    if not pid:
+        return False
+    now = process_start(pid)
+    return now is not None and (start is None or now == start)
+
+
+def runner_error(run_dir: str, limit: int = 1 << 14) -> str:
+    """Why the runner ended: the last line of its log (logs/runner.log: what its Python printed,
+    such as an import error), cut to fit one line."""
+    try:
+        with open(os.path.join(run_dir, "logs", "runner.log"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [" ".join(line.split()) for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if len(lines[-1]) <= 300 else lines[-1][:299] + "\u2026"
+
+
 def read_state(run_dir: str) -> dict:
     try:
         with open(state_path(run_dir)) as f:
@@ -52,6 +93,21 @@ def record_state(run_dir: str, **fields) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     run_dir = (argv or sys.argv[1:])[0]
+    try:
+        return _main(run_dir)
+    except BaseException as e:
+        # Whatever stops the runner before it records the job's end ends the job FAILED, with why
+        # (the traceback goes to logs/runner.log): nobody waits on a runner that is gone.
+        if read_state(run_dir).get("end_time") is None:
+            try:
+                record_state(run_dir, state="FAILED", end_time=time.time(), exit_code=None,
+                             reason=f"the local runner failed: {type(e).__name__}: {e}"[:300])
+            except OSError:
+                pass
+        raise
+
+
+def _main(run_dir: str) -> int:
     with open(os.path.join(run_dir, ".hpclaunch", "local-job.json")) as f:
         spec = json.load(f)
     spec["run_dir"] = run_dir
@@ -68,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    record_state(run_dir, runner_pid=os.getpid(), state="RUNNING", start_time=time.time())
+    record_state(run_dir, runner_pid=os.getpid(), runner_start=process_start(os.getpid()), state="RUNNING",
+                 start_time=time.time())
     array = spec.get("array")
     if array:
         final, rc, attempts = _run_array(run_dir, spec, array, cancelled, running, lock)

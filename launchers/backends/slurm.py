@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Callable, List, Optional, Sequence
 
+from hpclaunch import runtime
 from hpclaunch.common.errors import HpclaunchError, InvalidInput
 from hpclaunch.common.identity import current_user
 from hpclaunch.launchers.backends import slurm_facts, slurm_status, slurmcli
@@ -23,9 +24,10 @@ from hpclaunch.launchers.request import BatchRequest, array_spec
 
 def submit_env() -> dict:
     """The environment sbatch exports to the job: scrubbed of an enclosing job's settings, plus
-    the interpreter and PATH of this hpclaunch, so the job runs in the same Python environment."""
+    the interpreter and PATH of this hpclaunch, so the job runs in the same Python environment, and
+    its job runtime, which the script then sources without starting Python to find it."""
     bindir = os.path.dirname(sys.executable)
-    env = slurmcli.clean_env(extra={"HPCLAUNCH_PYTHON": sys.executable})
+    env = slurmcli.clean_env(extra={"HPCLAUNCH_PYTHON": sys.executable, "HPCLAUNCH_RUNTIME": runtime.path()})
     path = env.get("PATH", "")
     if bindir not in path.split(os.pathsep):
         env["PATH"] = bindir + (os.pathsep + path if path else "")

@@ -3,6 +3,7 @@
 import errno
 import json
 import os
+import stat
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -204,9 +205,11 @@ def test_daemon_logs_disk_full_then_recovered_with_the_count(tmp_path):
 
 
 def test_dev_full_for_real(tmp_path):
+    """A device that answers ENOSPC, at the log's name (a node of its own: a link to /dev/full would
+    be moved aside, as any link at a log's name is)."""
     said = []
     p = str(tmp_path / "n.host.csv")
-    os.symlink("/dev/full", p)
+    os.mknod(p, stat.S_IFCHR | 0o666, os.makedev(1, 7))   # /dev/full's numbers; root, as CI runs
     log = CsvLog(p, schema.HOST_SCHEMA, COLS, on_error=lambda path, e: said.append(e.errno))
     assert not log.write_rows([(1, "n", 1, None)])
     assert said == [errno.ENOSPC]
@@ -300,6 +303,10 @@ def test_events_are_strict_json(tmp_path):
     (["--interval", "nan"], "--interval nan"),
     (["--duration", "nan"], "--duration nan: use a finite number"),
     (["--duration", "inf"], "--duration inf"),
+    # issue 44: 0 and -1 were taken, and the monitor then never noticed its parent's end
+    (["--parent-pid", "0"], "--parent-pid 0: give the pid of a running process (1 to 4194304)"),
+    (["--parent-pid", "-1"], "--parent-pid -1: give the pid of a running process"),
+    (["--parent-pid", "99999999999"], "--parent-pid 99999999999: give the pid"),   # was a traceback
 ])
 def test_monitor_arguments_are_bounded(tmp_path, capsys, args, words):
     from hpclaunch.monitors.daemon import parse_args

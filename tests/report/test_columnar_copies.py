@@ -165,6 +165,20 @@ def test_a_directory_it_cannot_write_gets_no_copy_and_the_same_report(tmp_path):
     assert to_json(build_report(tmp_path)) == to_json(first)
 
 
+def test_a_copy_folder_that_is_a_link_gets_no_copy(tmp_path):
+    """A colleague's run directory on a shared folder: its owner (or anyone who can write it) links
+    `.columnar` to a folder of the reader's; the report writes nothing there (issue 44's audit)."""
+    run = tmp_path / "run"
+    ended_run(run)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for sub in ("monitor", "metrics"):
+        os.symlink(mine, run / sub / columnar.SUBDIR)
+    first = build_report(run)
+    assert os.listdir(mine) == []
+    assert to_json(build_report(run)) == to_json(first)
+
+
 def test_a_copy_is_not_written_from_a_log_that_changed_while_it_was_read(tmp_path):
     ended_run(tmp_path)
     log = tmp_path / schema.MONITOR_DIR / schema.gpu_file("n1")

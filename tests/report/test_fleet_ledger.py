@@ -168,3 +168,36 @@ def test_hand_edited_registry_rows_are_read_defensively(hpc_home, tmp_path):
     assert type(rows[b.key][6]) is float and rows[b.key][4] == "gpu"
     fleet = build_fleet_report(ledger.fleet_rows(reg))
     assert {j["partition"] for j in fleet.data["jobs"]} == {"7", "gpu"}
+
+
+def test_a_ledger_summary_with_absurd_numbers_is_refused_and_the_fleet_view_still_answers(hpc_home, tmp_path):
+    """Issue 44, item 9: one summary with huge finite numbers (valid JSON: 1e308) made every
+    `report --since` fail (OverflowError in fsum over a GPU slot's temperatures); an older hpclaunch's
+    summary of rows it now drops (5.9e28 J) would have been summed as it was. Such an entry is
+    refused, that job read from its logs with a warning, and the view is the logs' own."""
+    from hlcli import hl
+    reg = Registry()
+    recs = [_job(tmp_path, reg, k) for k in range(3)]
+    from_logs = build_fleet_report(_plain_rows(reg))
+    ledger.fleet_rows(reg)
+    entries = reg.ledger([r.key for r in recs])
+    edits = []
+    for rec, edit in zip(recs, ("temp", "temp", "energy")):
+        sig, text = entries[rec.key]
+        summary = json.loads(text)
+        if edit == "temp":
+            summary[8][0][3] = 1e308          # the same GPU slot in two jobs: their mean overflows
+        else:
+            summary[1] = 5.9e28
+        edits.append((rec.key, sig, json.dumps(summary, allow_nan=False)))
+    reg.put_ledger(edits)
+    reg.close()
+    for fmt in ("json", "text", "html"):
+        proc = hl("report", "--since", "1d", "--format", fmt, cwd="/", check=False)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    out = json.loads(hl("report", "--since", "1d", "--format", "json", cwd="/").stdout)
+    assert out["jobs_count"] == 3 and out["energy_j"] == pytest.approx(from_logs.data["energy_j"])
+    refused = [w for w in out["warnings"] if "its ledger summary was refused" in w]
+    assert len(refused) == 3 and "beyond any job's value" in refused[0], out["warnings"]
+    again = build_fleet_report(ledger.fleet_rows(Registry()))
+    assert again.data["gpu_slots"] == from_logs.data["gpu_slots"]

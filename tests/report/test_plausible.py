@@ -165,3 +165,124 @@ def test_report_averages_stay_under_their_maximums(tmp_path):
     assert len(d["gpus"]) == 2
     for g in d["gpus"]:
         assert g["avg_temp_c"] == g["max_temp_c"] == 40.16, g
+
+
+# -- the report without a job record (issue 44, defect 3) ----------------------------------------------
+
+PROBE = r"""
+import json, resource, sys, time
+from hpclaunch.reports import build_report, render
+clean, bad = sys.argv[1], sys.argv[2:]
+rep = build_report(clean)
+for fmt in ("text", "json", "html"):   # imports and first-use costs, outside what is measured
+    render(rep, fmt)
+vm = [int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize")][0] * 1024
+resource.setrlimit(resource.RLIMIT_AS, (vm + (2 << 30),) * 2)   # a 13 GiB ask fails here, never swaps
+out = []
+for rd in bad:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    rep = build_report(rd)
+    sizes = [len(render(rep, fmt)) for fmt in ("text", "json", "html")]
+    out.append({"s": time.perf_counter() - start, "mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024,
+                "duration": rep.data["duration_s"], "energy": rep.data["energy_j"], "warnings": rep.data["warnings"],
+                "sizes": sizes})
+print(json.dumps(out))
+"""
+ABSURD = ("0.000", "1e-9", "-5", "-1e308", "1e18")
+
+
+def test_a_run_without_its_record_bounds_every_window_by_the_data(tmp_path):
+    """Logs copied off a cluster, a monitor started by hand, a state file never written: one row at
+    0, 1e-9, a negative time or 1e18 made numpy allocate 12.7 GiB (or EiB) for the peak-power bins,
+    or a report of 1e18 s. Each such run, a GPU or a host row at a time, is reported in every format
+    within a second and 200 MiB, with the clean run's duration and energies, and the row's file and
+    time named in the warning that drops it."""
+    import json
+    import subprocess
+
+    clean, exp = _run(tmp_path / "clean", state=False)
+    runs, cases = [], []
+    for name in ("n1.gpu.csv", "n1.host.csv"):
+        for when in ABSURD:
+            rd, _ = _run(tmp_path / f"{name}-{when}", state=False)
+
+            def stamp(header, rows, when=when):
+                row = list(rows[len(rows) // 2])
+                row[header.index("time_unix")] = when
+                rows.append(row)
+            _edit_rows(rd, stamp, name)
+            runs.append(str(rd))
+            cases.append((name, when))
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(clean), *runs], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    for (name, when), got in zip(cases, json.loads(proc.stdout)):
+        assert got["s"] < 1.0 and got["mib"] < 200, (name, when, got["s"], got["mib"])
+        assert got["duration"] == pytest.approx(300, abs=2), (name, when, got["duration"])
+        assert got["energy"]["gpu"] == pytest.approx(exp["gpu_total"], rel=1e-3), (name, when, got["energy"])
+        assert got["energy"]["cpu"] == pytest.approx(exp["cpu"]["n1"], rel=1e-2), (name, when, got["energy"])
+        said = [w for w in got["warnings"] if w.startswith(f"{name}: dropped 1 row(s) stamped outside any plausible time")]
+        assert len(said) == 1 and f"e.g. time_unix {float(when):.10g}" in said[0], (name, when, got["warnings"])
+        assert all(got["sizes"]), got["sizes"]
+
+
+def test_without_a_record_a_few_rows_days_away_from_the_rest_are_dropped(tmp_path):
+    """Within the plausible years, the data bound the window: a row (or two) a node clock or a torn
+    row put weeks away from the rest of its file is dropped and named; a group of rows is kept (an
+    attempt requeued days later is data, and no record says otherwise)."""
+    rd, exp = _run(tmp_path / "lone", state=False)
+
+    def lone(header, rows):
+        for when in (T0 - 3e8, T0 + 20 * 86400):
+            row = list(rows[5])
+            row[header.index("time_unix")] = f"{when:.3f}"
+            rows.append(row)
+    _edit_rows(rd, lone)
+    d = build_report(rd).data
+    assert d["duration_s"] == pytest.approx(300, abs=2)
+    assert any(w.startswith("n1.gpu.csv: dropped 2 row(s) lying over 7 days from the rest of the file")
+               for w in d["warnings"]), d["warnings"]
+    rd, _ = _run(tmp_path / "later", state=False)
+
+    def later(header, rows):   # 40 rows, 10 days on: a second attempt's, say
+        t = header.index("time_unix")
+        for row in rows[:40]:
+            row = list(row)
+            row[t] = f"{float(row[t]) + 10 * 86400:.3f}"
+            rows.append(row)
+    _edit_rows(rd, later)
+    d = build_report(rd).data
+    assert d["duration_s"] == pytest.approx(10 * 86400 + 20, abs=30), d["duration_s"]
+    assert not any("dropped" in w for w in d["warnings"]), d["warnings"]
+
+
+def test_a_record_no_row_could_match_still_bounds_the_window(tmp_path):
+    from hpclaunch.reports.plausible import EPOCH_FLOOR, FUTURE_SLACK_S, report_window
+
+    rd, _ = _run(tmp_path)
+    (rd / ".hpclaunch" / "state").write_text("0 attempt=0 start\n5 attempt=0 end rc=0\n")   # a broken clock
+    w = report_window(rd, now=T0 + 1000)
+    assert (w.lo, w.hi, w.record) == (EPOCH_FLOOR, T0 + 1000 + FUTURE_SLACK_S, False)
+    (rd / ".hpclaunch" / "state").write_text(f"0 attempt=0 start\n{int(T0) + 302} attempt=0 end rc=0\n")
+    w = report_window(rd, now=T0 + 1000)
+    assert (w.lo, w.hi, w.record) == (EPOCH_FLOOR, T0 + 302 + WINDOW_SLACK_S, True)
+
+
+def test_readings_beyond_any_physical_value_are_missing_and_every_format_renders(tmp_path):
+    """Power 1e308 on every row (issue 44, item 9): the HTML report divided by zero (a chart's span
+    overflowed), the text one took int(NaN), the peak was 1e308 W."""
+    rd, exp = _run(tmp_path)
+
+    def huge(header, rows):
+        for r in rows:
+            r[header.index("power_w")] = "1e308"
+        rows[7][header.index("temp_c")] = "-1e300"
+    _edit_rows(rd, huge)
+    rep = build_report(rd)
+    d = rep.data
+    assert d["energy_j"]["gpu"] == pytest.approx(exp["gpu_total"], rel=1e-3)   # the counter's
+    assert d["power_w"]["gpu_peak"] is None and all(g["max_power_w"] is None for g in d["gpus"])
+    assert any("n1.gpu.csv:" in w and "603 reading(s) beyond any physical value" in w for w in d["warnings"]), \
+        d["warnings"]
+    for fmt in ("text", "json", "html"):
+        assert render(rep, fmt)

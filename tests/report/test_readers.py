@@ -102,3 +102,53 @@ def test_bad_lines_mid_file_are_filtered_without_leaving_pyarrow(tmp_path, monke
     for col in ("time_unix", "energy_mj", "power_w"):
         np.testing.assert_array_equal(a.col(col), c.col(col))
     np.testing.assert_array_equal(a.text_values("gpu_uuid"), c.text_values("gpu_uuid"))
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_byte_order_mark_at_the_start_of_a_log_is_read_past(tmp_path, engine):
+    """Issue 44, item 9: a UTF-8 byte-order mark (a Windows editor, a copy through another tool)
+    before the schema line made it no comment, the schema line the header and every column absent:
+    the file's data dropped, with a warning. It is read as without the mark, every kind of log."""
+    from hpclaunch.reports import build_report, events
+
+    write_run(tmp_path / "plain", [GpuSpec("n1", 0), GpuSpec("n1", 1)], hosts=[HostSpec("n1")], duration=60)
+    (tmp_path / "plain" / schema.MONITOR_DIR / schema.events_file("n1")).write_text(json.dumps(
+        {"time_unix": T0, "host": "n1", "kind": "header", "detail": {"interval_s": 1.0}}) + "\n")
+    (tmp_path / "plain" / "metrics").mkdir(exist_ok=True)
+    (tmp_path / "plain" / "metrics" / "rank0.jsonl").write_text(
+        json.dumps({"kind": "step", "time_unix": T0, "rank": 0, "step": 0, "loss": 1.0, "samples": 8}) + "\n")
+    marked = tmp_path / "marked"
+    import shutil
+    shutil.copytree(tmp_path / "plain", marked)
+    for p in list((marked / schema.MONITOR_DIR).iterdir()) + [marked / "metrics" / "rank0.jsonl"]:
+        p.write_bytes(BOM + p.read_bytes())
+    mon = marked / schema.MONITOR_DIR
+    g = readers.read_gpu_log(mon / schema.gpu_file("n1"), engine)
+    assert g.n == 2 * 61 and not g.missing_columns and g.schema_line == schema.GPU_SCHEMA and not g.warnings
+    h = readers.read_host_log(mon / schema.host_file("n1"), engine)
+    assert h.n == 13 and h.skipped_rows == 0 and not h.warnings
+    recs, bad = readers.read_jsonl(mon / schema.events_file("n1"))
+    assert recs[0]["kind"] == "header" and bad == 0
+    assert events.recorded_intervals([mon / schema.events_file("n1")]) == {"n1": 1.0}
+    a, bad = metrics_log.read_metrics_arrays(marked / "metrics" / "rank0.jsonl", engine="auto" if engine == "pyarrow" else "csv")
+    assert bad == 0 and a["step"].tolist() == [0.0]
+    one, other = build_report(tmp_path / "plain", engine=engine).data, build_report(marked, engine=engine).data
+    assert one["energy_j"] == other["energy_j"] and one["warnings"] == other["warnings"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_header_naming_a_column_twice_is_read_first_wins_and_said(tmp_path, engine):
+    """Issue 44, item 9: a header with a column twice (a hand-made or merged log) was read
+    first-wins in silence. It still is (docs/monitor-logs.md), with one warning naming the file and
+    the column."""
+    cols = list(schema.HOST_COLUMNS) + ["cpu_pct"]
+    p = tmp_path / "n1.host.csv"
+    row = ["1763000000.0", "n1", "12.5", "", "", "", "", "", "", ""]
+    p.write_text(schema.header_comment(schema.HOST_SCHEMA) + ",".join(cols) + "\n" + ",".join(row + ["99.0"]) + "\n")
+    h = readers.read_host_log(p, engine)
+    assert h.n == 1 and h.col("cpu_pct").tolist() == [12.5]
+    assert h.warnings == [f"{p}: the header names a column more than once: cpu_pct (2x); the first of each is read, "
+                          "the others ignored"], h.warnings

@@ -202,3 +202,16 @@ def test_property_counter_energy(tmp_path_factory, drop, jitter, reset, shuffle,
     for gg in rep.data["gpus"]:
         e = exp["gpu"][(gg["host"], gg["index"])]
         assert abs(gg["energy_j"] - e) <= 1e-3 * e, (gg["energy_source"], gg["energy_j"], e)
+
+
+@pytest.mark.parametrize("ys", [[1e308] * 3, [1e308, -1e308, 5.0], [float("inf"), 1e308, None], [0.0, 0.0]])
+def test_charts_and_sparklines_of_huge_values_render(ys):
+    """What reaches a chart is plausible (reports/plausible.py makes the rest missing), but a chart
+    must not be where a report dies: 1e308 on every point made the HTML chart's span 0 (a
+    ZeroDivisionError), ±1e308 the sparkline's inf (int(NaN)) (issue 44, item 9)."""
+    from hpclaunch.reports.render_html import line_chart
+    from hpclaunch.reports.render_text import sparkline
+
+    svg = line_chart([("gpu0", list(range(len(ys))), ys, "#000")], "power", "W", band=(list(range(len(ys))), ys, ys))
+    assert svg.startswith("<svg") and "nan" not in svg and "inf" not in svg, svg
+    assert len(sparkline(ys, 10)) == len(ys)

@@ -31,3 +31,24 @@ def test_train_entry_trains_on_builtin_digits(tmp_path):
 def test_an_unknown_data_name_names_the_built_in_ones(tmp_path):
     res = run([PY, "-m", "hpclaunch.train_entry", "--data", "digitz", "--run-dir", tmp_path / "run"], cwd=tmp_path)
     assert res.returncode == 2 and "no such file 'digitz' (built in: digits)" in res.stdout, res.stdout
+
+
+def test_the_digits_csv_writer_never_writes_through_a_planted_link(tmp_path):
+    """`python -m hpclaunch.train_entry.digits /tmp/digits.csv`: the temporary file beside OUT was
+    `OUT.tmp.<pid>`, opened with open("w"); another user's link at that name in /tmp (1777) had a
+    file of the caller's truncated and overwritten (issue 44's audit of writers into shared folders)."""
+    import os
+
+    from hpclaunch.train_entry.digits import write_digits_csv
+
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    os.chmod(victim, 0o600)
+    out = shared / "digits.csv"
+    os.symlink(victim, f"{out}.tmp.{os.getpid()}")
+    assert write_digits_csv(str(out)) == 1797
+    assert victim.read_text() == "keep\n" and os.stat(victim).st_mode & 0o777 == 0o600
+    assert out.read_text().count("\n") == 1798 and os.stat(out).st_mode & 0o777 == 0o644

@@ -64,7 +64,7 @@ def plant(kind, ckdir, outside):
         os.symlink("/dev/zero", os.path.join(ckdir, "model.safetensors"))
         relist(ckdir, "model.safetensors")
     elif kind == "escape":                  # a regular file outside the folder, with its right hash
-        relist(ckdir, os.path.join("..", "..", "..", os.path.basename(outside)), outside)  # run/checkpoints/step-N/../../..
+        relist(ckdir, os.path.join("..", "..", "..", os.path.basename(outside)), outside)  # run/checkpoints/step-N
     elif kind == "link-outside":            # a link to a regular file outside, with its right hash
         os.remove(os.path.join(ckdir, "rng-rank0.pt"))
         os.symlink(outside, os.path.join(ckdir, "rng-rank0.pt"))
@@ -212,3 +212,39 @@ def test_no_resume_leaves_folders_that_are_not_checkpoint_names(tmp_path):
     aside = store.start_new_lineage()                               # before: FileNotFoundError on step-7 twice
     assert os.listdir(aside) == ["step-7"]
     assert sorted(os.listdir(root)) == sorted(["step-007", "step-9", os.path.basename(aside)])
+
+
+def test_a_garbled_trainer_pt_is_an_unsafe_checkpoint(tmp_path):
+    """Resume loads trainer.pt with weights_only; garbled bytes (anyone can rewrite the manifest's
+    hash) are an UnsafeCheckpoint, which resume names before trying the previous checkpoint, in
+    whatever way the unpickler fails (before: an IndexError escaped as a traceback)."""
+    import random
+
+    import torch
+
+    from hpclaunch.train_entry.checkpoint import UnsafeCheckpoint, torch_bytes, torch_load
+
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    raw = torch_bytes({"optimizer": opt.state_dict(), "state": {"step": 1}})
+    rng, path, refused = random.Random(1), tmp_path / "trainer.pt", 0
+    for _ in range(400):
+        data = bytearray(raw)
+        op = rng.randrange(3)
+        if op == 0:
+            data = data[:rng.randrange(len(data))]
+        elif op == 1:
+            for _ in range(rng.randint(1, 5)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        else:
+            pos = rng.randrange(len(data))
+            data[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 20)))
+        path.write_bytes(bytes(data))
+        try:
+            torch_load(str(path))
+        except UnsafeCheckpoint as exc:
+            assert "not loadable as plain data" in str(exc) and str(exc).isprintable(), exc
+            refused += 1
+    assert refused > 300, refused
