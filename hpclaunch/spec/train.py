@@ -11,10 +11,11 @@ nothing else of the spec layer (docs/train-entry.md, "Limits: one schema at subm
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, List, Literal, Optional
 
 from dataclasses import dataclass
-from hpclaunch.spec.typedload import field
+from hpclaunch.spec.typedload import field, pattern_check
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCALINGS = ("none", "linear", "sqrt")
@@ -58,6 +59,10 @@ class Train:
     offload: Optional[Literal[OFFLOADS]] = field(
         None, help="params: FSDP2's CPUOffloadPolicy keeps the sharded parameters, gradients and optimizer state in "
                    "host memory (zero 2 or 3); optimizer alone is not offered by PyTorch")
+    model: Optional[str] = field(
+        None, help="the model: mlp (default), transformer, or module:factory (a function returning an nn.Module)",
+        check=pattern_check(re.compile(r"mlp|transformer|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", re.ASCII),
+                            "is not mlp, transformer or module:factory", "e.g. transformer, or my_models:make"))
     model_size: Optional[Literal[MODEL_SIZES]] = field(
         None, help="size of the built-in transformer (model: transformer): tiny, small, base, large, xl")
 
