@@ -48,7 +48,10 @@ def benches(quick: bool) -> list[tuple[str, str, list[str], str]]:
          # +-10 %, too much for the +-3 % interval the issue asks for in a quarter of an hour
          ["--with-monitor", "--nproc", "1"] + (["--reps", "2", "--steps", "100"] if quick else ["--reps", "40"]), py),
     ]
-    if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0:
+    gpu = shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    # ZeRO 0-3 (issue 49): on a GPU machine its own section (zero-gpu), else the CPU smoke run
+    out.append(("zero-gpu" if gpu else "zero", "bench/zero/bench_zero.py", [] if gpu else ["--quick"], py))
+    if gpu:
         out.append(("gpu", "bench/gpu/gpu_checks.py", ["--out", tempfile.mkdtemp(prefix="hpclaunch-gpu-")], py))
     return out
 

@@ -265,3 +265,15 @@ def test_srun_and_mpirun_launch_zero(tmp_path, require):
              *QUIET], env=env, timeout=180)
     assert r.returncode == 0, r.stdout[-3000:]
     assert records(tmp_path / "mpi", "header")[0]["launcher"] == "mpi"
+
+
+def test_the_zero_bench_runs_on_cpu(tmp_path):
+    """bench/zero/bench_zero.py, made for a GPU machine, at its CPU smoke size (stages 0 and 3)."""
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench",
+                         "zero", "bench_zero.py")
+    r = run([PY, bench, "--quick", "--stages", "0,3", "--json", tmp_path / "zero.json"], timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:]
+    got = json.load(open(tmp_path / "zero.json"))
+    assert got["0"]["samples_per_s"] > 0 and got["3"]["samples_per_s"] > 0
+    assert got["3"]["state_mib"] < 0.55 * got["0"]["state_mib"]     # 2 ranks: half, and the step scalars
+    assert "| 3 |" in r.stdout and "CPU smoke run" in r.stdout
