@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from hpclaunch.monitors import schema
-from hpclaunch.reports import columnar, events, readers, xid
+from hpclaunch.reports import attempts, columnar, events, readers, xid
 from hpclaunch.reports.gpu_index import gpu_rows, index_gpu_tables
 from hpclaunch.reports.gpu_stats import gpu_stats
 from hpclaunch.reports.hosts import host_stats
@@ -80,8 +80,11 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS, logs_final: bo
     warnings.extend(met_warnings)
     ranks, med_all = rank_rows(run_dir, gpus, met, warnings)
     nodes = node_rows(gpus, hosts, per_gpu.node_peak, duration, warnings)
+    history = attempts.attempts(run_dir)
+    job["attempts"] = len(history)
+    job["elapsed_s"] = rounded(attempts.total_elapsed(history, running=not run_ended(run_dir)), 3)
     data = {"schema": REPORT_SCHEMA, "job": job, "window": {"start_unix": t0, "end_unix": t1},
-            "duration_s": rounded(duration, 3)}
+            "duration_s": rounded(duration, 3), "attempt_history": history}
     data.update(totals(gpus, hosts, met, duration, per_gpu.gpu_peak, warnings))
     data.update(throttle_total_s=throttle_totals(gpus), nodes=nodes, gpus=gpus, ranks=ranks,
                 stragglers=stragglers(met, ranks, med_all),

@@ -8,6 +8,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from hpclaunch.reports import xid as report_xid
+from hpclaunch.reports.attempts import attempt_line, duration_text as attempt_duration
 from hpclaunch.reports.model import (MEMORY_COLUMNS, crosscheck_text, duration_text, energy_text, sources_text,
                                      throttle_by_reason_cell)
 
@@ -207,6 +208,11 @@ def render_text(report, width: int = 120, color: bool = False) -> str:
     con.print(f"[bold]{title}[/bold]")
     con.print(f"run dir {job.get('run_dir')}   duration {duration_text(d['duration_s'])}   "
               f"{len(d['nodes'])} node(s), {len(d['gpus'])} GPU(s), {len(d['ranks'])} rank(s)")
+    history = d.get("attempt_history") or []
+    if len(history) > 1:
+        con.print(f"Attempts {len(history)}, {attempt_duration(job.get('elapsed_s'))} in all:", markup=False)
+        for a in history:
+            con.print(f"  {attempt_line(a)}", markup=False)
     pw = d["power_w"]
     lines = [
         f"Energy  total {_energy(e['total'])}{'' if e['complete'] else ' (incomplete, see warnings)'}"
