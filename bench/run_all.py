@@ -56,7 +56,10 @@ def benches(quick: bool) -> list[tuple[str, str, list[str], str]]:
         # on the test cluster (make bench brings it up); 50 runs each way take 1-2 hours on the shared machine
         ("ddp_teardown", "bench/ddp_teardown/bench_ddp_teardown.py", ["--runs", "3" if quick else "50"], py),
     ]
-    if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0:
+    gpu = shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    # ZeRO 0-3 (issue 49): on a GPU machine its own section (zero-gpu), else the CPU smoke run
+    out.append(("zero-gpu" if gpu else "zero", "bench/zero/bench_zero.py", [] if gpu else ["--quick"], py))
+    if gpu:
         out.append(("gpu", "bench/gpu/gpu_checks.py", ["--out", tempfile.mkdtemp(prefix="hpclaunch-gpu-")], py))
     return out
 

@@ -17,7 +17,8 @@ import numpy as np
 
 from hpclaunch.reports import xid as report_xid
 from hpclaunch.reports.attempts import duration_text as attempt_duration
-from hpclaunch.reports.model import (SLOWDOWN_REASONS, crosscheck_text, duration_text, energy_text, reasons_text,
+from hpclaunch.reports.model import (MEMORY_COLUMNS, SLOWDOWN_REASONS, crosscheck_text, duration_text, energy_text,
+                                     reasons_text,
                                      sources_text, throttle_by_reason_cell)
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -391,6 +392,14 @@ def render_html(report) -> str:
                             [(r["rank"], r["host"] or "n/a", " ".join(r["gpus"]), _energy(r["energy_j"]),
                               r["energy_split"] or "n/a", _n(r["steps"]), _n(r["median_step_time_s"], 4),
                               _n(r["slowdown_vs_median"], 3), _n(r["energy_per_sample_j"], 4)) for r in rk[:200]], left=2))
+        mem = [r for r in sorted(d["ranks"], key=lambda r: r["rank"]) if r.get("memory")]
+        if mem:
+            parts.append("<h3>Memory per rank</h3><p class=\"note\">parameters, gradients and optimizer state the "
+                         "rank holds (its shards under ZeRO), from the tensors; peaks from the rank and, for a GPU of "
+                         "its own, from the monitor</p>")
+            parts.append(_table(("rank", "host", *(h for h, _ in MEMORY_COLUMNS)),
+                                [(r["rank"], r["host"] or "n/a", *(_n(r["memory"].get(k), 2) for _, k in MEMORY_COLUMNS))
+                                 for r in mem[:200]], left=2))
     cov = d["coverage"]
     mo = d["monitor_overhead"]
     parts.append("<h2>Coverage and honesty</h2><ul class=\"note\">"
