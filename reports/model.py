@@ -148,3 +148,9 @@ def page_text(d: dict) -> str:
     last = min(total, offset + limit) if limit else total
     return (f"Over jobs {offset + 1:,}–{last:,} of the {total:,} submitted in the window, newest first: "
             f"--offset {last} for the next{'' if last < total else ' (none left)'}, --limit 0 for all")
+
+
+# The per-rank memory view (text and HTML): heading, key of a rank's "memory" (document.rank_memory).
+MEMORY_COLUMNS = (("params+grads+optim MiB", "state_mib"), ("params", "params_mib"), ("grads", "grads_mib"),
+                  ("optimizer", "optimizer_mib"), ("peak RSS MiB", "peak_rss_mib"),
+                  ("CUDA peak MiB", "cuda_peak_mib"), ("GPU used MiB", "gpu_mem_used_mib"))

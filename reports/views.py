@@ -34,6 +34,19 @@ def slowest_ranks(ranks: Sequence[dict], full: bool = False) -> Tuple[List[dict]
     return (rows, 0) if full or len(rows) <= TOP else (rows[:TOP], len(rows) - TOP)
 
 
+MEMORY_KEYS = ("state_mib", "peak_rss_mib", "cuda_peak_mib", "gpu_mem_used_mib")
+
+
+def memory_ranks(ranks: Sequence[dict], full: bool = False) -> Tuple[List[dict], int]:
+    """(the ranks with memory records to show; how many are left out): all in rank order when they fit,
+    else those holding the most (their largest figure) first."""
+    rows = sorted((r for r in ranks if r.get("memory")), key=lambda r: r["rank"])
+    if full or len(rows) <= TOP:
+        return rows, 0
+    rows.sort(key=lambda r: (-max((r["memory"].get(k) or 0.0) for k in MEMORY_KEYS), r["rank"]))
+    return rows[:TOP], len(rows) - TOP
+
+
 # (label, the node's value, digits)
 SPREAD: Tuple[Tuple[str, Callable[[dict], Optional[float]], int], ...] = (
     ("GPU energy (MJ)", lambda n: None if n["energy_j"]["gpu"] is None else n["energy_j"]["gpu"] / 1e6, 3),

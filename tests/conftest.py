@@ -99,7 +99,7 @@ def slurm():
 
 @pytest.fixture
 def cache_home(tmp_path, monkeypatch):
-    """A private user cache (compiled templates, parsed YAML, Slurm facts) for one test."""
+    """A private user cache (help text, parsed YAML, Slurm facts) for one test."""
     home = tmp_path / "cache"
     monkeypatch.setenv("XDG_CACHE_HOME", str(home))
     return home

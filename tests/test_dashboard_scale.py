@@ -82,3 +82,20 @@ def test_a_bucket_is_drawn_once_every_node_had_time_to_report():
     env.settle(now=200.0)
     assert env.late == 1 and env.lines["max"].y.tolist() == [5.0, 2.0]
     assert env.note("GPU") == "min, mean and max over 3 GPUs; 1 late readings left out"
+
+
+def test_alerts_are_sent_when_they_change(big):
+    from hpclaunch.monitors.alert_log import JsonLog
+    log = JsonLog(str(big / "alerts" / "node-n01.jsonl"))
+    rec = {"id": "n01-1", "event": "raised", "rule": "xid", "severity": "critical", "node": "n01", "gpu": 0,
+           "time_unix": 1.0, "message": "XID 79 on n01 GPU 0"}
+    for i in range(live.MAX_ALERTS):
+        log.append(dict(rec, id=f"n01-{i}", time_unix=float(i)))
+    view = live.JobLive(str(big))
+    first, seen = view.payload(None)
+    assert len(first["alerts"]) == live.MAX_ALERTS
+    again, seen = view.payload(seen)
+    assert "alerts" not in again and len(json.dumps(again)) < 2000   # not 100 records a second a viewer
+    log.append(dict(rec, event="resolved", time_unix=500.0))
+    moved, _ = view.payload(seen)
+    assert [a["event"] for a in moved["alerts"]].count("resolved") == 1 and len(moved["alerts"]) == live.MAX_ALERTS

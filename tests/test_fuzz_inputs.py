@@ -21,6 +21,7 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from hpclaunch import runtime
 from hpclaunch.cli import main
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.render import render_job
@@ -121,7 +122,7 @@ class Run:
             self.scripts.append(script)
         if len(self.executable) < EXECUTIONS and "hl_cmd=( " + json.dumps(sys.executable)[1:-1] in script.replace(
                 "'", "") and "# --- site setup" not in script and "monitor: off" in script \
-                and "hl_runs_root=runs" in script and "\ncd -- " not in script:
+                and "\nhl_run_dir runs " in script and "\ncd -- " not in script:
             self.executable.append(script)
 
 
@@ -301,8 +302,9 @@ def _execute(tmp, script):
     path = os.path.join(tmp, "job.sbatch")
     with open(path, "w", encoding="utf-8") as f:
         f.write(script)
+    # HPCLAUNCH_PYTHON, HPCLAUNCH_RUNTIME: as hpclaunch's backends give them (submit_env)
     env = {"PATH": bindir + os.pathsep + os.environ["PATH"], "HL_RECORD": os.path.join(tmp, "record.json"),
-           "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "c1", "SLURM_JOB_NUM_NODES": "1", "SLURM_SUBMIT_DIR": tmp,
+           "HPCLAUNCH_PYTHON": sys.executable, "HPCLAUNCH_RUNTIME": runtime.path(), "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "c1", "SLURM_JOB_NUM_NODES": "1", "SLURM_SUBMIT_DIR": tmp,
            "HOME": tmp, "SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_ID": "0"}
     if "HPCLAUNCH_SWEEP_INDEX" not in script:
         del env["SLURM_ARRAY_JOB_ID"], env["SLURM_ARRAY_TASK_ID"]
@@ -328,7 +330,8 @@ def test_fuzz_job_files_profiles_and_overrides(tmp_path, monkeypatch, capsys):
             bad_syntax.append((proc.stderr.decode(errors="replace"), script[:2000]))
     ran = 0
     for script in run.executable:
-        _execute(tmp, script)
+        proc = _execute(tmp, script)
+        assert b"hpclaunch: no job runtime" not in proc.stderr, proc.stderr   # it ran
         ran += 1
         assert not os.path.exists(run.canary), f"a value from the input ran:\n{script}"
     assert not os.path.exists(run.canary)

@@ -11,8 +11,10 @@ import subprocess
 import sys
 import time
 
+import pytest
 from hlcli import hl, job_file
 
+from hpclaunch import runtime
 from hpclaunch.launchers.backends.base import EXIT_CODES, JobStatus, State, exit_code_for
 from hpclaunch.launchers.render import render_job
 from hpclaunch.spec.loading import resolve_job
@@ -78,18 +80,12 @@ def test_requeue_keys_in_schema_and_docs(run_cli):
 JOB = os.path.join(ROOT, "tests", "golden", "job.yaml")
 
 
-def handler_body(text):
-    return text.split("hl_on_requeue_signal() {")[1].split("\n}\n")[0]
-
-
 def test_by_program_renders_requeue_and_the_signal_even_with_one_attempt():
     text = render_job(resolve_job(JOB, ["profile=testcluster", "requeue.by=program", "requeue.max_attempts=1",
                                         "requeue.signal=USR1", "requeue.grace=90"]))
     assert "#SBATCH --signal=B:USR1@90\n" in text and "#SBATCH --requeue\n" in text and "--no-requeue" not in text
-    body = handler_body(text)
-    assert "hl_signal_ranks USR1" in body                      # by: program sends it to the ranks by default
-    assert "requeue is the program's" in body and "hpclaunch requeues" not in body
-    assert "scontrol requeue \"$SLURM_JOB_ID\"" not in text and "outcome=gave_up" not in text   # never hpclaunch
+    # by: program sends it to the ranks by default; what each mode does is tests/test_job_runtime.py's
+    assert "\nhl_requeue_mode signal_ranks=yes by=program\n" in text and "HPCLAUNCH_REQUEUE_SIGNAL=USR1\n" in text
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
 
 
@@ -117,13 +113,12 @@ def test_a_quick_job_is_not_signalled_unless_a_grace_is_set(run_cli, tmp_path):
 
 
 def test_signal_ranks_only_when_asked():
-    plain = handler_body(render_job(resolve_job(JOB, ["profile=testcluster"])))
-    assert "hl_signal_ranks" not in plain and "the ranks get no signal" in plain
-    ranks = handler_body(render_job(resolve_job(JOB, ["profile=testcluster", "requeue.signal_ranks=true"])))
-    assert "hl_signal_ranks USR2" in ranks and "hpclaunch requeues the job" in ranks
-    off = handler_body(render_job(resolve_job(JOB, ["profile=testcluster", "requeue.by=program",
-                                                    "requeue.signal_ranks=false"])))
-    assert "hl_signal_ranks" not in off
+    def mode(*overrides):
+        text = render_job(resolve_job(JOB, ["profile=testcluster", *overrides]))
+        return [line for line in text.splitlines() if line.startswith("hl_requeue_mode ")]
+    assert mode() == ["hl_requeue_mode signal_ranks=no by=hpclaunch"]
+    assert mode("requeue.signal_ranks=true") == ["hl_requeue_mode signal_ranks=yes by=hpclaunch"]
+    assert mode("requeue.by=program", "requeue.signal_ranks=false") == ["hl_requeue_mode signal_ranks=no by=program"]
 
 
 def test_slurm_extra_signal_points_at_the_requeue_keys(tmp_path):
@@ -132,18 +127,20 @@ def test_slurm_extra_signal_points_at_the_requeue_keys(tmp_path):
     assert proc.returncode == 2 and "requeue.signal_ranks" in proc.stderr and "docs/requeue.md" in proc.stderr
 
 
-def _rank_wrapper(text: str) -> str:
-    """The body of the rendered script's rank wrapper (``hl_rank_log=(bash -c '...' hpclaunch-rank)``)."""
-    m = re.search(r"^hl_rank_log=\(bash -c '(.*?)' hpclaunch-rank\)$", text, re.S | re.M)
-    assert m, "no rank wrapper in the script"
-    return m.group(1)
+def _rank_wrapper() -> str:
+    """The body of the rank wrapper (``hl_rank_log=(bash -c "$hl_rank_body" hpclaunch-rank)``), from the
+    job runtime every rendered script sources."""
+    proc = subprocess.run(["bash", "-c", '. "$1" "$2" && printf %s "$hl_rank_body"', "t", runtime.path(),
+                           str(runtime.VERSION)], capture_output=True, text=True, check=True)
+    assert "hpclaunch-rank-run" in proc.stdout, proc
+    return proc.stdout
 
 
 def test_a_rank_killed_by_a_signal_its_wrapper_also_got_records_128_plus_n(tmp_path):
     """Slurm signals every process of a step, so the wrapper and its rank get the signal at once. Where
     the rank dies of it while the trap runs, bash 5.2 loses the rank's status (its `wait` said -1, and
     rank<R>.exit said "-1" in about a third of tries): the wrapper must record 143, and exit with it."""
-    body = _rank_wrapper(render_job(resolve_job(JOB, ["profile=testcluster"])))
+    body = _rank_wrapper()
     codes = []
     for i in range(24):
         logs = tmp_path / f"t{i}"
@@ -169,7 +166,7 @@ def test_a_rank_ending_of_its_own_on_a_step_wide_signal_keeps_its_code(tmp_path)
     """The same step-wide signal, and the rank's handler exits 75 at once: the rank's code must be
     recorded and be the wrapper's. A wrapper waiting for it in the background lost that code (bash
     5.2 reaps it inside the `wait` the trap interrupted) and wrote 143 about 1 time in 20 here."""
-    body = _rank_wrapper(render_job(resolve_job(JOB, ["profile=testcluster"])))
+    body = _rank_wrapper()
     (tmp_path / "rank.py").write_text(EXITS_75_ON_TERM)
     codes = []
     for i in range(60):
@@ -189,7 +186,7 @@ def test_a_rank_ending_of_its_own_on_a_step_wide_signal_keeps_its_code(tmp_path)
 
 def test_a_signal_sent_to_the_wrapper_alone_reaches_the_rank(tmp_path):
     """torchrun and mpirun signal the worker they started, which is the wrapper: it passes it on."""
-    body = _rank_wrapper(render_job(resolve_job(JOB, ["profile=testcluster"])))
+    body = _rank_wrapper()
     (tmp_path / "rank.py").write_text(EXITS_75_ON_TERM)
     env = dict(os.environ, HPCLAUNCH_LOG_DIR=str(tmp_path), RANK="3")
     p = subprocess.Popen(["bash", "-c", body, "hpclaunch-rank", sys.executable, str(tmp_path / "rank.py"),
@@ -315,6 +312,32 @@ requeue: {max_attempts: 1}
     proc = submit_wait(tmp_path, short)
     assert proc.returncode == 1 and "JSONDecodeError" in proc.stderr and "its last Python traceback" not in proc.stderr, \
         proc.stderr
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_segfault_reads_as_the_programs_not_as_the_wrappers(hpc_home, tmp_path, launcher):
+    """Issue 45, item 6: bash's report of the killed rank ("hpclaunch-rank-run: line 8: ... Segmentation
+    fault ( printf ... exec "$@" )") reached the rank log and the failure summary."""
+    job = job_file(tmp_path, f"""
+name: segfault
+launcher: {launcher}
+command: [{sys.executable}, -c, "print('step 3', flush=True); import ctypes; ctypes.string_at(0)"]
+resources: {{nodes: 1, tasks_per_node: 2}}
+monitor: {{interval: 0}}
+requeue: {{max_attempts: 1}}
+""")
+    proc = submit_wait(tmp_path, job)
+    st = status("segfault")
+    err = proc.stderr
+    assert st["state"] == "FAILED" and proc.returncode == 139, err   # the first failing rank's own code
+    assert "| step 3\n" in err and re.search(r"\| hpclaunch: rank \d was killed by SIGSEGV \(a segmentation fault: "
+                                              r"an invalid memory access\)(, core dumped)?; exit code 139\n", err), err
+    logs = hl("logs", st["job_id"], cwd="/").stdout
+    for words in ("hpclaunch-rank", "exec \"$@\"", "Segmentation fault"):
+        assert words not in err and words not in logs, (words, err, logs)
+    for r in (0, 1):
+        text = open(os.path.join(st["run_dir"], "logs", "attempt0", f"rank{r}.log")).read()
+        assert text.count("hpclaunch: rank") <= 1, text
 
 
 def test_summary_of_a_rank_that_aborts_in_cxx_names_torchs_teardown_abort(hpc_home, tmp_path):

@@ -12,7 +12,7 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 @pytest.mark.parametrize("mode,launcher,tasks", [("torchrun", "torchrun", 2), ("ray", "ray", 1), ("jax", "srun", 1),
                                                  ("lightning", "srun", 2), ("mpi", "mpi", 2),
-                                                 ("tensorflow", "tensorflow", 2)])
+                                                 ("tensorflow", "tensorflow", 2), ("accelerate", "accelerate", 2)])
 def test_init_writes_a_valid_starter_for_each_mode(run_cli, tmp_path, monkeypatch, mode, launcher, tasks):
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli("init", f"{mode}.yaml", "--launcher", mode, "--profile", "testcluster")
@@ -40,6 +40,26 @@ def test_ray_on_the_local_backend_ends_with_the_driver(hpc_home, tmp_path):
     assert json.loads(hl("status", run_dir, "--json").stdout)["state"] == "COMPLETED"
     left = subprocess.run(["pgrep", "-af", "raylet|gcs_server|ray::"], capture_output=True, text=True).stdout
     assert not [line for line in left.splitlines() if "pgrep" not in line], left
+
+
+def test_ray_runs_where_the_user_has_a_ray_token_of_their_own(hpc_home, tmp_path):
+    """Ray (2.5x+) turns token authentication on where it finds ~/.ray/auth_token (any local ray.init()
+    leaves one): the job's head, workers and driver then disagreed and Ray never came up. The job's Ray
+    has a token of its own, in its private run directory."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("0" * 32)
+    os.chmod(home / ".ray" / "auth_token", 0o600)
+    (tmp_path / "job.yaml").write_text(f"name: ray token\nlauncher: ray\ncommand: [python, {EXAMPLES}/ray_hosts.py, '2']\n"
+                                       "resources: {nodes: 1, tasks_per_node: 1, cpus_per_task: 2}\n"
+                                       "monitor: {interval: 0}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env["HOME"] = str(home)
+    done = hl("submit", "job.yaml", "--backend", "local", "--wait", "--json", cwd=str(tmp_path), timeout=240, env=env)
+    run_dir = json.loads(done.stdout)["run_dir"]
+    token = os.path.join(run_dir, ".hpclaunch", "ray-auth-token")
+    assert os.stat(token).st_mode & 0o077 == 0 and len(open(token).read()) == 64
+    assert (home / ".ray" / "auth_token").read_text() == "0" * 32  # the user's own, untouched
 
 
 def test_pyxis_needs_slurm_and_the_local_backend_says_so(hpc_home, tmp_path):

@@ -14,6 +14,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from hpclaunch import runtime
 from hpclaunch.launchers.render import render_job
 from hpclaunch.spec.loading import resolve_job
 
@@ -57,6 +58,7 @@ def _launch(tmp, launcher, name, args, env_values, check=assume):
     if os.path.exists(record):
         os.unlink(record)
     env = {"PATH": bindir + os.pathsep + os.environ["PATH"], "HL_RECORD": record, "SLURM_JOB_ID": "42",
+           "HPCLAUNCH_PYTHON": sys.executable, "HPCLAUNCH_RUNTIME": runtime.path(),   # as submit_env() gives them
            "SLURM_JOB_NODELIST": "c1", "SLURM_JOB_NUM_NODES": "1", "SLURM_SUBMIT_DIR": tmp, "HOME": tmp}
     proc = subprocess.run(["bash", script], cwd=tmp, env=env, capture_output=True, timeout=60)
     return proc, record, canary

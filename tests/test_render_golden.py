@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from hpclaunch.launchers import modes
 from hpclaunch.launchers.render import render_job
 from hpclaunch.spec.loading import resolve_job
 
@@ -15,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "golden")
 JOB = os.path.join(GOLDEN, "job.yaml")
 PROFILES = ["local", "a100-hpc", "testcluster", "jetson-orin", "workstation"]
-LAUNCHERS = ["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow"]
+LAUNCHERS = list(modes.BUILT_IN)  # each launcher module's goldens (`make golden` writes a new one's)
 
 
 def _render(profile, launcher):
@@ -58,7 +59,7 @@ def test_torchrun_shape():
     assert "--nnodes=4 --nproc-per-node=4" in text
     assert '--rdzv-endpoint="$hl_head:$hl_port"' in text
     assert '--log-dir="$HPCLAUNCH_LOG_DIR/torchelastic"' in text  # not a torchelastic_* in each node's /tmp
-    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in text
+    assert "\nhl_begin\n" in text                            # the hosts: job.sh's (tests/test_job_runtime.py)
     assert "#SBATCH --signal=B:USR2@120\n" in text        # USR2 by default: docs/requeue.md
     assert "module load cuda/12.4" in text
 

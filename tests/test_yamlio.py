@@ -1,6 +1,7 @@
 """hpclaunch/spec/yamlio.py: job.yaml's plain writer reads back (yaml.safe_load, as train_entry reads
 it) as the very values it was given, and a file's document comes from the user cache only for the
 same text, without importing PyYAML."""
+import json
 import math
 import os
 import random
@@ -110,11 +111,10 @@ def test_a_file_read_before_comes_from_the_cache_without_pyyaml(tmp_path, cache_
 def test_an_entry_is_read_back_only_for_its_own_text(tmp_path, cache_home):
     text = "name: a\nresources: {nodes: 2}\n"
     first = yamlio.load_yaml_bytes(text.encode(), "job.yaml")
-    material = ("yaml-document", yamlio.PARSE_VERSION, text)
-    name = "yaml-" + usercache.key(material[:2], texts=[text])
-    assert usercache.load(name, material) == (first,)
+    name, material = yamlio.cache_entry(text)
+    assert json.loads(usercache.load(name, material)) == first
     # An entry under this name made from other text (a clash of names, or a planted file) is not used.
-    usercache.store(name, ("yaml-document", yamlio.PARSE_VERSION, "name: b\n"), ({"name": "b"},))
+    usercache.store(name, yamlio.cache_entry("name: b\n")[1], b'{"name": "b"}')
     assert yamlio.load_yaml_bytes(text.encode(), "job.yaml") == {"name": "a", "resources": {"nodes": 2}}
 
 

@@ -76,6 +76,12 @@ def one(gpus: int, ranks: int, scrapes: int, tmp: Path) -> dict:
             "scrape_ms": scalelib.median(times) * 1000, "max_labels": labels}
 
 
+def bound():
+    """(series a node, series a GPU) at most, from the exporter's own tables (docs/monitor-logs.md)."""
+    from hpclaunch.monitors import prometheus, schema
+    return 2 + len(prometheus.HOST_METRICS), len(prometheus.GPU_METRICS) + len(schema.THROTTLE_COUNTER_COLUMNS) + 1
+
+
 def main() -> int:
     benchlib.run_from_wheel()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -92,12 +98,14 @@ def main() -> int:
                 r = one(gpus, ranks, a.scrapes, Path(tmp))
                 res.append(r)
                 print(json.dumps(r), flush=True)
+    per_node, per_gpu = bound()
     sec.para("One node's monitor with N fake H100s, 8 or 64 ranks a node; medians of the scrapes. The host row "
              "here has no RAPL and no CPU sensor: those two series are missing (never 0), so a node here serves 2 fewer "
-             "than 8 + 16 x GPUs (docs/monitor-logs.md).")
-    sec.table(["GPUs", "ranks a node", "series a node", "8 + 16 x GPUs", "labels at most", "scrape KiB",
+             f"than {per_node} + {per_gpu} x GPUs (docs/monitor-logs.md).")
+    sec.table(["GPUs", "ranks a node", "series a node", f"{per_node} + {per_gpu} x GPUs", "labels at most", "scrape KiB",
                "scrape ms", "64-node job", "1,024-node job"],
-              [[r["gpus"], r["ranks"], r["series"], 8 + 16 * r["gpus"], r["max_labels"], f"{r['bytes'] / 1024:.1f}",
+              [[r["gpus"], r["ranks"], r["series"], per_node + per_gpu * r["gpus"], r["max_labels"],
+                f"{r['bytes'] / 1024:.1f}",
                 f"{r['scrape_ms']:.1f}", f"{64 * r['series']:,}", f"{1024 * r['series']:,}"] for r in res])
     same = all(r["series"] == s["series"] for r in res for s in res if r["gpus"] == s["gpus"])
     sec.para(f"Series per node do not depend on the ranks (64 ranks a node serve what 8 do): {'yes' if same else 'NO'}. "

@@ -9,6 +9,7 @@ from hpclaunch.cli.output import emit_report, report_format
 from hpclaunch.common.envknobs import number
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.reports import build_report, render
+from hpclaunch.launchers.backends.choice import relayed
 from hpclaunch.runs.jobs import find_job
 
 
@@ -22,10 +23,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     run_dir = args.job if os.path.isdir(args.job) else None
     if run_dir is None:
         job = find_job(args.job)
-        if job.record.backend == "remote":  # its run directory is on the cluster: its hpclaunch reports
+        if relayed(job.record.backend):  # its run directory is on the cluster: its hpclaunch reports
             from hpclaunch.cli.remote_commands import cmd_report as remote_report
             return remote_report(args, job.record, fmt)
         run_dir = job.run_dir
+        _refresh_attempts(job)
+    else:
+        try:
+            job = find_job(run_dir)
+        except HpclaunchError:   # a run directory no registry here knows: the files alone
+            job = None
+        if job is not None and job.record.backend != "remote":
+            _refresh_attempts(job)
     if not os.path.isdir(os.path.join(run_dir, "monitor")) and not os.path.isdir(os.path.join(run_dir, "metrics")):
         raise HpclaunchError(f"{run_dir}: no monitor/ or metrics/ folder — is this a run directory?")
     color = args.output is None and sys.stdout.isatty()
@@ -33,3 +42,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     workers = int(number("HPCLAUNCH_REPORT_WORKERS", 0, 0, 256, integer=True)) or None
     emit_report(render(build_report(run_dir, workers=workers), fmt, color=color, full=args.full), args.output)
     return 0
+
+
+def _refresh_attempts(job) -> None:
+    """Ask the backend once, so that the scheduler's record of each attempt (a node failure Slurm
+    requeued) is in the run directory the report is built from; a backend that cannot answer here
+    leaves the record as it was."""
+    try:
+        job.status()
+    except (HpclaunchError, OSError):
+        pass

@@ -1,5 +1,5 @@
 """A folder only this user can change: where hpclaunch keeps what it later trusts (ssh control
-sockets, the compiled-template cache). It imports no `typing`: `hpclaunch --help` loads it."""
+sockets, the user cache). It imports no `typing`: `hpclaunch --help` loads it."""
 from __future__ import annotations
 
 import os

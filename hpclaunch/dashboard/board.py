@@ -13,8 +13,10 @@ from typing import Optional
 
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import JobStatus, state_of
+from hpclaunch.launchers.backends.choice import relayed
 from hpclaunch.runs import remote
 from hpclaunch.runs.jobs import hosts_of, refresh
+from hpclaunch.runs.progress import pending_text
 from hpclaunch.runs.registry import JobRecord, Registry
 
 REFRESH_S = 10.0   # a controller's squeue/sacct at most this often, whatever the number of pages open
@@ -66,8 +68,8 @@ class Board:
             return
         self._refreshed = now
         active = [r for r in reg.list(active_only=True, limit=MAX_ROWS) if not state_of(r.state).final]
-        here = [r for r in active if r.backend != remote.BACKEND]
-        far = [r for r in active if r.backend == remote.BACKEND]
+        here = [r for r in active if not relayed(r.backend)]
+        far = [r for r in active if relayed(r.backend)]
         errors = []
         try:
             self._statuses.update(refresh(here, reg) if here else {})
@@ -95,6 +97,9 @@ class Board:
             "run_dir": rec.run_dir, "local": os.path.isdir(rec.run_dir),
             "nodes": st.nodes if st else "", "elapsed": st.elapsed if st else "",
             "reason": st.reason if live and st.reason not in ("", "None") else "",
+            # a pending job: Slurm's reason in words and the start it expects (runs/progress.py)
+            "waiting": pending_text(st) if live else "",
+            "expected_start": st.expected_start if live else None,
             "source": st.source if st else "registry",
         }
 

@@ -1,6 +1,7 @@
 """What a job's page shows of its run directory, kept current by reading only what the logs appended
-(reports.follow): GPU power and temperature and host CPU and memory as time series, and each rank's
-latest step record (metrics/rank<R>.jsonl, docs/run-directory.md).
+(reports.follow): GPU power and temperature and host CPU and memory as time series, each rank's
+latest step record (metrics/rank<R>.jsonl, docs/run-directory.md), and the job's alerts (alerts/*.jsonl,
+docs/alerts.md): each episode's newest record.
 
 Each series keeps at most MAX_POINTS points: past that, neighbouring points are averaged in pairs and
 the generation changes, so every open page is sent the whole (thinned) series again; otherwise a
@@ -8,8 +9,9 @@ page is sent only the points it does not have yet.
 
 A large job's page stays small (issue 50): a chart of more than MAX_LINES GPUs or hosts becomes their
 minimum, mean and maximum over time (envelope.py), and more than MAX_RANKS ranks become a summary and
-the ranks furthest behind, sent only when they change. The logs are read at most every UPDATE_S, and
-never for more than a quarter of the time (a 1,024-node job's 10,000 files take a while to look at).
+the ranks furthest behind, sent only when they change (as the alerts are, whatever the job's size). The
+logs are read at most every UPDATE_S, and never for more than a quarter of the time (a 1,024-node job's
+10,000 files take a while to look at).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from hpclaunch.dashboard.envelope import Envelope, pairs, rank_summary
+from hpclaunch.monitors.alert_log import alert_files, read_jsonl
 from hpclaunch.reports import events, readers
 from hpclaunch.reports.follow import CsvFollower, JsonlFollower
 from hpclaunch.reports.metrics import rank_hosts
@@ -36,6 +39,8 @@ LONG_CHUNK = 4 << 10     # a rank's new lines past this: only the newest and the
 START_BUDGET = 64 << 20  # a large job's monitor logs are followed from their last this-much-over-them-all
 UPDATE_BUDGET_S = 2.0    # a large job's logs are read for this CPU time an update at most (the rest: the next)
 NOTES_S = 10.0           # the events logs (why a source is missing) at most this often
+MAX_ALERTS = 100         # alert episodes a page shows, the newest
+ALERT_FIELDS = ("time_unix", "event", "severity", "rule", "node", "gpu", "rank", "message", "first_seen", "last_seen")
 RANK_FIELDS = ("step", "epoch", "loss", "samples_per_s", "step_time_s", "time_unix", "attempt")
 CHARTS = {  # chart -> (log kind, column, scale)
     "power": ("gpu", "power_w", 1.0),
@@ -73,9 +78,12 @@ class JobLive:
         self.notes: list = []
         self.envelopes: Dict[str, Envelope] = {}   # chart -> its envelope, once it has over MAX_LINES lines
         self._followers: Dict[str, object] = {}
+        self.alerts: "OrderedDict[tuple, dict]" = OrderedDict()   # the newest record of each episode
+        self._alert_offsets: Dict[str, int] = {}
         self._lock = threading.Lock()
         self._updated = self._noted = float("-inf")
-        self._next = float("-inf")
+        self._wait = 0.0                # until the next read (UPDATE_S, longer for a job of many files)
+        self._alerts_seen = 0           # changes to self.alerts (a page is sent them when this moves)
         self._cursor = 0                # where the next update goes on reading (a large job's: update_budget)
         self._monitor_pass = False      # every monitor log has been read once
 
@@ -101,7 +109,9 @@ class JobLive:
                    "bad_lines": self.bad_lines,
                    "chart_notes": {c: e.note("GPU" if CHARTS[c][0] == "gpu" else "host")
                                    for c, e in self.envelopes.items()}}
-            state = {"gen": self.generation, "counts": counts}
+            state = {"gen": self.generation, "counts": counts, "alerts": self._alerts_seen}
+            if full or seen.get("alerts") != self._alerts_seen:   # sent when they change
+                msg["alerts"] = sorted(self.alerts.values(), key=lambda a: a.get("time_unix") or 0)
             if len(ranks) > MAX_RANKS:   # a summary and the furthest behind, sent when they change
                 summary, behind = rank_summary(ranks)
                 sig = hash(repr((summary, behind)))
@@ -113,14 +123,25 @@ class JobLive:
 
     def _update(self) -> None:
         now = time.monotonic()
-        if now < self._next:
+        if now - self._updated < self._wait:
             return
         self._updated = now
         try:
             self._read()
         finally:   # a job of many files is read less often: at most BUSY_SHARE of the time
             took = time.monotonic() - now
-            self._next = now + (max(UPDATE_S, took / BUSY_SHARE) if UPDATE_S and took > 0.1 else UPDATE_S)
+            self._wait = max(UPDATE_S, took / BUSY_SHARE) if UPDATE_S and took > 0.1 else UPDATE_S
+
+    def _read_alerts(self) -> None:
+        for path in alert_files(self.run_dir):  # the alert logs, append-only: read on from the last offset
+            records, self._alert_offsets[path] = read_jsonl(path, self._alert_offsets.get(path, 0))
+            for rec in records:  # an episode's resolved record takes its raised one's place
+                key = (rec.get("id"), rec.get("rule"))
+                self.alerts.pop(key, None)
+                self.alerts[key] = {k: rec.get(k) for k in ALERT_FIELDS}
+            self._alerts_seen += bool(records)
+            while len(self.alerts) > MAX_ALERTS:
+                self.alerts.popitem(last=False)
 
     def _read(self) -> None:
         """The lines appended to every log since the last read: the monitor logs first, then the ranks'. A
@@ -160,6 +181,7 @@ class JobLive:
         for env in self.envelopes.values() if self._monitor_pass or not UPDATE_S else ():
             if env.settle():
                 self.generation += 1
+        self._read_alerts()
         if now - self._noted >= NOTES_S:
             self._noted = now
             self.notes = self._why_missing(files)

@@ -5,9 +5,13 @@ any work is done on the content: only regular files, at most MAX_FILE_BYTES, UTF
 itself (PyYAML's C parser, a bounded composer, duplicate keys refused, one-line errors) is
 yamlparse.py's, with the bounds on values, text and depth.
 
-PyYAML costs ~15 ms to import, a sixth of a submission. So a file's document is kept in the user
-cache (hpclaunch/common/usercache.py) under its whole text, which it is read back for only when
-the text is the same, byte for byte; and documents of plain values (mappings with text keys, lists,
+PyYAML costs ~15 ms to import, a sixth of a submission. The cache below is there for the budget
+`hpclaunch render` <= 1.3x `python -c 'import jinja2, yaml'` (docs/benchmarks.md): on wheel
+installs, 30 interleaved rounds on the shared 2-core machine (CPU-time medians, wall in brackets),
+render is 1.08x (1.14x) that floor with it and 1.26x (1.29x) without, at the budget's edge; a
+submission saves ~20 ms of CPU with it. So a file's document is kept in the user
+cache (hpclaunch/common/usercache.py, as JSON) under its whole text, which it is read back for only
+when the text is the same, byte for byte; and documents of plain values (mappings with text keys, lists,
 text, numbers, booleans, null: every job.yaml) are written by a small writer here whose output
 PyYAML reads back as the same values (tests/test_yamlio.py). A submission of a job file submitted
 before then imports no PyYAML.
@@ -106,15 +110,52 @@ PARSE_VERSION = 1  # bump when yamlparse reads a text into other values: older e
 def load_yaml_bytes(data: bytes, label: str) -> Any:
     """The document of a file's bytes: parsed (yamlparse), or as parsed before from the same bytes."""
     text = decode_input(data, label)
-    material = ("yaml-document", PARSE_VERSION, text)
-    name = _CACHE_PREFIX + usercache.key(material[:2], texts=[text])
-    cached = usercache.load(name, material)
-    if isinstance(cached, tuple) and len(cached) == 1:
-        return cached[0]
+    name, material = cache_entry(text)
+    cached = _cached_document(name, material)
+    if cached is not _NOT_CACHED:
+        return cached
     document = load_yaml_text(text, label)
-    if usercache.store(name, material, (document,)):  # not every document marshals (dates): then not kept
-        usercache.prune(_CACHE_PREFIX, CACHED_DOCUMENTS)
+    if _plain(document, 0):  # JSON gives back exactly these values; not every document is (dates)
+        import json
+        if usercache.store(name, material, json.dumps(document, ensure_ascii=False).encode("utf-8", "surrogatepass")):
+            usercache.prune(_CACHE_PREFIX, CACHED_DOCUMENTS)
     return document
+
+
+_NOT_CACHED = object()
+
+
+def cache_entry(text: str) -> tuple[str, str]:
+    """(name, material) of the user-cache entry of a file's text."""
+    return _CACHE_PREFIX + usercache.key(PARSE_VERSION, texts=[text]), f"yaml-document\0{PARSE_VERSION}\0{text}"
+
+
+def _cached_document(name: str, material: str) -> Any:
+    """The document stored for exactly this text, else _NOT_CACHED (none, or not a plain document:
+    the entry is damaged or not ours to trust, and the text is parsed again)."""
+    raw = usercache.load(name, material)
+    if raw is None:
+        return _NOT_CACHED
+    import json
+    try:
+        document = json.loads(raw.decode("utf-8", "surrogatepass"))
+    except (ValueError, RecursionError):
+        return _NOT_CACHED
+    return document if _plain(document, 0) else _NOT_CACHED
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """Only what JSON writes and reads back as the same values: mappings with text keys, lists, text,
+    numbers, booleans, null; nested no deeper than the parser allows."""
+    if value is None or type(value) in (str, int, float, bool):
+        return True
+    if depth > 60:
+        return False
+    if type(value) is list:
+        return all(_plain(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+    return False
 
 
 def load_yaml_text(text: str, label: str) -> Any:

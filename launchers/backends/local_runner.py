@@ -16,6 +16,7 @@ import threading
 import time
 
 from hpclaunch.common.atomic import write_atomic
+from hpclaunch.launchers.backends import slurm_emulation
 from hpclaunch.launchers.backends.local_gpus import try_lease
 
 KILL_WAIT = 10.0
@@ -23,6 +24,47 @@ KILL_WAIT = 10.0
 
 def state_path(run_dir: str) -> str:
     return os.path.join(run_dir, ".hpclaunch", "local.json")
+
+
+def runner_path(run_dir: str) -> str:
+    """Where the backend records the runner it started (pid and start time) before the runner has
+    written anything itself: a runner that dies at its start is then known dead, not PENDING."""
+    return os.path.join(run_dir, ".hpclaunch", "local-runner.json")
+
+
+def process_start(pid) -> str | None:
+    """The process's start time (clock ticks since boot, /proc/PID/stat): with its pid, what names
+    one process for good (a pid is reused); None when there is no such process or it is a zombie."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if not fields or fields[0] == "Z" else fields[19]
+
+
+def alive(pid, start: str | None = None) -> bool:
+    """Whether process ``pid`` runs (not a zombie) and, given its start time, is that same process."""
+    if not pid:
+        return False
+    now = process_start(pid)
+    return now is not None and (start is None or now == start)
+
+
+def runner_error(run_dir: str, limit: int = 1 << 14) -> str:
+    """Why the runner ended: the last line of its log (logs/runner.log: what its Python printed,
+    such as an import error), cut to fit one line."""
+    try:
+        with open(os.path.join(run_dir, "logs", "runner.log"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [" ".join(line.split()) for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if len(lines[-1]) <= 300 else lines[-1][:299] + "\u2026"
 
 
 def read_state(run_dir: str) -> dict:
@@ -52,6 +94,21 @@ def record_state(run_dir: str, **fields) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     run_dir = (argv or sys.argv[1:])[0]
+    try:
+        return _main(run_dir)
+    except BaseException as e:
+        # Whatever stops the runner before it records the job's end ends the job FAILED, with why
+        # (the traceback goes to logs/runner.log): nobody waits on a runner that is gone.
+        if read_state(run_dir).get("end_time") is None:
+            try:
+                record_state(run_dir, state="FAILED", end_time=time.time(), exit_code=None,
+                             reason=f"the local runner failed: {type(e).__name__}: {e}"[:300])
+            except OSError:
+                pass
+        raise
+
+
+def _main(run_dir: str) -> int:
     with open(os.path.join(run_dir, ".hpclaunch", "local-job.json")) as f:
         spec = json.load(f)
     spec["run_dir"] = run_dir
@@ -68,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    record_state(run_dir, runner_pid=os.getpid(), state="RUNNING", start_time=time.time())
+    record_state(run_dir, runner_pid=os.getpid(), runner_start=process_start(os.getpid()), state="RUNNING",
+                 start_time=time.time())
     array = spec.get("array")
     if array:
         final, rc, attempts = _run_array(run_dir, spec, array, cancelled, running, lock)
@@ -127,7 +185,7 @@ def _attempts(marker_dir: str, spec: dict, extra_env: dict, log_path: str, cance
         env = dict(os.environ)
         env.update(spec["env"])
         env.update(extra_env)
-        env["SLURM_RESTART_COUNT"] = str(attempts)
+        env.update(slurm_emulation.attempt_env(attempts))
         with lock:
             if cancelled.is_set():
                 return "CANCELLED", rc, attempts
@@ -162,9 +220,9 @@ def _attempts(marker_dir: str, spec: dict, extra_env: dict, log_path: str, cance
 def _run_array(run_dir: str, spec: dict, array: dict, cancelled: threading.Event, running: set,
                lock: threading.Lock) -> tuple[str, int | None, int]:
     """A sweep as Slurm runs a job array on one node: task after task, at most `parallelism` at
-    once, each with its own SLURM_ARRAY_TASK_ID, log (logs/slurm-<job>_<task>.out) and attempts."""
+    once, each with its own array task id (slurm_emulation.array_task_env), log (logs/slurm-<job>_<task>.out) and attempts."""
     size, parallelism = int(array["size"]), max(1, int(array["parallelism"]))
-    job_id = spec["env"]["SLURM_JOB_ID"]
+    job_id = spec["job_id"]
     states: dict[str, str] = {}
     results: dict[int, tuple] = {}
     next_task = iter(range(size))
@@ -182,9 +240,7 @@ def _run_array(run_dir: str, spec: dict, array: dict, cancelled: threading.Event
             if task is None:
                 return
             record(task, "RUNNING")
-            extra = {"SLURM_ARRAY_JOB_ID": job_id, "SLURM_ARRAY_TASK_ID": str(task),
-                     "SLURM_ARRAY_TASK_COUNT": str(size), "SLURM_ARRAY_TASK_MIN": "0",
-                     "SLURM_ARRAY_TASK_MAX": str(size - 1)}
+            extra = slurm_emulation.array_task_env(job_id, task, size)
             task_dir = os.path.join(run_dir, f"task{task}")
             result = _run_attempts(task_dir, spec, extra, os.path.join(run_dir, "logs", f"slurm-{job_id}_{task}.out"),
                                    cancelled, running, lock, on_state=lambda state, _reason, t=task: record(t, state))

@@ -17,8 +17,8 @@ from hpclaunch.monitors import schema
 HOST = "node0042"
 JOB_LABELS = {"job_id", "job_name", "user", "node"}
 GPU_LABELS = JOB_LABELS | {"gpu", "uuid", "ranks"}
-# docs/monitor-logs.md, "Series per node": 2 of the monitor, 6 of the host, 16 per GPU
-PER_NODE, PER_GPU = 8, 16
+# docs/monitor-logs.md, "Series per node": 2 of the monitor, 6 of the host, 17 per GPU
+PER_NODE, PER_GPU = 8, 17
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +69,7 @@ def _scrape_node(tmp_path, gpus: int, tasks_per_node: int):
         p.communicate(timeout=20)
 
 
-def test_a_node_of_8_gpus_and_64_ranks_serves_16_series_a_gpu(tmp_path):
+def test_a_node_of_8_gpus_and_64_ranks_serves_17_series_a_gpu(tmp_path):
     many = _scrape_node(tmp_path, 8, 64)
     few = _scrape_node(tmp_path, 8, 8)
     count = sum(len(v) for v in many.values())
