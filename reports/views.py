@@ -39,11 +39,11 @@ MEMORY_KEYS = ("state_mib", "peak_rss_mib", "cuda_peak_mib", "gpu_mem_used_mib")
 
 def memory_ranks(ranks: Sequence[dict], full: bool = False) -> Tuple[List[dict], int]:
     """(the ranks with memory records to show; how many are left out): all in rank order when they fit,
-    else those holding the most (their largest figure) first."""
+    else those holding the most first (state held, then peak resident, CUDA and GPU memory)."""
     rows = sorted((r for r in ranks if r.get("memory")), key=lambda r: r["rank"])
     if full or len(rows) <= TOP:
         return rows, 0
-    rows.sort(key=lambda r: (-max((r["memory"].get(k) or 0.0) for k in MEMORY_KEYS), r["rank"]))
+    rows.sort(key=lambda r: (*(-(r["memory"].get(k) or 0.0) for k in MEMORY_KEYS), r["rank"]))
     return rows[:TOP], len(rows) - TOP
 
 

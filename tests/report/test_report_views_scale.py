@@ -76,3 +76,17 @@ def test_report_full_flag(big):
     short = subprocess.run([sys.executable, "-m", "hpclaunch", "report", str(run), "-f", "text"],
                            capture_output=True, text=True, env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"})
     assert "more GPUs: hpclaunch report --full" in short.stdout
+
+
+def test_memory_per_rank_shows_the_largest_holders(big):
+    import copy
+    run, rep = big
+    rep = copy.deepcopy(rep)
+    for r in rep.data["ranks"]:   # rank 33 holds the most
+        r["memory"] = {"state_mib": 100.0 + (500 if r["rank"] == 33 else r["rank"] % 7), "peak_rss_mib": 900.0}
+    shown, left = views.memory_ranks(rep.data["ranks"])
+    assert shown[0]["rank"] == 33 and len(shown) == views.TOP and left == NODES * GPUS - views.TOP
+    txt, page = render(rep, "text", width=160), render(rep, "html")
+    assert f"... {NODES * GPUS - views.TOP} more ranks with memory records: hpclaunch report --full" in txt
+    assert page.split("<h3>Memory per rank</h3>", 1)[1].split("</table>", 1)[0].count("<tr>") - 1 == views.TOP
+    assert len(views.memory_ranks(rep.data["ranks"], full=True)[0]) == NODES * GPUS
