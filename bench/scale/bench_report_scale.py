@@ -158,19 +158,25 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true",
                     help="keep the other sizes' results of an earlier run (one section for sizes measured apart)")
     ap.add_argument("--out", default=str(scalelib.DATA / "out"))
+    ap.add_argument("--write-only", action="store_true",
+                    help="measure nothing: write the section from the results kept (--keep's) of earlier runs")
     ap.add_argument("--child", nargs=3, metavar=("PEER", "DIR", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         print(json.dumps(child(a.child[0], Path(a.child[1]), Path(a.child[2]))))
         return 0
-    sizes = [int(s) for s in a.sizes.split(",")]
+    saved = scalelib.DATA / "report-results.json"   # earlier sizes' results (--keep): one section for them all
+    if a.write_only:
+        a.keep, a.sizes = True, ",".join(sorted(json.loads(saved.read_text()), key=int))
+    sizes = [] if a.write_only else [int(s) for s in a.sizes.split(",")]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     workers = len(os.sched_getaffinity(0))
     sec = benchlib.Section("A day-long 1,024-node job's report (`bench/scale/bench_report_scale.py`)",
                            f"nice -n 10 python bench/scale/bench_report_scale.py --sizes {a.sizes} --rounds {a.rounds}"
-                           f"{' --keep' if a.keep else ''} --markdown {a.markdown or 'docs/bench/scale-report.md'}")
-    saved = scalelib.DATA / "report-results.json"   # earlier sizes' results (--keep): one section for them all
+                           f"{' --keep' if a.keep else ''} --markdown {a.markdown or 'docs/bench/scale-report.md'}"
+                           + (" (sizes measured apart, with --keep; this section written from their kept results"
+                              " by --write-only)" if a.write_only else ""))
     results: dict = {int(k): v for k, v in json.loads(saved.read_text()).items()} if a.keep and saved.exists() else {}
     exps = {pct: ensure(pct) for pct in sizes}
     exps.update({pct: json.loads((data_dir(pct) / "expected.json").read_text()) for pct in results if pct not in exps})
