@@ -158,6 +158,13 @@ def main() -> int:
         e = dict(env, HPCLAUNCH_HOME=home, XDG_CACHE_HOME=cache)
         subprocess.run([exe, "list"], env=e, cwd=work, check=True, capture_output=True)
         cases[label] = ([exe, "submit", "sweep.yaml", "--backend", "slurm", "--json"], e)
+    # made now: its context (commit, load average "at the start") is of the start of the run
+    installs = " ".join(f"--python {p} --label {shlex.quote(lab)}" for p, lab in zip(args.python, labels))
+    section = benchlib.Section(f"Submitting a {args.points:,}-point sweep, Slurm's answers recorded "
+                               "(`bench/submit/bench_submit_offline.py`)",
+                               f"python bench/submit/bench_submit_offline.py {installs}"
+                               + (" --breakdown" if args.breakdown else "")
+                               + f" --points {args.points} --rounds {args.rounds}", python=args.python[-1])
     for cmd, e in cases.values():  # warm: the page cache, the bytecode, each user cache's cluster facts
         timeit(cmd, work, e)
     steps = {}
@@ -175,12 +182,6 @@ def main() -> int:
             wall[name].append(w)
             cpu[name].append(c)
             shutil.rmtree(os.path.join(work, "runs"), ignore_errors=True)  # run directories: not kept
-    installs = " ".join(f"--python {p} --label {shlex.quote(lab)}" for p, lab in zip(args.python, labels))
-    section = benchlib.Section(f"Submitting a {args.points:,}-point sweep, Slurm's answers recorded "
-                               "(`bench/submit/bench_submit_offline.py`)",
-                               f"python bench/submit/bench_submit_offline.py {installs}"
-                               + (" --breakdown" if args.breakdown else "")
-                               + f" --points {args.points} --rounds {args.rounds}", python=args.python[-1])
     section.para(f"{args.rounds} interleaved rounds (floor, then each install) on a machine shared with other "
                  "work; Slurm's commands are stubs that print the test cluster's recorded answers, so no "
                  "controller is asked and the floor (Python + one stub `sbatch`) is lower than on a cluster. "
