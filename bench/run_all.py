@@ -40,6 +40,9 @@ def benches(quick: bool) -> list[tuple[str, str, list[str], str]]:
         ("startup", "bench/startup/bench_startup.py", ["--setup-peers", "--runs", "10" if quick else "30"], py),
         ("submit", "bench/submit/bench_submit.py", ["--points", "100" if quick else "1000", "--rounds", "1" if quick else "5"],
          wheel),
+        # the same sweep against Slurm's recorded answers (stubs, no cluster), the same wheel install
+        ("submit_offline", "bench/submit/bench_submit_offline.py",
+         ["--python", wheel, "--rounds", "3" if quick else "15"], py),
         ("monitor", "bench/monitor/bench_monitor.py", ["--quick"] if quick else [], py),
         ("monitor_alerts", "bench/monitor/bench_alerts.py",
          ["--rounds", "1", "--seconds", "15"] if quick else ["--rounds", "6", "--seconds", "70"], py),
@@ -115,6 +118,8 @@ def main() -> int:
         if name == "submit" and not os.path.exists(python):
             print("submit: no wheel install yet (run the startup bench first); using this Python", flush=True)
             python = sys.executable
+        if name == "submit_offline" and not os.path.exists(WHEEL_PY):
+            argv = [sys.executable if a == WHEEL_PY else a for a in argv]
         if not run(name, script, argv, python, out):
             failed.append(name)
     if args.quick:

@@ -4,7 +4,9 @@ Entry points for the CLI:
 
 * ``build_report(run_dir, *, engine="auto", bins=240) -> Report`` — pure, reads files only.
 * ``render(report, fmt="text", *, width=120, color=False) -> str | bytes`` — fmt text|json|html.
-* ``build_fleet_report(rows) -> FleetReport`` and ``render_fleet(fleet, fmt)`` — see fleet.py.
+* ``build_fleet_report(rows) -> FleetReport`` and ``render_fleet(fleet, fmt)`` in ``hpclaunch.reports.fleet``
+  (imported from there, not re-exported here: every submission imports this package, for the attempts
+  reader (reports/attempts.py), and had no use for the fleet view's ~4 ms).
 
 The JSON document (schema ``hpclaunch.report/1``) is described in docs/report-schema.md.
 
@@ -17,11 +19,9 @@ from __future__ import annotations
 import json
 from typing import Optional, Union
 
-from hpclaunch.reports.fleet import FleetReport, build_fleet_report, render_fleet
 from hpclaunch.reports.model import REPORT_SCHEMA, Report, clean
 
-__all__ = ["build_report", "render", "to_json", "build_fleet_report", "render_fleet", "FleetReport", "Report",
-           "REPORT_SCHEMA", "FORMATS"]
+__all__ = ["build_report", "render", "to_json", "Report", "REPORT_SCHEMA", "FORMATS"]
 
 FORMATS = ("text", "json", "html")
 

@@ -3,8 +3,8 @@ record, and the small numeric helpers every part of the model uses."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from hpclaunch.monitors import schema
@@ -67,7 +67,9 @@ def rounded(x, nd=3) -> Optional[float]:
 
 def host_from_filename(path) -> str:
     """Host name from ``<host>.gpu.csv`` etc. (used only when the host cell is empty)."""
-    name = Path(path).name
+    # os.path, not pathlib: every submission imports this module (reports/attempts.py's package), and
+    # pathlib (with ntpath, urllib.parse) was ~4 ms of it
+    name = os.path.basename(os.path.normpath(os.fspath(path)))
     for suf in (".gpu.csv", ".host.csv", ".power_trace.csv", ".events.jsonl"):
         if name.endswith(suf):
             return name[: -len(suf)]
