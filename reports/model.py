@@ -141,6 +141,17 @@ def crosscheck_text(xc: Optional[Dict[str, float]]) -> str:
     return f"{xc['min']:+.2f}..{xc['max']:+.2f} %"
 
 
+def page_text(d: dict) -> str:
+    """The line saying which jobs of the window the view covers, when not all of them ("" when all)."""
+    page = d.get("page") or {}
+    total, offset, limit = page.get("jobs_in_window"), page.get("offset") or 0, page.get("limit")
+    if total is None or (not offset and (not limit or total <= limit)):
+        return ""
+    last = min(total, offset + limit) if limit else total
+    return (f"Over jobs {offset + 1:,}–{last:,} of the {total:,} submitted in the window, newest first: "
+            f"--offset {last} for the next{'' if last < total else ' (none left)'}, --limit 0 for all")
+
+
 # The per-rank memory view (text and HTML): heading, key of a rank's "memory" (document.rank_memory).
 MEMORY_COLUMNS = (("params+grads+optim MiB", "state_mib"), ("params", "params_mib"), ("grads", "grads_mib"),
                   ("optimizer", "optimizer_mib"), ("peak RSS MiB", "peak_rss_mib"),
