@@ -425,3 +425,17 @@ def test_a_step_stopped_by_sigterm_is_left_to_slurm(tmp_path):
     assert "the step ended with exit code 143 after SIGTERM (cancelled, out of time, preempted or requeued by the " \
            "program)" in p.stderr
     assert (tmp_path / "runs" / "j-7" / ".hpclaunch" / "state").read_text().endswith("end rc=143 outcome=stopped\n")
+
+
+def test_a_ranks_exit_file_has_its_time_without_forking_date(tmp_path):
+    """At a time limit the step's SIGTERM reaches everything in the rank's shell at once; a date(1)
+    forked for the .exit time then died and rank0.exit held '143 ' (CI, test_user_view_cluster). The
+    time comes from bash itself: with no date on PATH the file still has it, in any locale."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("bash", "true", "hostname", "rm", "grep", "sleep"):
+        os.symlink(subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip(),
+                   bindir / tool)
+    rc, _log, code, _ = rank(tmp_path, PY, "-c", "pass", env_extra={"PATH": str(bindir), "LC_ALL": "C"})
+    fields = (tmp_path / "rank0.exit").read_text().split()
+    assert rc == 0 and code == 0 and len(fields) == 2 and abs(float(fields[1]) - time.time()) < 60, fields

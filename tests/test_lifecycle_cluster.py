@@ -397,7 +397,7 @@ monitor: {interval: 0}
     seen = wait_for(sub["job_id"], lambda st: st["reason"] == "BeginTime", timeout=20)
     assert {st["state"] for st in seen} == {"PENDING"} and seen[-1]["reason"] == "BeginTime", seen
     out = hl("status", sub["job_id"], cwd="/").stdout
-    assert "PENDING" in out and "(BeginTime)" in out, out
+    assert "PENDING" in out and "(BeginTime: its start time has not come yet; expected to start " in out, out
     hl("cancel", sub["job_id"], cwd="/")
     st = wait_for(sub["job_id"], lambda st: st["state"] != "PENDING")[-1]
     assert st["state"] == "CANCELLED", st

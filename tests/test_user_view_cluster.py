@@ -87,8 +87,9 @@ monitor: {{interval: 1}}
 requeue: {{max_attempts: 2}}
 """)
     proc = hl("submit", job, "--backend", "slurm", "--wait", cwd=str(tmp_path), check=False, timeout=400)
-    assert proc.returncode == 0, proc.stderr
     run_dir = run_dir_of(proc.stdout)
+    batch_log = os.path.join(run_dir, "logs", "slurm.out")
+    assert proc.returncode == 0, proc.stderr + (open(batch_log).read() if os.path.exists(batch_log) else "")
     progress = [line for line in proc.stderr.splitlines()      # the state lines (not the alerts' lines)
                 if re.match(r"\s+\[\s*\d+ s\] [A-Z_]+\b.* attempt \d+", line)]
     # an attempt is never printed as the next one while it completes (Slurm counts the restart early)

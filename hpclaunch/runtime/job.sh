@@ -279,7 +279,10 @@ if [ "$0" = hpclaunch-rank-run ]; then
     printf "hpclaunch: rank %s was killed by %s; exit code %s\n" "$hl_r" "$hl_s" "$hl_rc" >&2
   fi
   rm -f -- "$hl_w"
-  printf "%s %s\n" "$hl_rc" "$(date +%s.%N)" >"$HPCLAUNCH_LOG_DIR/rank$hl_r.exit"
+  # The time from bash itself: a date(1) forked as a step-wide SIGTERM lands dies of it, and the
+  # file then had no time. EPOCHREALTIME (bash >= 5) has the decimal mark of the locale.
+  hl_t=${EPOCHREALTIME:-$(date +%s.%N)}
+  printf "%s %s\n" "$hl_rc" "${hl_t/,/.}" >"$HPCLAUNCH_LOG_DIR/rank$hl_r.exit"
   exit "$hl_rc"
 fi
 hl_h=$(hostname)
