@@ -66,7 +66,7 @@ tf-venv:
 # Installs everything, starts the test cluster (the tests' session fixture reuses it) and runs the tests.
 test: venv deps tf-venv
 	bash tests/cluster/slurm-up.sh -d $(SLURM_STATE) >/dev/null
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -rsR --rerun-show-tracebacks
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -rsR --rerun-show-tracebacks --durations=25
 
 # The tests that need neither root nor the cluster.
 test-fast: venv
