@@ -124,8 +124,8 @@ class Daemon:
         self._rfd = self._wfd = None
         self._poll = None
         self._watch: Optional[ParentWatch] = None
-        self.gpu_log = self.host_log = self.trace_log = self.jetson_log = None
-        self.nvml = self.hostsrc = self.jetson = None
+        self.gpu_log = self.host_log = self.trace_log = self.jetson_log = self.ranks_log = None
+        self.nvml = self.hostsrc = self.jetson = self.ranks = None
         self.exporter = None  # prometheus.Exporter when --prometheus-port/--prometheus-textfile
         self.alerts = None    # monitors/alerts.AlertEngine when the job has alert rules
 
@@ -176,7 +176,8 @@ class Daemon:
         self.events.emit("header", {
             "schema": schema.EVENTS_SCHEMA,
             "schemas": {"gpu": schema.GPU_SCHEMA, "host": schema.HOST_SCHEMA,
-                        "power_trace": schema.POWER_TRACE_SCHEMA, "jetson": schema.JETSON_SCHEMA},
+                        "power_trace": schema.POWER_TRACE_SCHEMA, "jetson": schema.JETSON_SCHEMA,
+                        "ranks": schema.RANKS_SCHEMA},
             "pid": os.getpid(), "ppid": os.getppid(), "parent_pid": a.parent_pid,
             "interval_s": a.interval, "counter_interval_s": a.counter_interval, "argv": sys.argv,
             "slurm_job_id": env.get("SLURM_JOB_ID"), "slurm_step_id": env.get("SLURM_STEP_ID"),
@@ -207,6 +208,11 @@ class Daemon:
                                         schema.JETSON_COLUMNS)
         if prometheus.wanted(a):
             self._start_exporter()
+        if env.get("HPCLAUNCH_LOG_DIR"):  # the job script's: this attempt's rank logs and ranks.tsv
+            from .rank_progress import RankProgress
+            names = (self.host, os.uname().nodename, os.uname().nodename.split(".")[0], env.get("SLURMD_NODENAME"))
+            self.ranks = RankProgress(env["HPCLAUNCH_LOG_DIR"], self.host, names, env.get("HPCLAUNCH_ATTEMPT"))
+            self.ranks_log = self._csv(schema.ranks_file(self.host), schema.RANKS_SCHEMA, schema.RANKS_COLUMNS)
         from .alerts import start_alerts
         allocated = {g.index for g in self.nvml.gpus if g.ranks} if self.nvml is not None and a.all_gpus else None
         self.alerts = self._guard("alerts", start_alerts, a.run_dir, self.host, env, self.events, stderr,
@@ -346,6 +352,8 @@ class Daemon:
                 self.jetson_log.write_rows(self.jetson.sample(now, self.host))
             except Exception as e:
                 self.source_error("jetson", e)
+        if self.ranks is not None and (final or self.ranks.due(now)):
+            self._sample_ranks(now)
         self.samples += 1
         if self.alerts is not None:  # on the rows just written; sending is the sender thread's
             try:
@@ -357,6 +365,12 @@ class Daemon:
                 self.exporter.update(now, self.samples, row, rows or ())
             except Exception as e:
                 self.source_error("prometheus", e)
+
+    def _sample_ranks(self, now: float) -> None:
+        try:
+            self.ranks_log.write_rows(self.ranks.sample(now))
+        except Exception as e:
+            self.source_error("ranks", e)
 
     def run(self) -> int:
         a = self.args
@@ -406,6 +420,8 @@ class Daemon:
         watch.close()
         if self.nvml is not None and self.samples:
             self.tick(final=True)
+        elif self.ranks is not None and self.samples:
+            self._sample_ranks(time.time())
         self.finish(cpu0, wall0)
         return 0
 
@@ -445,7 +461,7 @@ class Daemon:
                 self.nvml.close()
             except Exception:
                 pass
-        for log in (self.gpu_log, self.host_log, self.trace_log, self.jetson_log):
+        for log in (self.gpu_log, self.host_log, self.trace_log, self.jetson_log, self.ranks_log):
             dropped = getattr(log, "dropped_writes", 0)
             if dropped:
                 stats.setdefault("dropped_writes", {})[os.path.basename(log.path)] = dropped
@@ -453,7 +469,7 @@ class Daemon:
         if self.events is not None:
             self.events.emit("monitor_stats", stats)
             self.events.emit("stopped", {"reason": self.stop_reason})
-        for log in (self.gpu_log, self.host_log, self.trace_log, self.jetson_log, self.events):
+        for log in (self.gpu_log, self.host_log, self.trace_log, self.jetson_log, self.ranks_log, self.events):
             if log is not None:
                 log.close()
         if self.hostsrc is not None:

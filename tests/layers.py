@@ -45,10 +45,12 @@ LEAVES: Dict[str, Tuple[str, ...]] = {
     "hpclaunch.reports": ("hpclaunch.monitors.schema",),
     "hpclaunch.train_entry": ("hpclaunch.common", "hpclaunch.spec.train", "hpclaunch.spec.typedload"),
     "hpclaunch.runtime": (),
+    # the trial side of a study (hpclaunch tune): the agent and the helper run beside the program
+    "hpclaunch.tune": ("hpclaunch.common",),
 }
 # Which core layer may import a leaf (the leaf's users are above it).
 LEAF_USERS = {"hpclaunch.monitors": "runs", "hpclaunch.reports": "runs", "hpclaunch.train_entry": "top",
-              "hpclaunch.runtime": "backends"}
+              "hpclaunch.runtime": "backends", "hpclaunch.tune": "runs"}
 
 
 def _within(module: str, prefix: str) -> bool:

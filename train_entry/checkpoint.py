@@ -100,7 +100,8 @@ class CheckpointStore:
             for name, payload in {**per_rank, **(shared if self.rank == 0 else {})}.items():
                 path = os.path.join(tmp, name)
                 write_unsynced(path, payload)
-                paths.append(path)
+                if not callable(payload) or os.path.exists(path):  # a DCP shard: none for a rank with nothing to save
+                    paths.append(path)
         except OSError as exc:  # disk full, quota: every rank learns of it at the commit, together
             if exc.filename is None:  # a failed write() names no file; the message should
                 exc.filename = path

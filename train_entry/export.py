@@ -29,6 +29,7 @@ from hpclaunch.common.atomic import write_atomic
 
 from . import checkpoint as ckpt
 from . import manifest as mf
+from . import sharded_checkpoint as sharded
 from .config import ConfigError
 
 SCHEMA = "hpclaunch.export/1"
@@ -138,36 +139,48 @@ def _legacy_model_info(run_dir: str, manifest: dict) -> tuple[str, dict]:
 def _factory(path: str, info: dict, factory: Optional[str]) -> Optional[str]:
     """The module:factory to import: only one the caller names (the trainer's own --model, or
     export's --model). A factory the manifest names is the run directory's code, and a run
-    directory may be a colleague's: export does not import it unless told to."""
-    if factory is not None:
+    directory may be a colleague's: export does not import it unless told to (the built-in
+    models, by name, are train_entry's own)."""
+    if factory is not None and factory not in mf.BUILTIN_MODELS:
         if not mf.FACTORY.fullmatch(factory):
             raise ExportError(f"--model {factory!r}: expected module:factory (e.g. my_models:make)")
         return factory
-    if info["spec"]:
+    if info["spec"] and info["spec"] not in mf.BUILTIN_MODELS:
         raise ExportError(f"{os.path.join(path, ckpt.MANIFEST)}: the model is made by {info['spec']}, code "
                           "of the run's own, and export imports no module a run directory names \u2014 if you "
                           f"trust that code, name it: hpclaunch export ... --model {info['spec']}")
     return None
 
 
-def load_model(path: str, info: dict, factory: Optional[str] = None):
-    """The checkpoint's model in eval mode, on CPU, fp32 (its weights from model.safetensors): the
-    built-in MLP of ``info``'s shape, or what ``factory`` (module:factory, trusted by the caller) makes."""
+def _saved_shapes(path: str, manifest: dict) -> dict:
+    """{name: shape} of the checkpoint's weights, from file headers only (no tensor is read)."""
+    if sharded.is_sharded(manifest):
+        return sharded.saved_shapes(path, manifest)
+    return ckpt.weights_shapes(os.path.join(path, "model.safetensors"))
+
+
+def load_model(path: str, info: dict, factory: Optional[str] = None, manifest: Optional[dict] = None):
+    """The checkpoint's model in eval mode, on CPU, fp32: a built-in model (the MLP, the transformer)
+    of ``info``'s shape, or what ``factory`` (module:factory, trusted by the caller) makes; its
+    weights from model.safetensors, or assembled whole from the ranks' shards of a sharded (ZeRO)
+    checkpoint."""
     import sys
 
     import torch
 
     from .model import build_builtin, build_model
 
+    manifest = manifest or {}
     weights = os.path.join(path, "model.safetensors")
     shape = (info["in_features"], info["num_classes"], info["hidden"], info["dropout"])
+    builtin = info["spec"] or "mlp"
     if factory is None:
         # shapes first, the model's on the meta device: a manifest's absurd widths take no memory, and
-        # the model is then built only as large as its (verified) weights file
+        # the model is then built only as large as its (verified) weights
         try:
-            saved = ckpt.weights_shapes(weights)
+            saved = _saved_shapes(path, manifest)
             with torch.device("meta"):
-                own = {k: list(v.shape) for k, v in build_builtin("mlp", *shape).state_dict().items()}
+                own = {k: list(v.shape) for k, v in build_builtin(builtin, *shape, info.get("size")).state_dict().items()}
         except ckpt.UnsafeCheckpoint as exc:
             raise ExportError(str(exc)) from None
         except OSError as exc:
@@ -177,7 +190,7 @@ def load_model(path: str, info: dict, factory: Optional[str] = None):
         why = ckpt.shapes_mismatch(saved, own, "the manifest's model")
         if why:
             raise ExportError(f"{path}: the weights do not fit the model ({why})")
-        model = build_builtin("mlp", *shape)
+        model = build_builtin(builtin, *shape, info.get("size"))
     else:
         if "" not in sys.path and os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())  # as under `python -m hpclaunch.train_entry`: module:factory from here
@@ -187,7 +200,10 @@ def load_model(path: str, info: dict, factory: Optional[str] = None):
             raise ExportError(f"{path}: cannot rebuild the model {factory!r} ({exc}) \u2014 run where its "
                               "module imports (PYTHONPATH)") from None
     try:
-        ckpt.load_weights(model, weights)
+        if sharded.is_sharded(manifest):
+            sharded.assemble(path, manifest, model)
+        else:
+            ckpt.load_weights(model, weights)
     except ckpt.UnsafeCheckpoint as exc:
         raise ExportError(str(exc)) from None
     except (RuntimeError, ValueError, KeyError, OSError) as exc:
@@ -296,7 +312,7 @@ def export_run(run_dir: str, step: Optional[int] = None, fmt: str = "onnx", prec
     if precision not in dtypes:
         raise ExportError(f"--precision {precision}: use one of {', '.join(dtypes)}")
     dtype = dtypes[precision]
-    model = load_model(path, info, factory).to(dtype)
+    model = load_model(path, info, factory, manifest).to(dtype)
     example = torch.zeros(2, int(info["in_features"]), dtype=dtype)
     onnx_bytes = to_onnx(model, example, path)
     import onnx

@@ -24,6 +24,8 @@ import re
 import stat
 from typing import NamedTuple, Optional
 
+from hpclaunch.spec.train import MODEL_SIZES
+
 SCHEMA = "hpclaunch.checkpoint/1"
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 16 << 20   # room for a wide CSV's feature names (~1M of them)
@@ -197,6 +199,11 @@ def _check_fields(m) -> None:
             raise BadCheckpoint(f"manifest {key} is not a number")
     if m.get("model") is not None and not isinstance(m["model"], dict):
         raise BadCheckpoint("manifest model is not a JSON object")
+    if m.get("format") not in (None, "sharded"):   # sharded: ZeRO stages 1-3 (sharded_checkpoint.py)
+        raise BadCheckpoint(f"unknown checkpoint format {str(m.get('format'))[:40]!r}")
+    for key, high in (("zero", 3), ("global_batch", MAX_STEP), ("accum_steps", MAX_STEP)):
+        if m.get(key) is not None and not _is_int(m[key], 0, high):
+            raise BadCheckpoint(f"manifest {key} is not a whole number 0..{high}")
 
 
 def read_manifest(folder: str | int) -> dict:
@@ -262,6 +269,8 @@ def verify(path: str) -> tuple[bool, str, Optional[dict]]:
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 FACTORY = re.compile(f"{_NAME}:{_NAME}", re.ASCII)   # module:factory, as --model takes it
+BUILTIN_MODELS = ("mlp", "transformer")   # model.build_model's names (this module imports no torch)
+
 MAX_WIDTH = 1 << 31
 MAX_LAYERS = 256
 
@@ -286,15 +295,18 @@ def model_info(info) -> dict:
     if not isinstance(info, dict):
         raise BadCheckpoint("model is not a JSON object")
     spec = info.get("spec")
-    if spec is not None and not (isinstance(spec, str) and len(spec) <= 200 and FACTORY.fullmatch(spec)):
-        raise BadCheckpoint("model.spec is not a module:factory name")
+    if spec is not None and spec not in BUILTIN_MODELS and not (isinstance(spec, str) and len(spec) <= 200
+                                                                 and FACTORY.fullmatch(spec)):
+        raise BadCheckpoint("model.spec is not mlp, transformer or a module:factory name")
+    if info.get("size") is not None and info["size"] not in MODEL_SIZES:
+        raise BadCheckpoint(f"model.size is not one of {', '.join(MODEL_SIZES)}")
     hidden = _hidden(info.get("hidden") if info.get("hidden") is not None else "")
     if hidden is None:
         raise BadCheckpoint(f"model.hidden is not at most {MAX_LAYERS} comma-separated widths 1..{MAX_WIDTH}")
     dropout = info.get("dropout") or 0.0
     if not (_is_number(dropout) and 0 <= dropout < 1):
         raise BadCheckpoint("model.dropout is not a number in [0, 1)")
-    out = {"spec": spec, "hidden": hidden, "dropout": float(dropout)}
+    out = {"spec": spec, "hidden": hidden, "dropout": float(dropout), "size": info.get("size")}
     for key, names in (("in_features", "feature_names"), ("num_classes", "classes")):
         if not _is_int(info.get(key), 1, MAX_WIDTH):
             raise BadCheckpoint(f"model.{key} is not a whole number 1..{MAX_WIDTH}")

@@ -82,6 +82,26 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
                    help="submit from this machine over ssh: copy the project to the cluster of profile NAME "
                         "(default: the job's profile) and submit it there (docs/remote.md)")
 
+    c = add_command("tune", help="run a study: a search over the sweep's parameters, trials as array tasks "
+                    "(or `tune status|report STUDY`)",
+                    description="Start a study (a job whose sweep has a metric: docs/tune.md) and follow its trials; "
+                                "--resume continues one after a cancel or a crash. `tune status STUDY` prints its "
+                                "trials, `tune report STUDY` its trials, best job file and energy as text, JSON or "
+                                "HTML. Needs hpclaunch[tune].")
+    c.add_argument("what", metavar="JOB.yaml|status|report", help="the study's job file, or status / report")
+    c.add_argument("study", nargs="?", metavar="STUDY", help="status / report: the study's name (its job's name)")
+    c.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a job key, e.g. -o sweep.trials=60 (repeatable)")
+    c.add_argument("--resume", action="store_true",
+                   help="continue the study: trials interrupted by a cancel or a crash run again, none twice")
+    c.add_argument("--backend", default=None, metavar="NAME", help="where the trials run: slurm or local (as submit)")
+    c.add_argument("--no-preflight", action="store_true", help="skip the checks against the live cluster")
+    c.add_argument("--detach", action="store_true", help="submit and return: the study runs on without this command")
+    c.add_argument("--format", "-f", choices=["text", "json", "html"], default=None,
+                   help="report: default text, or from the --output suffix (.json, .html)")
+    c.add_argument("--output", metavar="FILE", help="report: write to FILE (atomically) instead of stdout")
+    c.add_argument("--json", action="store_true", help="status / a start: print JSON")
+
     c = add_command("status", help="state of a job (or of your active jobs and those ended in the last hour)")
     c.add_argument("job", nargs="?", metavar="JOB", help="job id, name or run directory")
     c.add_argument("--json", action="store_true")

@@ -23,8 +23,26 @@ def cmd_report(args: argparse.Namespace) -> int:
             from hpclaunch.cli.remote_commands import cmd_report as remote_report
             return remote_report(args, job.record, fmt)
         run_dir = job.run_dir
+        _refresh_attempts(job)
+    else:
+        try:
+            job = find_job(run_dir)
+        except HpclaunchError:   # a run directory no registry here knows: the files alone
+            job = None
+        if job is not None and job.record.backend != "remote":
+            _refresh_attempts(job)
     if not os.path.isdir(os.path.join(run_dir, "monitor")) and not os.path.isdir(os.path.join(run_dir, "metrics")):
         raise HpclaunchError(f"{run_dir}: no monitor/ or metrics/ folder — is this a run directory?")
     color = args.output is None and sys.stdout.isatty()
     emit_report(render(build_report(run_dir), fmt, color=color), args.output)
     return 0
+
+
+def _refresh_attempts(job) -> None:
+    """Ask the backend once, so that the scheduler's record of each attempt (a node failure Slurm
+    requeued) is in the run directory the report is built from; a backend that cannot answer here
+    leaves the record as it was."""
+    try:
+        job.status()
+    except (HpclaunchError, OSError):
+        pass

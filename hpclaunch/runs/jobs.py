@@ -12,6 +12,7 @@ from hpclaunch.common.errors import HpclaunchError
 from dataclasses import dataclass
 from hpclaunch.launchers.backends.choice import get_backend, relayed
 from hpclaunch.launchers.backends.base import FINAL_STATES, Capability, JobRef, JobStatus, State, exit_code_for
+from hpclaunch.runs import attempts as run_attempts
 from hpclaunch.runs.alerts import on_final
 from hpclaunch.runs.registry import JobRecord, Registry
 from hpclaunch.runs.resubmit import resubmit
@@ -80,7 +81,13 @@ class Job:
         if outcome and outcome.get("outcome") == "gave_up" and st.final:
             st.state = State.GAVE_UP
         attempts = max(st.attempts, int(outcome.get("attempt", -1)) + 1 if outcome else 1)
+        if st.state in (State.COMPLETING, State.REQUEUED) and outcome.get("attempt", "").isdigit():
+            # Slurm counts the restart as soon as the job is requeued, while the attempt that asked
+            # for it is still completing: that attempt is the batch script's newest, not the next.
+            attempts = int(outcome["attempt"]) + 1
         st.attempts = attempts
+        if st.history and not self.record.array_size:
+            run_attempts.record(self.record.run_dir, st.history)
         if st.final:
             st.exit_code = exit_code_for(st.state, self._failing_rank_code(), st.exit_code)
         if st.state not in ("UNKNOWN", ""):
@@ -91,6 +98,10 @@ class Job:
                 except Exception as e:  # noqa: BLE001 - an alert never costs the state (alerts list says more)
                     self.alerts = [{"rule": "error", "message": f"alerts: {type(e).__name__}: {e}"}]
         return st
+
+    def history(self) -> list[dict]:
+        """Every attempt so far, oldest first (runs/attempts.py): start, end, elapsed, cause, nodes."""
+        return [] if self.record.array_size else run_attempts.history(self.record.run_dir)
 
     def _failing_rank_code(self) -> Optional[int]:
         """The exit code of the first rank to fail in the last attempt (of the first task to fail, for a sweep)."""

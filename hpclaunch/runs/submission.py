@@ -23,6 +23,10 @@ from hpclaunch.spec.loading import Resolved, resolve_job
 from hpclaunch.spec.typedload import SourceMap, to_plain
 from hpclaunch.spec.yamlio import display_path, dump_yaml
 
+class IsStudy(HpclaunchError):
+    """submit() of a study, which runs through runs/tuning.py (the CLI's submit sends it there)."""
+
+
 def dependencies(after: Sequence[str], registry: Registry, be) -> tuple:
     """`--after` as the plan's dependencies, on a backend that declares them."""
     if not after:
@@ -135,18 +139,24 @@ def _registry_meta(resolved: Resolved, document: dict, plan: Plan, cwd: str) -> 
 
 def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optional[str] = None,
            after: Sequence[str] = (), preflight: bool = True, cwd: Optional[str] = None,
-           registry: Optional[Registry] = None) -> Job:
+           registry: Optional[Registry] = None, study_dir: Optional[str] = None, tasks: Optional[int] = None) -> Job:
     """Submit a job file (or a resolved job); returns a Job handle.
 
     The same steps for every backend: check, queue held, make the run directory and the registry
-    rows, release. Anything failing before the release abandons what was queued."""
+    rows, release. Anything failing before the release abandons what was queued. A study (a sweep
+    with a metric) is submitted by runs/tuning.py, which makes its folder first: `study_dir`, and
+    `tasks`, the trials it still owes."""
     be = job_backend(backend)
     be.prefetch(preflight)  # a cluster answers while the job loads and renders
     resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
     cwd = os.path.abspath(cwd or os.getcwd())
     reg = registry or Registry()
     reg.check()  # a damaged registry is refused before anything is queued or a run directory made
-    plan = build_plan(resolved)
+    sweep = resolved.job.sweep
+    if sweep is not None and sweep.study and study_dir is None:
+        raise IsStudy(f"{display_path(resolved.job_path)}: the sweep has a metric, so it is a study — "
+                      "run it with `hpclaunch tune`, which keeps the study its trials ask")
+    plan = build_plan(resolved, study_dir=study_dir, tasks=tasks)
     if after:
         plan = replace(plan, after=dependencies(after, reg, be))
     request = be.prepare(plan)

@@ -60,7 +60,7 @@ def directives(plan: Plan) -> Tuple[Tuple[Tuple[str, Optional[str]], ...], Optio
             d.append((opt, value))
     if place.exclusive:
         d.append(("exclusive", None))
-    d.append(("output", log_path(plan.slug, array=bool(plan.sweep_tasks))))
+    d.append(("output", log_path(plan.slug, array=bool(plan.array_size))))
     d.append(("open-mode", "append"))
     # The signal goes to the batch shell only (B:): Slurm's step-wide signal would also reach
     # torchrun, mpirun and the monitor, which have no handler for it and die, and every process
@@ -78,7 +78,7 @@ def prepare(plan: Plan) -> SlurmRequest:
     found, gpu = directives(plan)
     builder = modes.get(plan.launcher).launch_text
     request = SlurmRequest(plan=plan, directives=found, extra_directives=plan.placement.extra, gpu_directive=gpu,
-                           array=array_spec(plan.array_size, plan.parallelism) if plan.sweep_tasks else None,
+                           array=array_spec(plan.array_size, plan.parallelism) if plan.array_size else None,
                            launch_text=builder(plan).rstrip("\n") if builder else None)
     return replace(request, script=render(request))
 

@@ -66,7 +66,8 @@
         var tr = el("tr", {"data-key": j.key, "class": "state-" + j.state.toLowerCase()});
         cell(tr, el("a", {href: root + "job/" + j.key}, j.job_id));
         cell(tr, j.name);
-        cell(tr, j.state + (j.exit_code !== null && j.exit_code !== undefined ? " (exit " + j.exit_code + ")" : ""), "state");
+        cell(tr, j.state + (j.exit_code !== null && j.exit_code !== undefined ? " (exit " + j.exit_code + ")" : "")
+                 + (j.waiting ? " · " + j.waiting : ""), "state");
         cell(tr, j.backend);
         cell(tr, j.cluster);
         cell(tr, j.attempts);
@@ -146,7 +147,7 @@
     var hosts = (job.hosts || []).map(function (h) { return h.host + " (ranks " + h.ranks.join(",") + ")"; }).join(", ");
     var facts = [
       ["state", job.state + (job.exit_code !== null && job.exit_code !== undefined ? " (exit " + job.exit_code + ")" : "")
-                + (job.reason ? " · " + job.reason : "")],
+                + (job.waiting ? " · " + job.waiting : job.reason ? " · " + job.reason : "")],
       ["attempts", job.attempts],
       ["nodes", hosts || job.nodes || (job.nodes_requested ? job.nodes_requested + " requested" : "")],
       ["elapsed", job.elapsed],
