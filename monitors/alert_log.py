@@ -32,6 +32,11 @@ SCHEMA = "hpclaunch.alerts/1"
 JOB_FILE = "job.jsonl"
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 MAX_LINE = 64 * 1024   # a reader skips longer lines: no record is that long
+# What a rank's log says when it ran out of memory: the node monitor's `oom` rule (alert_ranks.py) and the
+# login side's (runs/alerts.py) look for the same words. Here, not in alert_ranks.py, so that the login
+# side (every submission) does not load alert_ranks' `statistics` (decimal, fractions, random: ~5 ms).
+OOM_NEEDLES = (b"CUDA out of memory", b"OutOfMemoryError", b"CUDA error: out of memory",
+               b"Out of memory: Killed process", b"oom-kill")
 
 
 def node_file(host: str) -> str:

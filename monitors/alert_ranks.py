@@ -23,14 +23,14 @@ import os
 from statistics import median
 from typing import Dict, List, Optional, Tuple
 
+from .alert_log import OOM_NEEDLES
+
 CHECK_S = 60.0
 STRAGGLER_EVERY_S = 120.0
 READ_MAX = 256 * 1024
 TAIL = 16 * 1024
 STEPS = 20
 MAX_RANKS = 1024
-OOM_NEEDLES = (b"CUDA out of memory", b"OutOfMemoryError", b"CUDA error: out of memory",
-               b"Out of memory: Killed process", b"oom-kill")
 
 
 class RankWatch:

@@ -200,6 +200,27 @@ def load(src, kind: str, st: os.stat_result) -> Optional[Tuple[Arrays, dict]]:
     return None if got is None else (got[1], got[0]["data"])
 
 
+def description(src, kind: str) -> Optional[dict]:
+    """The stored results of ``src``'s valid copy of ``kind`` (its schema's metadata only: no column is
+    read or decompressed), for a caller that needs a log's bounds before reading it; None when there
+    is none. Its columns are checked only when read (``load``)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+    except ImportError:
+        return None
+    try:
+        source = identity(os.stat(src))
+        with pa.memory_map(str(copy_path(src))) as mm:
+            desc = json.loads((ipc.open_file(mm).schema.metadata or {}).get(META_KEY, b"null"))
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    if not isinstance(desc, dict) or desc.get("format") != FORMAT or desc.get("kind") != kind \
+            or desc.get("source") != source or not isinstance(desc.get("data"), dict):
+        return None
+    return desc["data"]
+
+
 def _read(src, holds: Callable[[dict], bool]) -> Optional[Tuple[dict, Arrays]]:
     """(description, arrays) of ``src``'s copy when its description ``holds`` (asked before any column
     is read: a copy of another kind or version costs no decompression), its arrays checked against

@@ -19,21 +19,20 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from hpclaunch.monitors import schema
-from hpclaunch.reports import attempts, columnar, events, readers, xid
-from hpclaunch.reports.gpu_index import gpu_rows, index_gpu_tables
-from hpclaunch.reports.gpu_stats import gpu_stats
+from hpclaunch.reports import attempts, by_node, columnar, events, readers, xid
+from hpclaunch.reports.gpu_index import index_gpu_tables
+from hpclaunch.reports.per_gpu import PerGpu
 from hpclaunch.reports.hosts import host_stats
-from hpclaunch.reports.metrics import job_info, metrics_summary, rank_hosts
+from hpclaunch.reports.metrics import job_info, metrics_combine, metrics_part, metrics_summary, rank_hosts
+from hpclaunch.reports.log_tables import Logs
 from hpclaunch.reports.plausible import Window, drop_implausible, report_window, run_ended
 from hpclaunch.reports.model import GAP_FACTOR, IDLE_UTIL_PCT, REPORT_SCHEMA, Report, SERIES_BINS, STRAGGLER_RATIO, add_or_none, host_from_filename, rounded
 from hpclaunch.reports.nanstats import nanmax
-
-PEAK_BINS = 2_000_000  # time bins of the job-level peak power at most (16 MB an array)
 
 # Cumulative counters: a negative reading is a glitch, never a value (nor a reset: resets go to 0).
 GPU_COUNTERS = ("energy_mj", "viol_power_ns", "viol_thermal_ns", "ecc_dbe_total") + \
@@ -41,9 +40,12 @@ GPU_COUNTERS = ("energy_mj", "viol_power_ns", "viol_thermal_ns", "ecc_dbe_total"
 HOST_COUNTERS = ("rapl_energy_uj", "monitor_cpu_s")
 
 
-def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS, logs_final: bool = False) -> Report:
+def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS, logs_final: bool = False,
+          workers: Optional[int] = None, mode: str = "auto") -> Report:
     """``logs_final``: the caller knows every monitor of the run has stopped (the job script's epilogue),
-    so the logs' columnar copies may be written now, before the run's record says it ended."""
+    so the logs' columnar copies may be written now, before the run's record says it ended.
+    ``mode``: "auto" reads a large job's logs node by node (reports/by_node.py) on ``workers``
+    processes (None: one per CPU), a small one's whole; "nodes" or "whole" to choose."""
     run_dir = Path(run_dir)
     warnings: List[str] = []
     files = readers.monitor_files(run_dir)
@@ -51,46 +53,46 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS, logs_final: bo
     if not files["gpu"]:
         warnings.append(f"no GPU logs in {run_dir / schema.MONITOR_DIR}: GPU energy unknown")
     copies = columnar.Policy(True if logs_final else run_ended(run_dir)) if engine == "auto" else None
-    # The ranks' metrics are read beside the monitor logs and the per-GPU statistics (pyarrow and
-    # numpy leave the GIL): a first report parses both. Their warnings join at the same place as ever.
-    pool = ThreadPoolExecutor(max_workers=1)
+    window, recorded = report_window(run_dir), events.recorded_intervals(files["events"])
     met_warnings: List[str] = []
-    met_future = pool.submit(metrics_summary, run_dir, met_warnings, copies)
-    pool.shutdown(wait=False)
-    logs = Logs(report_window(run_dir), engine, warnings, copies)
-    # indexed as they are read: one file's raw columns in memory at a time, the reader's tables untouched
-    keys, segs, fcols, txt, mstats = index_gpu_tables(logs.read(files["gpu"], readers.read_gpu_log, GPU_COUNTERS))
-    htabs = list(logs.read(files["host"], readers.read_host_log, HOST_COUNTERS))
-    if logs.skipped:
-        warnings.append(f"{logs.skipped} malformed row(s) skipped (unterminated last lines or cell-count mismatches)")
-    hosts = host_stats(htabs, warnings, events.unavailable_sources(files["events"]))
-    t0, t1 = job_window(fcols, hosts)
+    lg = None
+    if mode == "nodes" or (mode == "auto" and by_node.wanted(files)):
+        lg, met = _by_node(run_dir, files, window, engine, copies, recorded, bins, met_warnings,
+                           by_node.default_workers() if workers is None else workers)
+    if lg is None:
+        # The ranks' metrics are read beside the monitor logs and the per-GPU statistics (pyarrow and
+        # numpy leave the GIL): a first report parses both. Their warnings join at the same place as ever.
+        pool = ThreadPoolExecutor(max_workers=1)
+        met_future = pool.submit(metrics_summary, run_dir, met_warnings, copies)
+        pool.shutdown(wait=False)
+        lg = _whole(files, window, engine, copies, recorded, bins)
+        met = met_future.result()
+    warnings += lg.read_warnings
+    if lg.skipped:
+        warnings.append(f"{lg.skipped} malformed row(s) skipped (unterminated last lines or cell-count mismatches)")
+    warnings += lg.host_warnings
+    hosts, t0, t1 = lg.hosts, lg.t0, lg.t1
     duration = (t1 - t0) if t0 is not None else None
     if duration is None:
         warnings.append("no samples at all: duration unknown")
-    per_gpu = PerGpu(keys, segs, fcols, txt, warnings)
-    if keys and duration is not None:
-        per_gpu.run(t0, t1, bins, events.recorded_intervals(files["events"]))
-    gpus = per_gpu.gpus
-    mstats["duplicates"] = per_gpu.duplicates
+    warnings += lg.gpu_warnings
+    gpus = lg.gpus
     xid.apply(gpus, xid.read(files["events"]), warnings)  # gpus[].xids, from the events files
-    per_gpu.fcols = fcols = None  # the per-GPU columns are done with: free them before the rest
-    skipped = logs.skipped + power_trace_peaks(files["power_trace"], engine, gpus, warnings, logs.window)
-    met = met_future.result()
+    skipped = lg.skipped + power_trace_peaks(files["power_trace"], engine, gpus, warnings, window)
     warnings.extend(met_warnings)
     ranks, med_all = rank_rows(run_dir, gpus, met, warnings)
-    nodes = node_rows(gpus, hosts, per_gpu.node_peak, duration, warnings)
+    nodes = node_rows(gpus, hosts, lg.node_peak, duration, warnings)
     history = attempts.attempts(run_dir)
     job["attempts"] = len(history)
     job["elapsed_s"] = rounded(attempts.total_elapsed(history, running=not run_ended(run_dir)), 3)
     data = {"schema": REPORT_SCHEMA, "job": job, "window": {"start_unix": t0, "end_unix": t1},
             "duration_s": rounded(duration, 3), "attempt_history": history}
-    data.update(totals(gpus, hosts, met, duration, per_gpu.gpu_peak, warnings))
+    data.update(totals(gpus, hosts, met, duration, lg.gpu_peak, warnings))
     data.update(throttle_total_s=throttle_totals(gpus), nodes=nodes, gpus=gpus, ranks=ranks,
                 stragglers=stragglers(met, ranks, med_all),
-                coverage=coverage(gpus, mstats, skipped, files, logs.engines, warnings),
+                coverage=coverage(gpus, lg.mstats, skipped, files, lg.engines, warnings),
                 monitor_overhead=monitor_overhead(nodes), warnings=warnings)
-    series: Dict[str, Any] = {"t0": t0, "t1": t1, "bins": bins, "gpu": per_gpu.series}
+    series: Dict[str, Any] = {"t0": t0, "t1": t1, "bins": bins, "gpu": lg.series}
     if met:
         series["loss"] = downsample(met["loss"], 400)
         series["throughput"] = downsample(met["throughput"], 400)
@@ -98,37 +100,52 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS, logs_final: bo
     return Report(data=data, series=series)
 
 
-class Logs:
-    """Reads a kind of log file by file: each table's implausible rows dropped (into a new table),
-    its warnings and malformed rows noted."""
+def _whole(files, window, engine: str, copies, recorded: Dict[str, float], bins: int) -> by_node.Nodes:
+    """The GPU and host logs' part of the report, every log in memory at once."""
+    out = by_node.Nodes()
+    logs = Logs(window, engine, out.read_warnings, copies)
+    # indexed as they are read: one file's raw columns in memory at a time, the reader's tables untouched
+    keys, segs, fcols, txt, mstats = index_gpu_tables(logs.read(files["gpu"], readers.read_gpu_log, GPU_COUNTERS))
+    htabs = list(logs.read(files["host"], readers.read_host_log, HOST_COUNTERS))
+    out.hosts = host_stats(htabs, out.host_warnings, events.unavailable_sources(files["events"]))
+    out.t0, out.t1 = job_window(fcols, out.hosts)
+    per_gpu = PerGpu(keys, segs, fcols, txt, out.gpu_warnings)
+    if keys and out.t0 is not None:
+        per_gpu.run(out.t0, out.t1, bins, recorded)
+    mstats["duplicates"] = per_gpu.duplicates
+    out.gpus, out.series, out.node_peak, out.gpu_peak = per_gpu.gpus, per_gpu.series, per_gpu.node_peak, per_gpu.gpu_peak
+    out.mstats, out.skipped, out.engines = mstats, logs.skipped, logs.engines
+    return out
 
-    def __init__(self, window: Optional[Window], engine: str, warnings: List[str],
-                 copies: Optional[columnar.Policy] = None):
-        self.window, self.engine, self.warnings, self.copies = window, engine, warnings, copies
-        self.skipped = 0
-        self.engines: set = set()
 
-    def read(self, paths, reader, counters) -> Iterator[readers.Table]:
-        paths = list(paths)
-        # the next file is read (pyarrow: without the GIL) while the caller works on this one
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            ahead = [pool.submit(reader, p, self.engine, self.copies) for p in paths[:1]]
-            for i in range(len(paths)):
-                ahead += [pool.submit(reader, p, self.engine, self.copies) for p in paths[i + 1:i + 2]]
-                yield self._checked(ahead[i].result(), counters)
-                ahead[i] = None  # one file's raw columns in memory at a time, besides the next one
+def _by_node(run_dir, files, window, engine: str, copies, recorded: Dict[str, float], bins: int,
+             met_warnings: List[str], workers: int):
+    """(the logs' part, the metrics' summary) node by node on ``workers`` processes; (None, None) when
+    the logs are not laid out one node per name (by_node.Mismatch): then the whole way."""
+    spec = by_node.Spec(window=window, engine=engine, copies=copies, gpu_counters=GPU_COUNTERS,
+                        host_counters=HOST_COUNTERS, unavailable=events.unavailable_sources(files["events"]))
 
-    def _checked(self, raw: readers.Table, counters) -> readers.Table:
-        tb, why = drop_implausible(raw, self.window, counters)
-        if why:
-            self.warnings.append(why)
-        self.warnings.extend(tb.warnings)
-        self.skipped += tb.skipped_rows
-        self.engines.add(tb.engine)
-        miss = [c for c in tb.missing_columns if c not in ("ecc_dbe_total",)]
-        if miss:
-            self.warnings.append(f"{tb.path}: columns absent: {', '.join(miss)} (treated as not measured)")
-        return tb
+    def estimate_step() -> List[float]:   # the whole way's estimate: the first GPUs' spacing
+        tabs = []
+        for p in files["gpu"]:
+            tabs.append(Logs(window, engine, [], copies).one(p, readers.read_gpu_log, GPU_COUNTERS))
+            keys, segs, fcols, txt, _ = index_gpu_tables(tabs)
+            if len(segs) >= 8:
+                break
+        return PerGpu(keys, segs, fcols, txt, []).first_intervals() if tabs else []
+
+    pool = by_node.Pool(workers)
+    try:
+        mfiles = readers.metrics_files(run_dir)
+        met_parts = [pool.submit(metrics_part, part, copies) for part in by_node.runs(mfiles, workers)]
+        try:
+            lg = by_node.report(files, spec, bins, recorded, estimate_step, pool)
+        except by_node.Mismatch:
+            return None, None
+        met = metrics_combine([f.result() for f in met_parts], len(mfiles), met_warnings) if mfiles else None
+        return lg, met
+    finally:
+        pool.close()
 
 
 def job_window(fcols, hosts) -> Tuple[Optional[float], Optional[float]]:
@@ -144,80 +161,6 @@ def job_window(fcols, hosts) -> Tuple[Optional[float], Optional[float]]:
             starts.append(h["first_unix"])
             ends.append(h["last_unix"])
     return (min(starts) if starts else None), (max(ends) if ends else None)
-
-
-class PerGpu:
-    """Every GPU's statistics and series, and the job's and each node's peak GPU power."""
-
-    def __init__(self, keys, segs, fcols, txt, warnings: List[str]):
-        self.keys, self.segs, self.fcols, self.txt, self.warnings = keys, segs, fcols, txt, warnings
-        self.gpus: List[dict] = []
-        self.series: Dict[str, Any] = {}
-        self.duplicates = 0
-        self.gpu_peak: Optional[float] = None
-        self.node_peak: Dict[str, float] = {}
-
-    def peak_step(self, recorded: Dict[str, float]) -> float:
-        """Bin width for the job-level peak power: the sampling interval the daemons recorded (the
-        longest, if hosts differ); estimated from a few GPUs' timestamps only without one."""
-        gpu_hosts = {self.keys[g_][0] for g_ in self.segs}
-        unrecorded = sorted(h for h in gpu_hosts if h not in recorded)
-        if unrecorded:
-            self.warnings.append(f"sampling interval not recorded for {', '.join(unrecorded[:5])}"
-                                 f"{' and others' if len(unrecorded) > 5 else ''} (no events header with "
-                                 "interval_s): estimated from the timestamps")
-        probe = [recorded[h] for h in gpu_hosts if h in recorded]
-        for g_ in list(self.segs)[:8] if not probe else []:
-            fi, sl0 = self.segs[g_][0]
-            tt = self.fcols[fi]["time_unix"][sl0]
-            dt = np.diff(tt[np.isfinite(tt)]) if tt.size > 1 else np.empty(0)
-            if dt.size and np.isfinite(np.median(dt)) and np.median(dt) > 0:
-                probe.append(float(np.median(dt)))
-        return max((max(probe) if recorded and probe else float(np.median(probe))) if probe else 1.0, 1e-3)
-
-    def run(self, t0: float, t1: float, bins: int, recorded: Dict[str, float]) -> None:
-        # bins of the sampling interval, fewer and wider on a window of more than PEAK_BINS of them:
-        # the arrays are bounded whatever the times say (the window is plausible: plausible.py)
-        step = max(self.peak_step(recorded), (t1 - t0) / PEAK_BINS)
-        nb = int(min(max((t1 - t0) / step, 1), PEAK_BINS)) + 1
-        tot = np.zeros(nb)
-        per_host: Dict[str, np.ndarray] = {}
-        for g_ in sorted(self.segs, key=lambda k: self.keys[k]):
-            host, idx = self.keys[g_]
-            if idx < 0:
-                self.warnings.append(f"{host}: {sum(self.fcols[fi]['time_unix'][sl].size for fi, sl in self.segs[g_])} "
-                                     "rows without gpu_index ignored")
-                continue
-            sl, ndup, nbad = gpu_rows(self.segs[g_], self.fcols)
-            self.duplicates += ndup
-            if nbad:
-                self.warnings.append(f"{host}/gpu{idx}: {nbad} rows without time_unix ignored")
-            if sl["time_unix"].size == 0:
-                continue
-            gt = {c: self.txt[c].get(g_, {}) for c in self.txt}
-            gs, ser = gpu_stats(host, idx, sl, gt, t0, t1, bins, self.warnings, recorded.get(host))
-            self.gpus.append(gs)
-            self.series[f"{host}/{idx}"] = ser
-            m_ = binned_mean_power(sl, t0, step, nb)
-            if m_ is not None:
-                tot += m_
-                if host not in per_host:
-                    per_host[host] = np.zeros(nb)
-                per_host[host] += m_
-        self.gpu_peak = float(tot.max()) if per_host else None
-        self.node_peak = {h: float(v.max()) for h, v in per_host.items()}
-
-
-def binned_mean_power(sl: Dict[str, np.ndarray], t0: float, step: float, nb: int) -> Optional[np.ndarray]:
-    """One GPU's mean power per ``step``-wide bin from ``t0`` (0 where it has no sample)."""
-    p = sl["power_w"]
-    ok = ~np.isnan(p)
-    if not ok.any():
-        return None
-    bi = np.clip((sl["time_unix"][ok] - t0) / step, 0, nb - 1).astype(np.int64)
-    s_ = np.bincount(bi, p[ok], nb)
-    k_ = np.bincount(bi, None, nb)
-    return np.where(k_ > 0, s_ / np.maximum(k_, 1), 0.0)
 
 
 def power_trace_peaks(paths, engine: str, gpus: List[dict], warnings: List[str],

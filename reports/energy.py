@@ -12,13 +12,17 @@ def counter_total(t: np.ndarray, c: np.ndarray) -> Dict[str, Any]:
     Returns dict(total, resets=list of (t_before, t_after), t_first, t_last, n_valid, dts of
     the valid-subsequence intervals and their increments for callers that attribute them)."""
     v = ~np.isnan(c)
-    tv, cv = t[v], c[v]
-    out: Dict[str, Any] = {"n_valid": int(tv.size), "t": tv, "valid": v}
+    every = bool(v.all())
+    tv, cv = (t, c) if every else (t[v], c[v])   # a reading at every sample (usual): no copies
+    out: Dict[str, Any] = {"n_valid": int(tv.size), "t": tv, "valid": v, "every": every}
     if tv.size < 2:
         out.update(total=None, resets=[], inc=np.empty(0))
         return out
     inc = np.diff(cv)
     back = inc < 0
+    if not back.any():   # never backwards: the same sum, without the NaN-aware pass
+        out.update(total=float(np.sum(inc)), resets=[], inc=inc)
+        return out
     resets = [(float(tv[i]), float(tv[i + 1])) for i in np.flatnonzero(back)]
     inc = np.where(back, np.nan, inc)
     out.update(total=float(np.nansum(inc)), resets=resets, inc=inc)
@@ -30,8 +34,7 @@ class PowerIntegral:
 
     def __init__(self, t: np.ndarray, p: np.ndarray):
         v = ~np.isnan(p)
-        self.t = t[v]
-        self.p = p[v]
+        self.t, self.p = (t, p) if v.all() else (t[v], p[v])
         if self.t.size >= 2:
             seg = 0.5 * (self.p[1:] + self.p[:-1]) * np.diff(self.t)
             self.cum = np.concatenate([[0.0], np.cumsum(seg)])

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
 
-from hpclaunch.reports.model import SLOWDOWN_REASONS, clean, reasons_text
+from hpclaunch.reports.model import SLOWDOWN_REASONS, clean, page_text, reasons_text
 
 try:  # the report extra's fast JSON codec (setup.cfg says why); the json module does the same without it
     import orjson as _orjson
@@ -382,6 +382,8 @@ def _fleet_text(fleet: FleetReport, width: int, color: bool) -> str:
     energy = "unknown" if d["energy_kwh"] is None else f"{d['energy_kwh']:.3f} kWh"
     con.print(f"[bold]Fleet energy[/bold]: {d['jobs_count']} jobs, {energy}"
               + (f" ({unknown} job(s) with unknown energy not counted)" if unknown and d["energy_kwh"] is not None else ""))
+    if page_text(d):
+        con.print(page_text(d), markup=False)
     con.print("GPU throttle over all jobs: " + (reasons_text(d["throttle_s"]) or "none"))
     for title, grp in (("By user", d["by_user"]), ("By partition", d["by_partition"])):
         t = Table(title=title, title_justify="left")

@@ -16,15 +16,21 @@ from hpclaunch.reports import readers
 
 # At most this much is parsed per read: the first read of a huge log takes several reads, each bounded.
 MAX_READ = 32 << 20
+SMALL_READ = 16 << 10   # below this, the csv module parses the lines (pyarrow's start costs more)
 
 
 class Tail:
-    """The complete lines appended to one file since the last read."""
+    """The complete lines appended to one file since the last read. ``start``: a file longer than this
+    at the first read is followed from its last ``start`` bytes (from the first line that starts
+    there), not from its beginning: a view of many files' recent past (the dashboard's page of a large
+    job) instead of every file's whole history."""
 
-    def __init__(self, path, max_read: int = MAX_READ):
+    def __init__(self, path, max_read: int = MAX_READ, start: Optional[int] = None):
         self.path = str(path)
         self.offset = 0
         self.max_read = max_read
+        self.start = start
+        self.skipped = 0          # bytes never read: the head of a file followed from its end
         self._ident: Optional[Tuple[int, int]] = None
 
     def read(self) -> Tuple[bytes, bool]:
@@ -38,6 +44,8 @@ class Tail:
         if ident != self._ident or st.st_size < self.offset:
             restarted = self._ident is not None
             self._ident, self.offset = ident, 0
+            if self.start is not None and st.st_size > self.start:
+                self.offset = self.skipped = self._line_after(st.st_size - self.start)
         if st.st_size <= self.offset:
             return b"", restarted
         try:
@@ -55,6 +63,17 @@ class Tail:
         return data[:cut + 1], restarted
 
 
+    def _line_after(self, pos: int) -> int:
+        """The offset of the first line that starts at or after ``pos`` (0 if unreadable)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(max(0, pos - 1))
+                f.readline()   # the rest of the line ``pos`` falls in (none when pos - 1 is its newline)
+                return f.tell()
+        except OSError:
+            return 0
+
+
 class CsvFollower:
     """A contract CSV (``kind`` "gpu" or "host"): each read gives a Table of the rows appended since."""
 
@@ -63,8 +82,8 @@ class CsvFollower:
         "host": (schema.HOST_SCHEMA, readers.HOST_NUMERIC, readers.HOST_TEXT, ()),
     }
 
-    def __init__(self, path, kind: str, engine: str = "auto", max_read: int = MAX_READ):
-        self.tail = Tail(path, max_read)
+    def __init__(self, path, kind: str, engine: str = "auto", max_read: int = MAX_READ, start: Optional[int] = None):
+        self.tail = Tail(path, max_read, start)
         self.schema, self.numeric, self.text, self.optional = self.COLUMNS[kind]
         self.engine = engine
         self.header: Optional[List[str]] = None
@@ -77,14 +96,23 @@ class CsvFollower:
         if not data:
             return None, restarted
         skip = 0
+        if self.header is None and self.tail.skipped:   # followed from its end: its header, from its head
+            try:
+                with open(self.tail.path, "r", newline="", errors="replace") as f:
+                    self.header = readers.head_of(f)[1]
+            except OSError:
+                pass
         if self.header is None:  # the file's first lines: its schema line and header
             _, header, skip = readers.head_of(_lines(data, newline=""))
             if header is None:  # not written yet: read these lines again next time
                 self.tail.offset = 0
                 return None, restarted
             self.header = header
+        # a few lines (a running job's, read every second): the csv module, a fifth of pyarrow's
+        # per-call cost; both engines read the same table
+        engine = "csv" if self.engine == "auto" and len(data) < SMALL_READ else self.engine
         table = readers.read_rows(self.tail.path, data, self.header, skip, self.numeric, self.text,
-                                  self.engine, self.optional)
+                                  engine, self.optional)
         return (table if table.n else None), restarted
 
 
@@ -92,8 +120,8 @@ class JsonlFollower:
     """A JSON-lines file (metrics/rank<R>.jsonl): each read gives the records appended since, and how
     many lines did not parse."""
 
-    def __init__(self, path, max_read: int = MAX_READ):
-        self.tail = Tail(path, max_read)
+    def __init__(self, path, max_read: int = MAX_READ, start: Optional[int] = None):
+        self.tail = Tail(path, max_read, start)
 
     def read(self) -> Tuple[List[dict], int, bool]:
         data, restarted = self.tail.read()

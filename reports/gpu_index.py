@@ -32,8 +32,26 @@ def index_gpu_tables(tables: Iterable[readers.Table]):
         fname_host = host_from_filename(tb.path)
         hcodes, hdic = tb.text["host"]
         hnames = list(hdic) + [fname_host]
-        hidx = np.where(hcodes < 0, len(hdic), hcodes).astype(np.int64)
         gi = tb.col("gpu_index")
+        runs = _gpu_runs(hcodes, len(hdic), gi)
+        if runs is not None:   # each GPU's rows one run, in key order (a columnar copy; one GPU)
+            edges, local = runs
+            lut = [key_to_gid.setdefault((str(hnames[hi]), ix - 1), len(key_to_gid))
+                   for hi, ix in (divmod(lk, M) for lk in local.tolist())]
+            fcols.append(dict(tb.num))   # views, no copy
+            for c in readers.GPU_NUMERIC:
+                fcols[-1].setdefault(c, np.full(tb.n, np.nan))
+            for gid, a_, b_ in zip(lut, edges[:-1].tolist(), edges[1:].tolist()):
+                segs.setdefault(gid, []).append((fi, slice(a_, b_)))
+            run_gid = np.array(lut, np.int64)
+            for c in txt:
+                codes, dic = tb.text[c]
+                for gg, code, k_ in _value_counts(codes, None, edges, run_gid):
+                    val = dic[code] if code >= 0 else ""
+                    dd = txt[c].setdefault(gg, {})
+                    dd[val] = dd.get(val, 0) + k_
+            continue
+        hidx = np.where(hcodes < 0, len(hdic), hcodes).astype(np.int64)
         with np.errstate(invalid="ignore"):  # an index no GPU has (1e18, -1, 0.5) names none
             bad = ~((gi >= 0) & (gi < 100_000) & (gi == np.floor(gi)))
         stats["unindexed"] += int(bad.sum())
@@ -101,6 +119,26 @@ def index_gpu_tables(tables: Iterable[readers.Table]):
     return keys, segs, fcols, txt, stats
 
 
+def _gpu_runs(hcodes: np.ndarray, nhost: int, gi: np.ndarray):
+    """(edges of the runs, each run's key) when the rows are runs of one GPU each, with a valid index,
+    in increasing key order (what the old path's ``grouped`` finds), found from where the host or the
+    index changes: no pass that makes an integer per row. None otherwise."""
+    n = gi.size
+    with np.errstate(invalid="ignore"):   # a NaN index differs from every row: its own run, then refused
+        chg = np.flatnonzero((hcodes[1:] != hcodes[:-1]) | (gi[1:] != gi[:-1]))
+    if chg.size > 65536:
+        return None
+    edges = np.concatenate([[0], chg + 1, [n]])
+    g, h = gi[edges[:-1]], hcodes[edges[:-1]]
+    with np.errstate(invalid="ignore"):
+        if not ((g >= 0) & (g < 100_000) & (g == np.floor(g))).all():
+            return None
+    local = np.where(h < 0, nhost, h).astype(np.int64) * 1_000_003 + g.astype(np.int64) + 1
+    if not (np.diff(local) > 0).all():
+        return None
+    return edges, local
+
+
 def _sweep_length(local: np.ndarray) -> int:
     """k when the rows are whole sweeps of the same k different GPUs in the same order (a daemon's
     file: one row per GPU per sample), else 0."""
@@ -112,15 +150,19 @@ def _sweep_length(local: np.ndarray) -> int:
     return k if np.array_equal(local.reshape(-1, k), np.broadcast_to(local[:k], (n // k, k))) else 0
 
 
-def _value_counts(codes: np.ndarray, gid: np.ndarray, edges):
+def _value_counts(codes: np.ndarray, gid, edges, run_gid=None):
     """(GPU id, code, rows) of a text column. ``edges``: the runs of rows of one GPU each when the
     rows are grouped; a value that changes only where the GPU does (a UUID, the ranks, an error
-    column left empty) is then counted by run, without a sort."""
+    column left empty) is then counted by run, without a sort. ``run_gid``: each run's GPU, when
+    ``gid`` (each row's) is not made."""
     if edges is not None:
         change = np.flatnonzero(codes[1:] != codes[:-1]) + 1
         if np.isin(change, edges).all():
             heads = edges[:-1]
-            return zip(gid[heads].tolist(), codes[heads].tolist(), np.diff(edges).tolist())
+            return zip((gid[heads] if run_gid is None else run_gid).tolist(), codes[heads].tolist(),
+                       np.diff(edges).tolist())
+    if gid is None:
+        gid = np.repeat(run_gid, np.diff(edges))
     up, cnt = np.unique(codes.astype(np.int64) * 65536 + gid, return_counts=True)
     return ((p_ % 65536, p_ // 65536, k_) for p_, k_ in zip(up.tolist(), cnt.tolist()))
 

@@ -34,6 +34,12 @@ def idle_counter_energy(t: np.ndarray, util: np.ndarray, p: np.ndarray, tv: np.n
     if t.size < 2 or inc.size == 0:
         return 0.0
     dt = np.diff(t)
+    if valid is not None and inc.size == dt.size and bool((dt > 0).all()):
+        # a reading at every sample: each increment is one interval's, idle or not (what the
+        # weighting below comes to when every weight is positive)
+        frac = (util[:-1] <= IDLE_UTIL_PCT).astype(np.float64)
+        ok = ~np.isnan(inc)
+        return float((inc[ok] * frac[ok]).sum())
     with np.errstate(invalid="ignore"):
         e = 0.5 * (p[1:] + p[:-1]) * dt
     if valid is not None:  # the counter interval of each one
@@ -144,9 +150,13 @@ def energy_stats(name: str, s: _Sampling, c: Dict[str, np.ndarray], pint: PowerI
         window_s = win_b - win_a
         idle_j = idle_counter_energy(t, util, p, ctr["t"], ctr["inc"], ctr["valid"]) / 1000.0
         # the monitor reads the counter every few samples: only a spacing well over its own is a gap
-        tv = ctr["t"]
-        ctr_step = max(s.interval or 0.0, float(np.median(np.diff(tv))))
-        ctr_gap = np.diff(tv) > GAP_FACTOR * ctr_step
+        # (none can be when no spacing is over the sampling interval's: no median then)
+        dtv = s.dt if ctr["every"] else np.diff(ctr["t"])
+        if s.interval and not (dtv > GAP_FACTOR * s.interval).any():
+            ctr_gap = dtv[:0]
+        else:
+            ctr_step = max(s.interval or 0.0, float(np.median(dtv)))
+            ctr_gap = dtv > GAP_FACTOR * ctr_step
         if ctr_gap.any():
             notes.append(f"{int(ctr_gap.sum())} gap(s): counter difference exact across them")
     elif pint.ok:
@@ -240,16 +250,20 @@ def thermal_stats(name: str, s: _Sampling, c: Dict[str, np.ndarray], warnings: L
     out: Dict[str, Any] = {"avg_temp_c": rounded(avg, 2), "max_temp_c": rounded(mx, 2),
                            "max_mem_temp_c": rounded(nanmax(c["mem_temp_c"]), 2)}
     sd = c["slowdown_temp_c"]
-    sdv = sd[~np.isnan(sd)]
-    slow = float(np.median(sdv)) if sdv.size else None
+    lo, hi = nanmin(sd), nanmax(sd)
+    if lo is not None and lo == hi:   # one threshold (usual): its median, without a sort
+        slow = lo
+    else:
+        sdv = sd[~np.isnan(sd)]
+        slow = float(np.median(sdv)) if sdv.size else None
     out["slowdown_temp_c"] = rounded(slow, 1)
     if slow is None:
         out["time_near_slowdown_s"] = None
         out["slowdown_margin_c"] = None
         warnings.append(f"{name}: slowdown threshold not reported; time near slowdown unknown")
         return out
-    thr = np.where(np.isnan(sd), slow, sd)
-    near = (temp >= thr - NEAR_SLOWDOWN_C) & ~np.isnan(temp)
+    thr = sd if lo is not None and lo == hi and not np.isnan(sd).any() else np.where(np.isnan(sd), slow, sd)
+    near = temp >= thr - NEAR_SLOWDOWN_C   # False where temp is NaN
     out["time_near_slowdown_s"] = rounded(s.dt_left[near].sum(), 2)
     out["slowdown_margin_c"] = rounded(slow - out["max_temp_c"] if out["max_temp_c"] is not None else None, 2)
     return out
@@ -292,8 +306,10 @@ def throttle_stats(name: str, s: _Sampling, c: Dict[str, np.ndarray], notes: Lis
         if vc["resets"]:
             notes.append(f"{col} went backwards {len(vc['resets'])} time(s); those intervals skipped")
         a, b = vc["t"][0], vc["t"][-1]
-        edges = (t < a) | (t >= b)  # left samples of the intervals outside the counter's span
-        if float(dt_left[edges].sum()) > 0:
+        # left samples of the intervals outside the counter's span (none but the last, which holds 0 s,
+        # when the counter spans every sample)
+        edges = None if (a == t[0] and b == t[-1]) else (t < a) | (t >= b)
+        if edges is not None and float(dt_left[edges].sum()) > 0:
             if have_bits:
                 secs += float(np.add.reduce(dt_left, where=edges & ((tri & bits) != 0)))
                 thr_src[key] = "violation_counter+bitmask"
@@ -341,13 +357,25 @@ def series(t: np.ndarray, c: Dict[str, np.ndarray], job_t0, job_t1, nb: int) -> 
         return ser
     job_span = max(job_t1 - job_t0, 1e-9)
     b = np.clip(((t - job_t0) / job_span * nb).astype(np.int64), 0, nb - 1)
+    ordered = bool((b[1:] >= b[:-1]).all())
+    k_all = None
     for nm, a, how in (("power", c["power_w"], "mean"), ("temp", c["temp_c"], "max"), ("util", c["util_pct"], "mean")):
         ok = ~np.isnan(a)
-        if how == "mean":
+        if how == "mean" and ok.all():   # every row measured (usual): no copies of the rows
+            s = np.bincount(b, a, nb)
+            k = k_all = np.bincount(b, None, nb) if k_all is None else k_all
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ser[nm] = np.where(k > 0, s / np.maximum(k, 1), np.nan)
+        elif how == "mean":
             s = np.bincount(b[ok], a[ok], nb)
             k = np.bincount(b[ok], None, nb)
             with np.errstate(invalid="ignore", divide="ignore"):
                 ser[nm] = np.where(k > 0, s / np.maximum(k, 1), np.nan)
+        elif ordered:   # times in order (gpu_rows sorts them): each bin's rows are one run
+            m = np.full(nb, np.nan)
+            starts = np.flatnonzero(np.concatenate([[True], b[1:] != b[:-1]]))
+            m[b[starts]] = np.fmax.reduceat(a, starts)   # fmax: NaN only where the whole bin is
+            ser[nm] = m
         else:
             m = np.full(nb, -np.inf)
             np.maximum.at(m, b[ok], a[ok]) if ok.sum() < 200000 else bin_max(m, b[ok], a[ok])

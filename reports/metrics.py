@@ -14,12 +14,74 @@ def metrics_summary(run_dir, warnings, copies: Optional[columnar.Policy] = None)
     files = readers.metrics_files(run_dir)
     if not files:
         return None
+    return metrics_combine([metrics_part(files, copies)], len(files), warnings)
+
+
+class StepSums:
+    """Loss and throughput summed per step over ranks, record by record in file order (as one bincount
+    over every file's records would), without holding the records: a dense array per step number while
+    the steps are whole numbers under DENSE_MAX, else records (step, loss sum and count, samples/s sum
+    and count)."""
+
+    DENSE_MAX = 1 << 22
+
+    def __init__(self):
+        self.dense = np.zeros((4, 0))   # loss sum, loss count, samples/s sum, samples/s count per step
+        self.sparse: List[np.ndarray] = []
+
+    def add(self, sv: np.ndarray, lo: np.ndarray, sp: np.ndarray) -> None:
+        if not sv.size:
+            return
+        ok, ok2 = ~np.isnan(lo), ~np.isnan(sp)
+        if self.sparse or not ((sv >= 0) & (sv < self.DENSE_MAX) & (sv == np.floor(sv))).all():
+            self.sparse.append(np.vstack([sv, np.where(ok, lo, 0.0), ok, np.where(ok2, sp, 0.0), ok2]))
+            return
+        idx = sv.astype(np.int64)
+        top = int(idx.max()) + 1
+        if top > self.dense.shape[1]:
+            self.dense = np.hstack([self.dense, np.zeros((4, top - self.dense.shape[1]))])
+        np.add.at(self.dense[0], idx[ok], lo[ok])
+        np.add.at(self.dense[1], idx[ok], 1.0)
+        np.add.at(self.dense[2], idx[ok2], sp[ok2])
+        np.add.at(self.dense[3], idx[ok2], 1.0)
+
+    def merge(self, other: "StepSums") -> None:
+        if other.sparse or self.sparse:
+            self.sparse = [self._records()] + self.sparse + [other._records()] + other.sparse
+            self.dense = np.zeros((4, 0))
+            return
+        n = max(self.dense.shape[1], other.dense.shape[1])
+        self.dense = np.pad(self.dense, ((0, 0), (0, n - self.dense.shape[1]))) + \
+            np.pad(other.dense, ((0, 0), (0, n - other.dense.shape[1])))
+
+    def _records(self) -> np.ndarray:
+        steps = np.flatnonzero((self.dense[1] > 0) | (self.dense[3] > 0))
+        return np.vstack([steps.astype(float), self.dense[:, steps]])
+
+    def series(self) -> Tuple[list, list]:
+        """(loss: (step, mean over ranks), throughput: (step, sum over ranks)) in step order."""
+        if self.sparse:
+            recs = np.hstack(self.sparse)
+            u, inv = np.unique(recs[0], return_inverse=True)
+            ls, lk, ts, tk = (np.bincount(inv, recs[i], u.size) for i in range(1, 5))
+            steps = u.tolist()
+        else:
+            ls, lk, ts, tk = self.dense
+            steps = range(self.dense.shape[1])
+        loss = [(int(s_), float(a_ / k_)) for s_, a_, k_ in zip(steps, ls.tolist(), lk.tolist()) if k_]
+        tput = [(int(s_), float(a_)) for s_, a_, k_ in zip(steps, ts.tolist(), tk.tolist()) if k_]
+        return loss, tput
+
+
+def metrics_part(files, copies: Optional[columnar.Policy] = None) -> dict:
+    """What ``files`` (metrics/rank<R>.jsonl) say: per rank, the steps' sums, the validation records and
+    the lines skipped; parts of one job's files combine (metrics_combine)."""
     per_rank: Dict[int, dict] = {}
-    all_step, all_loss, all_sps, all_t = [], [], [], []
+    sums = StepSums()
     val: List[Tuple[float, float, Optional[float]]] = []
     bad_total = 0
     for f in files:
-        m = re.match(r"rank(\d+)\.jsonl$", f.name)
+        m = re.match(r"rank(\d+)\.jsonl$", Path(f).name)
         if not m:
             continue
         rank = int(m.group(1))
@@ -48,32 +110,28 @@ def metrics_summary(run_dir, warnings, copies: Optional[columnar.Policy] = None)
         }
         sv = a["step"][st]
         okv = ~np.isnan(sv)
-        all_step.append(sv[okv])
-        all_loss.append(lo[okv])
-        all_sps.append(a["samples_per_s"][st][okv])
-        all_t.append(a["time_unix"][st][okv])
+        sums.add(sv[okv], lo[okv], a["samples_per_s"][st][okv])
         ep = a["is_epoch"]
         for t_, vl, va in zip(a["time_unix"][ep].tolist(), a["val_loss"][ep].tolist(), a["val_accuracy"][ep].tolist()):
             if vl == vl:
                 val.append((t_ if t_ == t_ else 0.0, vl, va if va == va else None))
+    return {"per_rank": per_rank, "sums": sums, "val": val, "bad": bad_total}
+
+
+def metrics_combine(parts: List[dict], nfiles: int, warnings) -> dict:
+    """One summary of the parts (of files in order, no rank in two)."""
+    per_rank: Dict[int, dict] = {}
+    sums = parts[0]["sums"] if parts else StepSums()
+    for p in parts:
+        per_rank.update(p["per_rank"])
+        if p["sums"] is not sums:
+            sums.merge(p["sums"])
+    bad_total = sum(p["bad"] for p in parts)
     if bad_total:
         warnings.append(f"metrics: {bad_total} unparsable line(s) skipped (partial last lines?)")
-    loss, tput = [], []
-    if all_step:
-        sv = np.concatenate(all_step)
-        if sv.size:
-            u, inv = np.unique(sv, return_inverse=True)
-            lo = np.concatenate(all_loss)
-            sp = np.concatenate(all_sps)
-            ok = ~np.isnan(lo)
-            ls = np.bincount(inv[ok], lo[ok], u.size)
-            lk = np.bincount(inv[ok], None, u.size)
-            ok2 = ~np.isnan(sp)
-            ts = np.bincount(inv[ok2], sp[ok2], u.size)
-            tk = np.bincount(inv[ok2], None, u.size)
-            loss = [(int(s_), float(a_ / k_)) for s_, a_, k_ in zip(u.tolist(), ls.tolist(), lk.tolist()) if k_]
-            tput = [(int(s_), float(a_)) for s_, a_, k_ in zip(u.tolist(), ts.tolist(), tk.tolist()) if k_]
-    return {"per_rank": per_rank, "loss": loss, "throughput": tput, "val": sorted(val), "files": len(files)}
+    loss, tput = sums.series()
+    val = sorted(v for p in parts for v in p["val"])
+    return {"per_rank": per_rank, "loss": loss, "throughput": tput, "val": val, "files": nfiles}
 
 
 def _memory(a) -> Optional[dict]:

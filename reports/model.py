@@ -3,8 +3,8 @@ record, and the small numeric helpers every part of the model uses."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from hpclaunch.monitors import schema
@@ -67,7 +67,9 @@ def rounded(x, nd=3) -> Optional[float]:
 
 def host_from_filename(path) -> str:
     """Host name from ``<host>.gpu.csv`` etc. (used only when the host cell is empty)."""
-    name = Path(path).name
+    # os.path, not pathlib: every submission imports this module (reports/attempts.py's package), and
+    # pathlib (with ntpath, urllib.parse) was ~4 ms of it
+    name = os.path.basename(os.path.normpath(os.fspath(path)))
     for suf in (".gpu.csv", ".host.csv", ".power_trace.csv", ".events.jsonl"):
         if name.endswith(suf):
             return name[: -len(suf)]
@@ -137,6 +139,17 @@ def crosscheck_text(xc: Optional[Dict[str, float]]) -> str:
     if not xc or xc.get("min") is None or xc.get("max") is None:
         return "n/a"
     return f"{xc['min']:+.2f}..{xc['max']:+.2f} %"
+
+
+def page_text(d: dict) -> str:
+    """The line saying which jobs of the window the view covers, when not all of them ("" when all)."""
+    page = d.get("page") or {}
+    total, offset, limit = page.get("jobs_in_window"), page.get("offset") or 0, page.get("limit")
+    if total is None or (not offset and (not limit or total <= limit)):
+        return ""
+    last = min(total, offset + limit) if limit else total
+    return (f"Over jobs {offset + 1:,}–{last:,} of the {total:,} submitted in the window, newest first: "
+            f"--offset {last} for the next{'' if last < total else ' (none left)'}, --limit 0 for all")
 
 
 # The per-rank memory view (text and HTML): heading, key of a rank's "memory" (document.rank_memory).

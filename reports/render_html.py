@@ -15,11 +15,11 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from hpclaunch.reports import views
 from hpclaunch.reports import xid as report_xid
 from hpclaunch.reports.attempts import duration_text as attempt_duration
 from hpclaunch.reports.model import (MEMORY_COLUMNS, SLOWDOWN_REASONS, crosscheck_text, duration_text, energy_text,
-                                     reasons_text,
-                                     sources_text, throttle_by_reason_cell)
+                                     page_text, reasons_text, sources_text, throttle_by_reason_cell)
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
@@ -215,6 +215,57 @@ def heatmap(rows: Sequence[str], cols: Sequence[int], values: dict, title: str, 
     return "".join(out)
 
 
+def node_grid(cells: Sequence[Tuple[str, Optional[float]]], title: str, fmt, unit: str, cols: int = 32,
+              cell: int = 14) -> str:
+    """One square per node (host, value), in rows of ``cols``, coloured on one scale: a job of a thousand
+    nodes at a glance, where a node x GPU heat map would be thousands of rows."""
+    vals = [v for _, v in cells if v is not None]
+    lo, hi = (min(vals), max(vals)) if vals else (0.0, 1.0)
+    rows = (len(cells) + cols - 1) // cols
+    w, h, mt = cols * cell + 150, 22 + rows * cell + 8, 22
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{max(h, 130)}" role="img" '
+           f'aria-label="{_e(title)}"><text x="0" y="14" style="font-weight:600;font-size:12px">{_e(title)}</text>']
+    for i, (host, v) in enumerate(cells):
+        fill = "#eeeeee" if v is None else _color(v, lo, hi)
+        out.append(f'<rect x="{i % cols * cell}" y="{mt + i // cols * cell}" width="{cell - 1}" height="{cell - 1}" '
+                   f'fill="{fill}"><title>{_e(host)}: {_e("n/a" if v is None else fmt(v) + unit)}</title></rect>')
+    sx = cols * cell + 16
+    for k in range(10):
+        out.append(f'<rect x="{sx}" y="{mt + k * 10}" width="14" height="10" fill="{_color(lo + (hi - lo) * (9 - k) / 9, lo, hi)}"/>')
+    out.append(f'<text x="{sx + 18}" y="{mt + 9}">{_e(fmt(hi))}{_e(unit)}</text>'
+               f'<text x="{sx + 18}" y="{mt + 99}">{_e(fmt(lo))}{_e(unit)}</text></svg>')
+    return "".join(out)
+
+
+def _heat(d, full: bool) -> str:
+    """Peak temperature and energy: node x GPU, or one cell per node for more than GRID_NODES nodes."""
+    hosts = sorted({g["host"] for g in d["gpus"]})
+    if not hosts:
+        return ""
+    grid = len(hosts) > views.GRID_NODES and not full
+    nodes = [n for n in d["nodes"] if n["gpus"]]
+    energies = [n["energy_j"]["gpu"] for n in nodes] if grid else [g["energy_j"] for g in d["gpus"]]
+    emax = max((e or 0.0) for e in energies)
+    escale, eunit = (3.6e6, " kWh") if emax >= 3.6e6 else ((1e6, " MJ") if emax >= 1e6 else (1e3, " kJ"))
+    if grid:
+        return ("<h2>Nodes at a glance</h2><p class=\"note\">One square per node, in host order (hover for its "
+                "name and value; --full draws one per GPU).</p><div class=\"charts\">"
+                + node_grid([(n["host"], n["max_gpu_temp_c"]) for n in nodes], "Peak GPU temperature per node",
+                            lambda v: f"{v:.0f}", " °C")
+                + node_grid([(n["host"], None if e is None else e / escale) for n, e in zip(nodes, energies)],
+                            "GPU energy per node", lambda v: f"{v:.2f}" if v < 10 else f"{v:.0f}", eunit) + "</div>")
+    idxs = sorted({g["index"] for g in d["gpus"]})
+    tv = {(g["host"], g["index"]): g["max_temp_c"] for g in d["gpus"]}
+    ev = {(g["host"], g["index"]): (g["energy_j"] / escale if g["energy_j"] is not None else None) for g in d["gpus"]}
+    return ("<h2>Node × GPU</h2><div class=\"charts\">"
+            + heatmap(hosts, idxs, tv, "Peak GPU temperature", lambda v: f"{v:.0f}", " °C")
+            + heatmap(hosts, idxs, ev, "GPU energy", lambda v: f"{v:.2f}" if v < 10 else f"{v:.0f}", eunit) + "</div>")
+
+
+def _more(left: int, what: str) -> str:
+    return f'<p class="note">{_e(views.more_line(left, what))}</p>' if left else ""
+
+
 def _table(headers: Sequence[str], rows: Iterable[Sequence], left: int = 1) -> str:
     out = ['<div style="overflow-x:auto"><table><thead><tr>']
     out += [f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(headers)]
@@ -279,7 +330,7 @@ def _attempts_table(history: list) -> str:
     return "<h2>Attempts</h2>" + _table(("attempt", "job", "start", "end", "elapsed", "nodes", "cause"), rows, left=7)
 
 
-def render_html(report) -> str:
+def render_html(report, full: bool = False) -> str:
     d = report.data
     job = d["job"]
     e = d["energy_j"]
@@ -322,18 +373,7 @@ def render_html(report) -> str:
     parts.append(line_chart(tl, "GPU temperature (bin maxima)", "°C", band=tb,
                             hlines=[(s, f"slowdown {s:g} °C") for s in sds[:2]]))
     parts.append("</div>")
-    # heat maps
-    hosts = sorted({g["host"] for g in d["gpus"]})
-    idxs = sorted({g["index"] for g in d["gpus"]})
-    if hosts:
-        tv = {(g["host"], g["index"]): g["max_temp_c"] for g in d["gpus"]}
-        emax = max((g["energy_j"] or 0.0) for g in d["gpus"])
-        escale, eunit = (3.6e6, " kWh") if emax >= 3.6e6 else ((1e6, " MJ") if emax >= 1e6 else (1e3, " kJ"))
-        ev = {(g["host"], g["index"]): (g["energy_j"] / escale if g["energy_j"] is not None else None) for g in d["gpus"]}
-        parts.append("<h2>Node × GPU</h2><div class=\"charts\">")
-        parts.append(heatmap(hosts, idxs, tv, "Peak GPU temperature", lambda v: f"{v:.0f}", " °C"))
-        parts.append(heatmap(hosts, idxs, ev, "GPU energy", lambda v: f"{v:.2f}" if v < 10 else f"{v:.0f}", eunit))
-        parts.append("</div>")
+    parts.append(_heat(d, full))
     # metrics
     ser = report.series
     if ser.get("loss") or ser.get("throughput"):
@@ -348,7 +388,13 @@ def render_html(report) -> str:
                                     "Throughput", "samples/s", xlabel="step", time_axis=False))
         parts.append("</div>")
     # tables
-    parts.append("<h2>Nodes</h2>")
+    nodes, left = views.nodes_shown(d["nodes"], full)
+    if left:
+        parts.append(f"<h2>All {len(d['nodes']):,} nodes: min / median / max</h2>")
+        parts.append(_table(("figure", "nodes", "min", "median", "max", "at max"),
+                            [(r["figure"], r["nodes"], *(_n(float(r[k]), r["digits"]) for k in ("min", "median", "max")),
+                              r["max_host"]) for r in views.node_spread(d["nodes"])]))
+    parts.append("<h2>Nodes" + (" (hottest first)" if left else "") + "</h2>")
     parts.append(_table(("host", "GPUs", "GPU energy", "CPU energy", "total", "GPU avg W", "GPU peak W",
                          "max GPU °C", "max CPU °C", "CPU % avg / max", "memory used GiB max / total",
                          "load avg / max", "monitor CPU % of a core", "monitor RSS MiB"),
@@ -358,7 +404,8 @@ def render_html(report) -> str:
                           f"{_n(n.get('avg_cpu_pct'), 0)} / {_n(n.get('max_cpu_pct'), 0)}", _mem_gib(n),
                           f"{_n((n.get('load1') or {}).get('avg'), 1)} / {_n((n.get('load1') or {}).get('max'), 1)}",
                           _n(n["monitor"]["cpu_pct_of_core"], 3),
-                          _n(n["monitor"]["max_rss_mib"], 0)) for n in d["nodes"]]))
+                          _n(n["monitor"]["max_rss_mib"], 0)) for n in nodes]))
+    parts.append(_more(left, "nodes"))
     parts.append("<h2>GPUs</h2><p class=\"note\">Energy source: <i>counter</i> = differences of the driver's "
                  "energy counter (resets start a new segment); <i>integrated_power</i> = trapezoid of sampled power. "
                  "Cross-check = (power integral − counter) / counter. Throttle seconds marked * come from NVML "
@@ -366,7 +413,8 @@ def render_html(report) -> str:
                  "lists the slowdown reasons with time on that GPU (gpu_idle, applications_clocks_setting and "
                  "display_clock_setting are not slowdowns).</p>")
     rows = []
-    for g in d["gpus"]:
+    gpus, gleft = views.hottest_gpus(d["gpus"], full) if len(d["gpus"]) > views.TOP else (d["gpus"], 0)
+    for g in gpus:
         ts, tsrc = g["throttle_s"], g["throttle_source"]
         rows.append((f"{g['host']}/{g['index']}", g["uuid"] or "n/a",
                      ",".join(map(str, g["ranks"])) + (" (shared)" if g["shared"] else ""),
@@ -383,23 +431,26 @@ def render_html(report) -> str:
                          "avg °C", "max °C", "HBM max °C", "margin °C", "near slowdown s", "power thr s",
                          "thermal thr s", "throttle by reason s", "max mem MiB", "util %", "idle energy",
                          "coverage"), rows, left=3))
+    parts.append(_more(gleft, "GPUs"))
     parts.append(_xids(d))
     if d["ranks"]:
         parts.append("<h2>Ranks</h2>")
-        rk = sorted(d["ranks"], key=lambda r: -(r.get("slowdown_vs_median") or 0))
+        rk, rleft = views.slowest_ranks(d["ranks"], full)
         parts.append(_table(("rank", "host", "GPUs", "energy", "split", "steps", "median step s", "× median",
                              "J/sample"),
                             [(r["rank"], r["host"] or "n/a", " ".join(r["gpus"]), _energy(r["energy_j"]),
                               r["energy_split"] or "n/a", _n(r["steps"]), _n(r["median_step_time_s"], 4),
-                              _n(r["slowdown_vs_median"], 3), _n(r["energy_per_sample_j"], 4)) for r in rk[:200]], left=2))
-        mem = [r for r in sorted(d["ranks"], key=lambda r: r["rank"]) if r.get("memory")]
+                              _n(r["slowdown_vs_median"], 3), _n(r["energy_per_sample_j"], 4)) for r in rk], left=2))
+        parts.append(_more(rleft, "ranks"))
+        mem, mleft = views.memory_ranks(d["ranks"], full)
         if mem:
             parts.append("<h3>Memory per rank</h3><p class=\"note\">parameters, gradients and optimizer state the "
                          "rank holds (its shards under ZeRO), from the tensors; peaks from the rank and, for a GPU of "
                          "its own, from the monitor</p>")
             parts.append(_table(("rank", "host", *(h for h, _ in MEMORY_COLUMNS)),
                                 [(r["rank"], r["host"] or "n/a", *(_n(r["memory"].get(k), 2) for _, k in MEMORY_COLUMNS))
-                                 for r in mem[:200]], left=2))
+                                 for r in mem], left=2))
+            parts.append(_more(mleft, "ranks with memory records"))
     cov = d["coverage"]
     mo = d["monitor_overhead"]
     parts.append("<h2>Coverage and honesty</h2><ul class=\"note\">"
@@ -429,6 +480,7 @@ def render_fleet_html(fleet) -> str:
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>hpclaunch fleet report</title>"
              f"<style>{CSS}</style></head><body><h1>Fleet energy: {d['jobs_count']} jobs, "
              f"{'unknown' if d['energy_kwh'] is None else format(d['energy_kwh'], '.3f') + ' kWh'}</h1>",
+             f"<p class=\"note\">{_e(page_text(d))}</p>" if page_text(d) else "",
              f"<p class=\"note\">GPU throttle over all jobs: {_e(reasons_text(d['throttle_s']) or 'none')}</p>"]
     for title, grp in (("By user", d["by_user"]), ("By partition", d["by_partition"])):
         parts.append(f"<h2>{title}</h2>")

@@ -7,14 +7,13 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from hpclaunch.reports import views
 from hpclaunch.reports import xid as report_xid
 from hpclaunch.reports.attempts import attempt_line, duration_text as attempt_duration
 from hpclaunch.reports.model import (MEMORY_COLUMNS, crosscheck_text, duration_text, energy_text, sources_text,
                                      throttle_by_reason_cell)
 
 SPARK = "▁▂▃▄▅▆▇█"
-MAX_GPU_ROWS = 24
-MAX_NODE_ROWS = 16
 
 
 def sparkline(values: Sequence[float], width: int = 40, lo: Optional[float] = None,
@@ -83,7 +82,7 @@ def _sum_series(series: dict, key: str, how: str = "sum"):
         return np.nanmax(m, axis=0) if how == "max" else np.nanmean(m, axis=0)
 
 
-def _throttle_by_reason(con, gpus) -> None:
+def _throttle_by_reason(con, gpus, full: bool = False) -> None:
     """Per GPU (the GPU table's order), the slowdown reasons with time, as the JSON has them.
     reason=seconds, no space inside, so a wrapped cell breaks only between reasons."""
     from rich import box
@@ -95,11 +94,24 @@ def _throttle_by_reason(con, gpus) -> None:
     t = Table(title="Throttle time by reason (s)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     t.add_column("gpu", no_wrap=True)
     t.add_column("reasons with time (* = NVML counter, else sampled bitmask)")
-    for g, cell in rows[:MAX_GPU_ROWS]:
+    shown = rows if full else rows[:views.TOP]
+    for g, cell in shown:
         t.add_row(f"{g['host']}/{g['index']}", cell)
     con.print(t)
-    if len(rows) > MAX_GPU_ROWS:
-        con.print(f"... {len(rows) - MAX_GPU_ROWS} more throttled GPUs (see --format json/html)")
+    if len(rows) > len(shown):
+        con.print(views.more_line(len(rows) - len(shown), "throttled GPUs"), markup=False)
+
+
+def _spread(con, d, Table, box) -> None:
+    """The nodes at a glance, when there are more than a table shows: each figure's min, median and max
+    over the nodes, and the node with the max."""
+    t = Table(title=f"All {len(d['nodes']):,} nodes: min / median / max", title_justify="left", box=box.SIMPLE_HEAD,
+              pad_edge=False, padding=(0, 1))
+    for c in ("figure", "min", "median", "max", "at max"):
+        t.add_column(c, justify="left" if c in ("figure", "at max") else "right", no_wrap=True)
+    for r in views.node_spread(d["nodes"]):
+        t.add_row(r["figure"], *(_n(float(r[k]), r["digits"]) for k in ("min", "median", "max")), r["max_host"])
+    con.print(t)
 
 
 def _xids(con, d, Table, box) -> None:
@@ -110,26 +122,31 @@ def _xids(con, d, Table, box) -> None:
                   pad_edge=False)
         for c in headers:
             t.add_column(c, justify="right" if c in ("XID", "count") else "left", no_wrap=c != "meaning")
-        for r in rows[:MAX_GPU_ROWS]:
+        for r in rows[:views.TOP]:
             t.add_row(*map(str, r))
         con.print(t)
-        if len(rows) > MAX_GPU_ROWS:
-            con.print(f"... {len(rows) - MAX_GPU_ROWS} more XID rows (see --format json/html)")
+        if len(rows) > views.TOP:
+            con.print(f"... {len(rows) - views.TOP} more XID rows (see --format json/html)")
     line = report_xid.summary(d)
     if line:
         con.print(line, markup=False)
 
 
-def _nodes_table(con, d, Table, box) -> None:
+def _nodes_table(con, d, Table, box, full: bool = False) -> None:
     """One row per node: GPU columns when the job had GPUs, and always the host's CPU, memory and load
-    (a CPU-only job, or any program not built on train_entry, still has those)."""
+    (a CPU-only job, or any program not built on train_entry, still has those). More nodes than a
+    table shows: their spread first, then the hottest."""
     has_gpus = bool(d["gpus"])
-    t = Table(title="Nodes", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    shown, left = views.nodes_shown(d["nodes"], full)
+    if left:
+        _spread(con, d, Table, box)
+    t = Table(title="Nodes" + (" (hottest first)" if left else ""), title_justify="left", box=box.SIMPLE_HEAD,
+              pad_edge=False, padding=(0, 1))
     cols = ["host"] + (["GPUs", "GPU energy", "GPU avg W", "GPU peak W", "max GPU °C"] if has_gpus else []) + \
         ["CPU energy", "CPU %", "mem GiB", "load", "mon %"]
     for c in cols:
         t.add_column(c, justify="left" if c == "host" else "right", no_wrap=True)
-    for nd in d["nodes"][:MAX_NODE_ROWS]:
+    for nd in shown:
         ne, mem, load = nd["energy_j"], nd.get("mem_used_mib") or {}, nd.get("load1") or {}
         gib = [None if v is None else v / 1024 for v in (mem.get("max"), mem.get("total"))]
         row = [nd["host"]]
@@ -143,18 +160,18 @@ def _nodes_table(con, d, Table, box) -> None:
     con.print(t)
     con.print("CPU % and load: avg/max over the job; mem GiB: max used/total; mon %: the monitor's own CPU "
               "(% of one core).", markup=False, style="dim")
-    if len(d["nodes"]) > MAX_NODE_ROWS:
-        con.print(f"... {len(d['nodes']) - MAX_NODE_ROWS} more nodes (see --format json/html)")
+    if left:
+        con.print(views.more_line(left, "nodes"), markup=False)
 
 
-def _gpu_table(con, gpus, ser, Table, box) -> None:
+def _gpu_table(con, gpus, ser, Table, box, left: int = 0) -> None:
     """GPUs, hottest first, with the legend of their columns."""
     t = Table(title="GPUs (hottest first)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
               padding=(0, 1, 0, 1), collapse_padding=True)
     for c in ("gpu", "ranks", "energy", "W avg/max", "hdrm", "°C avg/max", "HBM", "margin", "near",
               "thr P/T", "util", "power", "temp"):
         t.add_column(c, justify="left" if c in ("gpu", "ranks", "power", "temp") else "right", no_wrap=True)
-    for g in gpus[:MAX_GPU_ROWS]:
+    for g in gpus:
         key = f"{g['host']}/{g['index']}"
         s = ser.get("gpu", {}).get(key, {})
         ts = g["throttle_s"]
@@ -172,14 +189,14 @@ def _gpu_table(con, gpus, ser, Table, box) -> None:
               "slowdown threshold - max °C; near = s within 5 °C of it. thr P/T = s throttled for power/thermal "
               "(* = NVML violation counters, else sampled bitmask). ÷ = GPU shared by ranks (energy split evenly).",
               markup=False, style="dim")
-    if len(gpus) > MAX_GPU_ROWS:
-        con.print(f"... {len(gpus) - MAX_GPU_ROWS} more GPUs (see --format json/html)")
+    if left:
+        con.print(views.more_line(left, "GPUs"), markup=False)
 
 
-def _memory_table(con, d, Table, box) -> None:
+def _memory_table(con, d, Table, box, full: bool = False) -> None:
     """What each rank holds (train_entry's memory records; the GPU's use from the monitor): the
     saving of ZeRO stages shows in the first column."""
-    rows = [r for r in d["ranks"] if r.get("memory")]
+    rows, left = views.memory_ranks(d["ranks"], full)
     if not rows:
         return
     cols = [(h, k) for h, k in MEMORY_COLUMNS if any(r["memory"].get(k) is not None for r in rows)]
@@ -187,12 +204,14 @@ def _memory_table(con, d, Table, box) -> None:
               box=box.SIMPLE_HEAD, pad_edge=False)
     for c in ("rank", "host", *(h for h, _ in cols)):
         t.add_column(c, justify="right")
-    for r in rows[:64]:
+    for r in rows:
         t.add_row(str(r["rank"]), str(r["host"] or "n/a"), *(_n(r["memory"].get(k), 2) for _, k in cols))
     con.print(t)
+    if left:
+        con.print(views.more_line(left, "ranks with memory records"), markup=False)
 
 
-def render_text(report, width: int = 120, color: bool = False) -> str:
+def render_text(report, width: int = 120, color: bool = False, full: bool = False) -> str:
     from rich.console import Console
     from rich import box
     from rich.table import Table
@@ -254,11 +273,11 @@ def render_text(report, width: int = 120, color: bool = False) -> str:
         con.print(f"Max temp   {sparkline(tmax, sw)}  {_n(float(np.nanmin(tmax)), 0)}–{_n(float(np.nanmax(tmax)), 0)} °C",
                   markup=False)
 
-    _nodes_table(con, d, Table, box)
-    gpus = sorted(d["gpus"], key=lambda g: -(g["max_temp_c"] if g["max_temp_c"] is not None else -1e9))
+    _nodes_table(con, d, Table, box, full)
+    gpus, left = views.hottest_gpus(d["gpus"], full)
     if gpus:
-        _gpu_table(con, gpus, ser, Table, box)
-    _throttle_by_reason(con, gpus)
+        _gpu_table(con, gpus, ser, Table, box, left)
+    _throttle_by_reason(con, views.hottest_gpus(d["gpus"], True)[0], full)
     _xids(con, d, Table, box)
 
     # ranks / stragglers
@@ -270,7 +289,7 @@ def render_text(report, width: int = 120, color: bool = False) -> str:
         for r in st["ranks"][:10]:
             t.add_row(str(r["rank"]), str(r["host"]), _n(r["median_step_time_s"], 4), _n(r["ratio"], 3))
         con.print(t)
-    _memory_table(con, d, Table, box)
+    _memory_table(con, d, Table, box, full)
     if any((r.get("gpu_shared_by") or 0) > 1 for r in d["ranks"]):
         con.print("note: some GPUs are shared by several ranks; their energy is split evenly between those ranks",
                   markup=False)

@@ -8,6 +8,8 @@ import argparse
 import time
 
 from hpclaunch.cli.output import emit_report, parse_age, report_format
+from hpclaunch.cli.parser import FLEET_PAGE
+from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.reports.fleet import build_fleet_report, render_fleet
 from hpclaunch.runs.ledger import fleet_rows
 from hpclaunch.runs.registry import Registry
@@ -16,6 +18,13 @@ from hpclaunch.runs.registry import Registry
 def cmd_report(args: argparse.Namespace) -> int:
     fmt = report_format(args.format, args.output)
     since = time.time() - parse_age(args.since)
-    emit_report(render_fleet(build_fleet_report(fleet_rows(Registry(), since, refresh=args.refresh)), fmt),
-                args.output)
+    limit = FLEET_PAGE if args.limit is None else args.limit
+    if limit < 0 or args.offset < 0:
+        raise HpclaunchError(f"report --since: --limit {limit} --offset {args.offset}: give whole numbers, 0 or "
+                             "more (--limit 0: every job since AGE)")
+    reg = Registry()
+    # a page of the newest jobs: a registry of 100,000 jobs is not read whole (docs/fleet.md)
+    fleet = build_fleet_report(fleet_rows(reg, since, refresh=args.refresh, limit=limit, offset=args.offset))
+    fleet.data["page"] = {"offset": args.offset, "limit": limit or None, "jobs_in_window": reg.count(since=since)}
+    emit_report(render_fleet(fleet, fmt), args.output)
     return 0

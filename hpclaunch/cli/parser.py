@@ -11,6 +11,9 @@ import argparse
 
 from hpclaunch.common.version import __version__
 
+LIST_PAGE = 100       # `list`: the newest jobs, a page at a time (--offset for the next)
+FLEET_PAGE = 10_000   # `report --since`: the view over at most the newest this many jobs
+
 
 class _NotBuilt:
     """Stands in for the parser of a command other than the one being run: its arguments are
@@ -106,9 +109,12 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("job", nargs="?", metavar="JOB", help="job id, name or run directory")
     c.add_argument("--json", action="store_true")
 
-    c = add_command("list", help="jobs in the registry")
+    c = add_command("list", help="jobs in the registry, newest first, a page at a time")
     c.add_argument("--all", action="store_true", help="finished jobs too")
     c.add_argument("--since", metavar="AGE", help="submitted within AGE, e.g. 2h, 7d")
+    c.add_argument("--limit", type=int, default=LIST_PAGE, metavar="N",
+                   help=f"at most N jobs (default {LIST_PAGE}; 0: all)")
+    c.add_argument("--offset", type=int, default=0, metavar="K", help="skip the K newest (the next page)")
     c.add_argument("--json", action="store_true")
 
     c = add_command("logs", help="per-rank logs of a job (the first failing rank first)")
@@ -138,6 +144,12 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--refresh", action="store_true",
                    help="fleet view: check every job's logs against its ledger summary (by default only "
                    "jobs that ended in the last day are checked)")
+    c.add_argument("--limit", type=int, default=None, metavar="N",
+                   help=f"fleet view: over the N newest jobs since AGE (default {FLEET_PAGE:,}; 0: all of them)")
+    c.add_argument("--offset", type=int, default=0, metavar="K", help="fleet view: skip the K newest (the next page)")
+    c.add_argument("--full", action="store_true",
+                   help="text and HTML: every node, GPU and rank in the tables (a large job's show its "
+                   "hottest and slowest 24 and the nodes' spread; the JSON always has them all)")
 
     c = add_command("export", help="export a run's checkpoint to ONNX (RUN_DIR/exports/model.onnx + model.json)",
                        description="Export a train_entry run's checkpoint (the newest that verifies, or --step N) "

@@ -133,7 +133,7 @@ def cmd_cancel(args: argparse.Namespace, rec: JobRecord) -> int:
 
 def cmd_report(args: argparse.Namespace, rec: JobRecord, fmt: str) -> int:
     sessions = remote.Sessions()
-    code, out, err = remote.run_on(rec, "report", ["--format", fmt], sessions)
+    code, out, err = remote.run_on(rec, "report", ["--format", fmt] + (["--full"] if args.full else []), sessions)
     if code != 0:
         raise remote.relay_failure(sessions.get(remote.target_of(rec)), code, err)
     emit_report(out, args.output)

@@ -6,6 +6,7 @@ import os
 import sys
 
 from hpclaunch.cli.output import emit_report, report_format
+from hpclaunch.common.envknobs import number
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.reports import build_report, render
 from hpclaunch.launchers.backends.choice import relayed
@@ -16,6 +17,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     fmt = report_format(args.format, args.output)
     if not args.job:
         raise HpclaunchError("report: which job? — give a job id, name or run directory, or --since 7d")
+    if args.limit is not None or args.offset:
+        raise HpclaunchError("report: --limit and --offset page the fleet view (with --since AGE); a job's "
+                             "report shows its top rows, or every row with --full")
     run_dir = args.job if os.path.isdir(args.job) else None
     if run_dir is None:
         job = find_job(args.job)
@@ -34,7 +38,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not os.path.isdir(os.path.join(run_dir, "monitor")) and not os.path.isdir(os.path.join(run_dir, "metrics")):
         raise HpclaunchError(f"{run_dir}: no monitor/ or metrics/ folder — is this a run directory?")
     color = args.output is None and sys.stdout.isatty()
-    emit_report(render(build_report(run_dir), fmt, color=color), args.output)
+    # a large job's nodes are shared among this many processes (reports/by_node.py); 0: one per CPU
+    workers = int(number("HPCLAUNCH_REPORT_WORKERS", 0, 0, 256, integer=True)) or None
+    emit_report(render(build_report(run_dir, workers=workers), fmt, color=color, full=args.full), args.output)
     return 0
 
 

@@ -8,6 +8,7 @@ import time as _time
 
 from hpclaunch.cli import remote_commands as remote
 from hpclaunch.cli.output import counts, parse_age, print_json
+from hpclaunch.cli.parser import LIST_PAGE
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import state_of
 from hpclaunch.runs import attempts as run_attempts
@@ -32,9 +33,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.job:
         records = [find_job(args.job, reg).record]
     else:
-        from hpclaunch.runs.registry import FINAL_STATES
-        recent = _time.time() - 3600
-        records = [r for r in reg.list() if r.state not in FINAL_STATES or (r.end_time or r.submit_time) >= recent]
+        records = reg.recent(_time.time() - 3600)   # by index: the registry's whole history is not read
     far = remote.status_rows([r for r in records if remote.is_remote(r)], reg, tolerant=not args.job)
     rows = []
     for rec in records:
@@ -94,23 +93,41 @@ def _status_lines(r: dict) -> list:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    """A page of the registry's jobs, newest first (--limit, --offset): never the whole history at once."""
+    if args.limit < 0 or args.offset < 0:
+        raise HpclaunchError(f"list --limit {args.limit} --offset {args.offset}: give whole numbers, 0 or more "
+                             "(--limit 0: every job)")
     reg = Registry()
     since = _time.time() - parse_age(args.since) if args.since else None
-    recs = reg.list(since=since, active_only=not (args.all or args.since))
+    query = dict(since=since, active_only=not (args.all or args.since))
+    recs = reg.list(**query, limit=args.limit, offset=args.offset)
     active = [r for r in recs if not state_of(r.state).final]
     if active:  # the registry holds the last state anyone saw: ask the backends, once each
         refresh([r for r in active if not remote.is_remote(r)], reg)
         remote.refresh([r for r in active if remote.is_remote(r)], reg)
-        recs = reg.list(since=since, active_only=not (args.all or args.since))
+        recs = reg.list(**query, limit=args.limit, offset=args.offset)
+    left = reg.count(**query) - args.offset - len(recs) if args.limit and len(recs) == args.limit else 0
+    more = (f"... {left} more: hpclaunch list {' '.join(_list_args(args) + ['--offset', str(args.offset + len(recs))])}"
+            " (--limit 0: all)") if left > 0 else ""
     if args.json:
         print_json([r.public() for r in recs])
+        if more:
+            print(more, file=sys.stderr)
         return 0
     for r in recs:
         when = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(r.submit_time))
         print(f"{r.job_id:>8} {r.backend:<6} {r.name[:30]:<30} {r.state:<11} {when} {r.user} {remote.location(r)}")
+    if more:
+        print(more)
     if not recs:
         print("no jobs" + ("" if args.all or args.since else " active (add --all for finished ones)"))
     return 0
+
+
+def _list_args(args: argparse.Namespace) -> list:
+    """The options of this listing, for the line that says how to see the next page."""
+    return ((["--all"] if args.all else []) + (["--since", args.since] if args.since else [])
+            + (["--limit", str(args.limit)] if args.limit != LIST_PAGE else []) + (["--json"] if args.json else []))
 
 
 

@@ -6,9 +6,16 @@ docs/alerts.md): each episode's newest record.
 Each series keeps at most MAX_POINTS points: past that, neighbouring points are averaged in pairs and
 the generation changes, so every open page is sent the whole (thinned) series again; otherwise a
 page is sent only the points it does not have yet.
+
+A large job's page stays small (issue 50): a chart of more than MAX_LINES GPUs or hosts becomes their
+minimum, mean and maximum over time (envelope.py), and more than MAX_RANKS ranks become a summary and
+the ranks furthest behind, sent only when they change (as the alerts are, whatever the job's size). The
+logs are read at most every UPDATE_S, and never for more than a quarter of the time (a 1,024-node job's
+10,000 files take a while to look at).
 """
 from __future__ import annotations
 
+import io
 import math
 import threading
 import time
@@ -17,13 +24,20 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from hpclaunch.dashboard.envelope import Envelope, pairs, rank_summary
 from hpclaunch.monitors.alert_log import alert_files, read_jsonl
 from hpclaunch.reports import events, readers
 from hpclaunch.reports.follow import CsvFollower, JsonlFollower
 from hpclaunch.reports.metrics import rank_hosts
 
 MAX_POINTS = 2000        # per series, what a browser draws without effort
-UPDATE_S = 1.0           # the logs are read at most this often, however many pages follow the job
+UPDATE_S = 1.0           # the logs are read at most this often, however many pages follow the job (0: at each)
+BUSY_SHARE = 0.25        # ... and at most this share of the time
+MAX_LINES = 16           # a chart's lines, one per GPU or host; more: their envelope
+MAX_RANKS = 32           # the ranks table's rows, one per rank; more: a summary and those furthest behind
+LONG_CHUNK = 4 << 10     # a rank's new lines past this: only the newest and the headers are decoded
+START_BUDGET = 64 << 20  # a large job's monitor logs are followed from their last this-much-over-them-all
+UPDATE_BUDGET_S = 2.0    # a large job's logs are read for this CPU time an update at most (the rest: the next)
 NOTES_S = 10.0           # the events logs (why a source is missing) at most this often
 MAX_ALERTS = 100         # alert episodes a page shows, the newest
 ALERT_FIELDS = ("time_unix", "event", "severity", "rule", "node", "gpu", "rank", "message", "first_seen", "last_seen")
@@ -37,27 +51,18 @@ CHARTS = {  # chart -> (log kind, column, scale)
 
 
 class Series:
-    def __init__(self) -> None:
+    def __init__(self, how: str = "mean") -> None:
         self.t = np.empty(0)
         self.y = np.empty(0)
+        self.how = how   # how a pair of points is made one: their mean (an envelope's min and max lines: min, max)
 
     def extend(self, t: np.ndarray, y: np.ndarray) -> bool:
         """Append; True when the series was thinned to stay within MAX_POINTS."""
         self.t, self.y = np.concatenate([self.t, t]), np.concatenate([self.y, y])
         thinned = False
         while self.t.size > MAX_POINTS:
-            self.t, self.y, thinned = _pairs(self.t), _pairs(self.y), True
+            self.t, self.y, thinned = pairs(self.t), pairs(self.y, self.how), True
         return thinned
-
-
-def _pairs(a: np.ndarray) -> np.ndarray:
-    """Means of neighbouring pairs (NaN only where both are; an odd last point stays)."""
-    n = a.size // 2 * 2
-    head = a[:n].reshape(-1, 2)
-    ok = ~np.isnan(head)
-    count = ok.sum(axis=1)
-    means = np.where(count > 0, np.where(ok, head, 0.0).sum(axis=1) / np.maximum(count, 1), np.nan)
-    return np.concatenate([means, a[n:]])
 
 
 class JobLive:
@@ -71,11 +76,16 @@ class JobLive:
         self.header_attempt: Dict[int, int] = {}   # rank -> the attempt its newest header names
         self.bad_lines = 0
         self.notes: list = []
+        self.envelopes: Dict[str, Envelope] = {}   # chart -> its envelope, once it has over MAX_LINES lines
         self._followers: Dict[str, object] = {}
         self.alerts: "OrderedDict[tuple, dict]" = OrderedDict()   # the newest record of each episode
         self._alert_offsets: Dict[str, int] = {}
         self._lock = threading.Lock()
         self._updated = self._noted = float("-inf")
+        self._wait = 0.0                # until the next read (UPDATE_S, longer for a job of many files)
+        self._alerts_seen = 0           # changes to self.alerts (a page is sent them when this moves)
+        self._cursor = 0                # where the next update goes on reading (a large job's: update_budget)
+        self._monitor_pass = False      # every monitor log has been read once
 
     def payload(self, seen: Optional[dict]) -> Tuple[dict, dict]:
         """(message for a page, what that page then holds). ``seen`` is what it held (None at first):
@@ -84,7 +94,9 @@ class JobLive:
             self._update()
             full = not seen or seen.get("gen") != self.generation
             counts, charts = {}, {}
-            for (chart, label), s in sorted(self.series.items()):
+            lines = list(self.series.items()) + [((chart, how), line) for chart, env in self.envelopes.items()
+                                                 for how, line in env.lines.items()]
+            for (chart, label), s in sorted(lines):
                 start = 0 if full else seen["counts"].get(f"{chart}\t{label}", 0)
                 counts[f"{chart}\t{label}"] = s.t.size
                 if s.t.size > start:
@@ -94,36 +106,82 @@ class JobLive:
             hosts = rank_hosts(self.run_dir)
             ranks = [dict(rec, rank=r, host=hosts.get(r, "")) for r, rec in sorted(self.ranks.items())]
             msg = {"full": full, "charts": charts, "ranks": ranks, "notes": self.notes,
-                   "bad_lines": self.bad_lines, "alerts": sorted(self.alerts.values(), key=lambda a: a.get("time_unix") or 0)}
-            return msg, {"gen": self.generation, "counts": counts}
+                   "bad_lines": self.bad_lines,
+                   "chart_notes": {c: e.note("GPU" if CHARTS[c][0] == "gpu" else "host")
+                                   for c, e in self.envelopes.items()}}
+            state = {"gen": self.generation, "counts": counts, "alerts": self._alerts_seen}
+            if full or seen.get("alerts") != self._alerts_seen:   # sent when they change
+                msg["alerts"] = sorted(self.alerts.values(), key=lambda a: a.get("time_unix") or 0)
+            if len(ranks) > MAX_RANKS:   # a summary and the furthest behind, sent when they change
+                summary, behind = rank_summary(ranks)
+                sig = hash(repr((summary, behind)))
+                msg.update(ranks_summary=summary, ranks=behind)
+                if not full and seen.get("ranks") == sig:
+                    del msg["ranks_summary"], msg["ranks"]
+                state["ranks"] = sig
+            return msg, state
 
     def _update(self) -> None:
         now = time.monotonic()
-        if now - self._updated < UPDATE_S:
+        if now - self._updated < self._wait:
             return
         self._updated = now
-        files = readers.monitor_files(self.run_dir)
-        for kind in ("gpu", "host"):
-            for path in files[kind]:
-                follower = self._followers.setdefault(str(path), CsvFollower(path, kind))
-                table, restarted = follower.read()
-                if restarted:
-                    self._drop(kind, path)
-                if table is not None:
-                    self._add(kind, table)
-        for path in readers.metrics_files(self.run_dir):
-            follower = self._followers.setdefault(str(path), JsonlFollower(path))
-            records, bad, _ = follower.read()
-            self.bad_lines += bad
-            self._add_metrics(path.name, records)
+        try:
+            self._read()
+        finally:   # a job of many files is read less often: at most BUSY_SHARE of the time
+            took = time.monotonic() - now
+            self._wait = max(UPDATE_S, took / BUSY_SHARE) if UPDATE_S and took > 0.1 else UPDATE_S
+
+    def _read_alerts(self) -> None:
         for path in alert_files(self.run_dir):  # the alert logs, append-only: read on from the last offset
             records, self._alert_offsets[path] = read_jsonl(path, self._alert_offsets.get(path, 0))
             for rec in records:  # an episode's resolved record takes its raised one's place
                 key = (rec.get("id"), rec.get("rule"))
                 self.alerts.pop(key, None)
                 self.alerts[key] = {k: rec.get(k) for k in ALERT_FIELDS}
+            self._alerts_seen += bool(records)
             while len(self.alerts) > MAX_ALERTS:
                 self.alerts.popitem(last=False)
+
+    def _read(self) -> None:
+        """The lines appended to every log since the last read: the monitor logs first, then the ranks'. A
+        large job's are followed from their recent end (START_BUDGET over them all), and read for at most
+        UPDATE_BUDGET_S an update, the next update going on where this one stopped."""
+        now = self._updated
+        files = readers.monitor_files(self.run_dir)
+        metrics = readers.metrics_files(self.run_dir)
+        items = [(kind, p) for kind in ("gpu", "host") for p in files[kind]] + [("metrics", p) for p in metrics]
+        large = len(files["gpu"]) > MAX_LINES
+        start = max(32 << 10, min(32 << 20, START_BUDGET // max(1, len(files["gpu"]) + len(files["host"])))) \
+            if large else None
+        first = self._cursor % len(items) if items else 0
+        cpu0 = time.thread_time()   # the budget is CPU: a loaded login node reads as much, only slower
+        for j in range(len(items)):
+            kind, path = items[(first + j) % len(items)]
+            if kind == "metrics":
+                follower = self._followers.setdefault(str(path), JsonlFollower(path, start=4096 if large else None))
+                data, _ = follower.tail.read()
+                if data:
+                    self._metrics_chunk(path.name, data)
+            else:
+                follower = self._followers.setdefault(str(path), CsvFollower(path, kind, start=start))
+                table, restarted = follower.read()
+                if restarted:
+                    self._drop(kind, path)
+                if table is not None:
+                    self._add(kind, table)
+            if (first + j) % len(items) == len(items) - len(metrics) - 1:
+                self._monitor_pass = True   # every monitor log read once: their buckets can be drawn
+            if UPDATE_S and time.thread_time() - cpu0 > UPDATE_BUDGET_S and j < len(items) - 1:
+                self._cursor = first + j + 1
+                break
+        else:
+            self._cursor = first
+        self._envelop()
+        for env in self.envelopes.values() if self._monitor_pass or not UPDATE_S else ():
+            if env.settle():
+                self.generation += 1
+        self._read_alerts()
         if now - self._noted >= NOTES_S:
             self._noted = now
             self.notes = self._why_missing(files)
@@ -144,8 +202,22 @@ class JobLive:
         t = table.col("time_unix")[rows]
         for chart, (log, column, scale) in CHARTS.items():
             if log == kind and t.size:
-                if self.series.setdefault((chart, label), Series()).extend(t, table.col(column)[rows] * scale):
+                if chart in self.envelopes:
+                    self.envelopes[chart].add(label, t, table.col(column)[rows] * scale)
+                elif self.series.setdefault((chart, label), Series()).extend(t, table.col(column)[rows] * scale):
                     self.generation += 1
+
+    def _envelop(self) -> None:
+        """A chart past MAX_LINES lines becomes their envelope (its lines so far folded in)."""
+        for chart in CHARTS:
+            labels = [key for key in self.series if key[0] == chart]
+            if chart in self.envelopes or len(labels) <= MAX_LINES:
+                continue
+            env = self.envelopes[chart] = Envelope(Series)
+            for key in labels:
+                s = self.series.pop(key)
+                env.add(key[1], s.t, s.y)
+            self.generation += 1
 
     def _drop(self, kind: str, path) -> None:
         """A log read again from its start: forget its series (labels start with its host)."""
@@ -154,6 +226,29 @@ class JobLive:
             if CHARTS[chart][0] == kind and (label == host or label.startswith(host + " GPU")):
                 del self.series[(chart, label)]
         self.generation += 1
+
+    def _metrics_chunk(self, name: str, data: bytes) -> None:
+        """A rank's new lines. The page shows its newest step record and the attempt of its newest header:
+        a long chunk (a first read of a day of records) has only those lines parsed, and its step records
+        counted by their text (as train_entry and json.dumps write them), not decoded one by one."""
+        if len(data) <= LONG_CHUNK:
+            records, bad = readers.parse_jsonl(io.StringIO(data.decode("utf-8", "replace"), newline=None))
+            self.bad_lines += bad
+            self._add_metrics(name, records)
+            return
+        lines = data.split(b"\n")[:-1]
+        keep = sorted({i for i, ln in enumerate(lines) if b'"header"' in ln} | set(range(max(0, len(lines) - 8),
+                                                                                       len(lines))))
+        records, bad = readers.parse_jsonl(io.StringIO("".join(lines[i].decode("utf-8", "replace") + "\n"
+                                                               for i in keep)))
+        self.bad_lines += bad
+        self._add_metrics(name, records)
+        steps = sum(ln.count(b'"kind":"step"') + ln.count(b'"kind": "step"') for ln in lines)
+        parsed = sum(1 for r in records if r.get("kind") == "step")
+        for r in records[-1:]:
+            rank = r.get("rank")
+            if type(rank) is int and rank in self.ranks:
+                self.ranks[rank]["records"] += max(0, steps - parsed)
 
     def _add_metrics(self, name: str, records: list) -> None:
         for rec in records:

@@ -21,10 +21,9 @@ from typing import List, Optional
 
 from hpclaunch.common.atomic import write_atomic
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.monitors.alert_log import (ALERTS_DIR, JOB_FILE, JsonLog, delivery_file, read_alerts,
-                                          report_command, undelivered)
+from hpclaunch.monitors.alert_log import (ALERTS_DIR, JOB_FILE, OOM_NEEDLES, JsonLog, delivery_file,
+                                          read_alerts, report_command, undelivered)
 from hpclaunch.monitors.alert_sinks import Sender, SecretError, sinks_of
-from hpclaunch.monitors.alert_ranks import OOM_NEEDLES
 from hpclaunch.monitors.alerts import CONFIG_FILE
 
 FAILED = {"FAILED": "failed", "TIMEOUT": "reached its time limit", "NODE_FAIL": "lost a node",

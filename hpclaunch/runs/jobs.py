@@ -119,8 +119,7 @@ class Job:
 
     def chunks(self) -> list[JobRecord]:
         """A sweep's job arrays (one unless it was split at MaxArraySize)."""
-        root = self.record.parent_key or self.record.key
-        return [r for r in self.registry.list() if r.key == root or r.parent_key == root]
+        return self.registry.family(self.record.parent_key or self.record.key)
 
     def _array_status(self, be, chunks: list[JobRecord]):
         counts: dict[State, int] = {}
@@ -411,7 +410,8 @@ def find_job(ref: str, registry: Optional[Registry] = None) -> Job:
     reg = registry or Registry()
     if os.path.isdir(ref):
         target = os.path.abspath(ref)
-        for rec in reg.list():
+        # by the index first (run directories are recorded absolute); a row recorded otherwise, by a scan
+        for rec in reg.by_run_dir(target) or reg.list():
             if os.path.abspath(rec.run_dir) == target:
                 return Job(rec, reg)
     found = reg.find(ref)

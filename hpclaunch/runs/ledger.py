@@ -17,13 +17,15 @@ from hpclaunch.runs.registry import FINAL_STATES, Registry
 SETTLED_S = 24 * 3600
 
 
-def fleet_rows(registry: Registry, since: Optional[float] = None, refresh: bool = False) -> List[dict]:
-    """The fleet view's rows for the jobs submitted since `since`, each with its summary where the
-    ledger has a current one (or one could be made now); a job whose report fails has none, and
-    the fleet view says why."""
+def fleet_rows(registry: Registry, since: Optional[float] = None, refresh: bool = False,
+               limit: Optional[int] = None, offset: int = 0) -> List[dict]:
+    """The fleet view's rows for the jobs submitted since `since` (newest first, a page of `limit` from
+    `offset`), each with its summary where the ledger has a current one (or one could be made now); a
+    job whose report fails has none, and the fleet view says why."""
     settled = time.time() - SETTLED_S
     rows, kept, stale = [], [], []
-    for key, job_id, name, user, partition, run_dir, submit, state, end, sig, summary in registry.fleet(since):
+    for key, job_id, name, user, partition, run_dir, submit, state, end, sig, summary in \
+            registry.fleet(since, limit, offset):
         row = {"id": job_id, "name": name, "user": user, "partition": partition or "", "run_dir": run_dir,
                "submit_time": submit}
         rows.append(row)

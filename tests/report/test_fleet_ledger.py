@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from synth import GpuSpec, HostSpec, T0, write_run  # noqa: E402
 
-from hpclaunch.reports import build_fleet_report, render_fleet  # noqa: E402
+from hpclaunch.reports.fleet import build_fleet_report, render_fleet  # noqa: E402
 from hpclaunch.reports import fleet as fleet_mod  # noqa: E402
 from hpclaunch.runs import ledger  # noqa: E402
 from hpclaunch.runs.registry import Registry  # noqa: E402

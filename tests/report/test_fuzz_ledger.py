@@ -16,7 +16,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from synth import GpuSpec, HostSpec, write_run  # noqa: E402
 
-from hpclaunch.reports import build_fleet_report, render_fleet  # noqa: E402
+from hpclaunch.reports.fleet import build_fleet_report, render_fleet  # noqa: E402
 from hpclaunch.reports.fleet import SUMMARY_MAX, job_summary  # noqa: E402
 
 CASES = int(os.environ.get("HPCLAUNCH_FUZZ_LEDGER_CASES", "400"))

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from synth import GpuSpec, HostSpec, T0, write_run  # noqa: E402
 
-from hpclaunch.reports import build_fleet_report, build_report, render, render_fleet  # noqa: E402
+from hpclaunch.reports import build_report, render  # noqa: E402
+from hpclaunch.reports.fleet import build_fleet_report, render_fleet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"

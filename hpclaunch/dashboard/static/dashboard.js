@@ -93,10 +93,12 @@
   var PLOT_CONFIG = {displaylogo: false, responsive: true, modeBarButtonsToRemove: ["toImage"]};
   var traces = {};   // chart -> trace labels, in trace order
 
-  function layout(name, empty) {
+  function layout(name, empty, note) {
     var spec = CHARTS[name];
+    // a large job's chart: its lines are the min, mean and max over its GPUs or hosts (the note says so)
     return {
-      title: {text: spec[0], font: {size: 14}}, height: 280, margin: {l: 55, r: 15, t: 40, b: 40},
+      title: {text: plotlyText(spec[0]) + (note ? "<br><sub>" + plotlyText(note) + "</sub>" : ""), font: {size: 14}},
+      height: 280, margin: {l: 55, r: 15, t: note ? 52 : 40, b: 40},
       // empty, a date axis would show the year 2000: no axes, only the note
       xaxis: {type: "date", visible: !empty}, yaxis: {title: {text: spec[1]}, rangemode: "tozero", visible: !empty},
       legend: {orientation: "h", y: -0.2}, showlegend: true,
@@ -122,7 +124,8 @@
       var labels = Object.keys(got).sort();
       if (live.full || !traces[name] || traces[name].length === 0) {
         traces[name] = labels;
-        Plotly.react(div, labels.map(function (l) { return trace(l, got[l]); }), layout(name, !labels.length), PLOT_CONFIG);
+        Plotly.react(div, labels.map(function (l) { return trace(l, got[l]); }),
+                     layout(name, !labels.length, (live.chart_notes || {})[name]), PLOT_CONFIG);
         return;
       }
       var index = [], xs = [], ys = [];
@@ -169,6 +172,16 @@
     document.getElementById("remote").hidden = job.local;
   }
 
+  function drawRankSummary(s) {
+    var p = document.getElementById("ranks-summary");
+    p.hidden = !s;
+    if (!s) return;
+    p.textContent = num(s.ranks, 0) + " ranks, " + num(s.reporting, 0) + " with a step record; step min / median / max " +
+      [s.step_min, s.step_median, s.step_max].map(function (v) { return num(v, 0); }).join(" / ") +
+      (s.samples_per_s_total !== null ? "; " + num(s.samples_per_s_total, 4) + " samples/s in all" : "") +
+      ". The " + s.listed + " furthest behind:";
+  }
+
   function drawRanks(ranks) {
     var rows = ranks.map(function (r) {
       var tr = el("tr", {"data-rank": r.rank});
@@ -210,8 +223,11 @@
     follow(root + "job/" + key + "/events", "job", function (data) {
       showError(data.job.error);
       drawFacts(data.job);
-      drawAlerts(data.live.alerts);
-      drawRanks(data.live.ranks);
+      if (data.live.alerts) drawAlerts(data.live.alerts);   // sent when they change
+      if (data.live.ranks) {   // a large job's ranks come only when they change
+        drawRankSummary(data.live.ranks_summary);
+        drawRanks(data.live.ranks);
+      }
       drawCharts(data.live);
       var notes = document.getElementById("notes");
       notes.replaceChildren.apply(notes, (data.live.notes || []).map(function (n) { return el("li", {}, n); }));
