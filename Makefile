@@ -20,7 +20,7 @@ all: venv
 # What the venv must give, checked on every run (no stamp file: a stamp says nothing about what is in the
 # venv now): these modules import, the hpclaunch command is there, and the install (pip's hpclaunch
 # dist-info) is newer than setup.cfg and pyproject.toml. Otherwise it installs (tests/test_deps.py).
-VENV_IMPORTS := torch, hpclaunch, mpi4py, pyarrow, pytest, sklearn, lightning, ray, pydantic, jax, onnx, onnxscript, onnxruntime, prometheus_client, aiohttp, aiohttp_sse, plotly, selenium, orjson, kubernetes_validate, apprise, aiosmtpd, optuna
+VENV_IMPORTS := torch, hpclaunch, mpi4py, pyarrow, pytest, sklearn, lightning, ray, pydantic, jax, deepspeed, onnx, onnxscript, onnxruntime, prometheus_client, aiohttp, aiohttp_sse, plotly, selenium, orjson, kubernetes_validate, apprise, aiosmtpd, optuna
 
 venv:
 	@test -x $(PY) || python3 -m venv $(VENV)

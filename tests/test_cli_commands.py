@@ -35,7 +35,7 @@ def test_schema_is_json_schema(run_cli):
     code, out, _ = run_cli("schema")
     schema = json.loads(out)
     assert schema["properties"]["launcher"]["enum"] == ["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow",
-                                                        "accelerate"]
+                                                        "accelerate", "deepspeed"]
     assert schema["required"] == ["name", "command"]
     assert schema["properties"]["resources"]["properties"]["nodes"]["minimum"] == 1
     code, out, _ = run_cli("schema", "--profile")

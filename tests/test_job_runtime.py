@@ -360,6 +360,39 @@ def test_the_rendezvous_port(tmp_path, env_extra, expect):
     assert expect(int(p.stdout)), p
 
 
+# --- launchers' steps: TensorFlow's workers, Ray's cluster ------------------------------------------
+
+def test_tensorflow_workers_move_to_ports_free_on_every_node_and_each_gets_its_index(tmp_path):
+    """hl_tensorflow on the local backend: the rendezvous port is held, so the workers take the next
+    base whose 2 ports are free, say so, and each worker's TF_CONFIG names both (with the host suffix)
+    and its own index."""
+    port = _free_port()
+    show = "import json, os; c = json.loads(os.environ['TF_CONFIG']); print(c['cluster']['worker'], c['task'])"
+    with socket.socket() as held:
+        held.bind(("", port))
+        held.listen()
+        p = sh(tmp_path, f"hl_run_dir runs j\nhl_port={port}\nhl_begin\nhl_cmd=({PY} -c {show!r})\nhl_ctr=()\n"
+                         "hl_ctr_opts=()\nhl_tensorflow 2 1 -ib &\nhl_end $!")
+    assert p.returncode == 0, p.stderr
+    assert f"TensorFlow workers: ports from {port} are taken on some node; using {port + 2}" in p.stderr
+    logs = tmp_path / "runs" / "j-7" / "logs" / "attempt0"
+    workers = [f"localhost-ib:{port + 2}", f"localhost-ib:{port + 3}"]
+    for index in (0, 1):
+        assert (logs / f"rank{index}.log").read_text() == f"{workers} {{'type': 'worker', 'index': {index}}}\n"
+
+
+def test_a_ray_token_that_cannot_be_written_ends_the_attempt_as_a_failure(tmp_path):
+    """hl_ray writes the job's own Ray token exclusively: an empty file in its place (not the job's)
+    is not overwritten, and the attempt ends failed, with its state line and one log line."""
+    token = tmp_path / "runs" / "j-7" / ".hpclaunch" / "ray-auth-token"
+    token.parent.mkdir(parents=True)
+    token.write_text("")
+    p = sh(tmp_path, "hl_run_dir runs j\nhl_port=1\nhl_begin\nhl_cmd=(true)\nhl_ray 1 2 0 &\nhl_end $!",
+           env=base_env(tmp_path, RAY_AUTH_MODE=None))
+    assert p.returncode == 1 and f"cannot write the job's Ray token at {token}" in p.stderr, p.stderr
+    assert token.read_text() == "" and "end rc=1 outcome=failed" in (token.parent / "state").read_text()
+
+
 # --- the monitor ---------------------------------------------------------------------------------------
 
 def test_the_monitor_starts_beside_the_job_and_stops_with_sigterm(tmp_path):

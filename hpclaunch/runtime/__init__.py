@@ -1,6 +1,7 @@
 """hpclaunch's job runtime: job.sh, the bash library every rendered job script sources (its logic:
 the run directory, the rank wrapper, the local step, signals, the port, the monitor, the attempt's
-end), so that a script carries only the job's values. A leaf: it imports nothing of hpclaunch.
+end, and the launches that are more than a step: Ray's cluster per job, TensorFlow's workers), so
+that a script carries only the job's values. A leaf: it imports nothing of hpclaunch.
 
 A script finds it through $HPCLAUNCH_RUNTIME (set by hpclaunch's backends at submit, beside
 $HPCLAUNCH_PYTHON: no Python start in the job), else `"$HPCLAUNCH_PYTHON" -m hpclaunch.runtime

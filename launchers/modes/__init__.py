@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from hpclaunch.common.rankenv import KINDS
 
-BUILT_IN = ("torchrun", "horovod", "mpi", "srun", "ray", "tensorflow", "accelerate")
+BUILT_IN = ("torchrun", "horovod", "mpi", "srun", "ray", "tensorflow", "accelerate", "deepspeed")
 ENTRY_POINTS = "hpclaunch.launchers"
 
 

@@ -1,5 +1,6 @@
 """ray: a Ray head on the first node and a worker on every other node, each with the node's share;
-the command is the driver, on the head node, with RAY_ADDRESS set. templates/ray.j2."""
+the command is the driver, on the head node, with RAY_ADDRESS set. templates/ray.j2 gives the job's
+shape to the job runtime's hl_ray (hpclaunch/runtime/job.sh), which does the rest."""
 from __future__ import annotations
 
 NAME = "ray"

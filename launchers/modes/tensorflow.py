@@ -1,5 +1,6 @@
 """tensorflow: srun starts one worker per rank, each with a TF_CONFIG naming every worker and its own
-index, so tf.distribute.MultiWorkerMirroredStrategy() needs no arguments. templates/tensorflow.j2."""
+index, so tf.distribute.MultiWorkerMirroredStrategy() needs no arguments. templates/tensorflow.j2 gives
+the job's shape to the job runtime's hl_tensorflow (hpclaunch/runtime/job.sh: the ports, TF_CONFIG, the step)."""
 from __future__ import annotations
 
 NAME = "tensorflow"
