@@ -13,9 +13,11 @@ from typing import Iterable, Optional, Tuple
 
 from dataclasses import dataclass
 
-# What podman must be told to pass in (apptainer and pyxis pass the whole environment): Slurm's,
+from hpclaunch.common import schedenv
+
+# What podman must be told to pass in (apptainer and pyxis pass the whole environment): the scheduler's,
 # hpclaunch's and every launcher's rank variables, and the threading/accelerator settings.
-PASSED = ("SLURM_*", "HPCLAUNCH_*", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+PASSED = tuple(f"{p}*" for p in schedenv.PREFIXES) + ("HPCLAUNCH_*", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE",
           "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_*", "OMPI_*",
           "PMIX_*", "PMI_*", "HOROVOD_*", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NCCL_*", "GLOO_*", "TF_CONFIG")
 

@@ -1,24 +1,17 @@
-"""Pure rendering: a BatchRequest to the text of an sbatch script (Jinja templates in templates/,
-through launchers/templating.py: compiled when the wheel is built, from the sources in a checkout)."""
+"""Pure rendering: a resolved job to the text of its batch script, through the plan
+(launchers/plan.py) and the Slurm backend's translation (backends/slurm_script.py): the script
+`hpclaunch render` prints, `hpclaunch submit` gives sbatch, and the local backend runs under its
+Slurm emulation. Templates in templates/, through launchers/templating.py (compiled
+into the wheel, from the sources in a checkout)."""
 from __future__ import annotations
 
-from hpclaunch.common.version import __version__
-from hpclaunch.launchers import templating
-from hpclaunch.launchers.request import BatchRequest, build_request
-
-_ENV = None
+from hpclaunch.launchers.backends import slurm_script
+from hpclaunch.launchers.plan import Plan, build_plan
 
 
-def _environment():
-    global _ENV
-    if _ENV is None:
-        _ENV = templating.environment()
-    return _ENV
-
-
-def render_script(request: BatchRequest) -> str:
-    return _environment().get_template("job.sbatch.j2").render(r=request, version=__version__)
+def render_script(plan: Plan) -> str:
+    return slurm_script.prepare(plan).script
 
 
 def render_job(resolved) -> str:
-    return render_script(build_request(resolved))
+    return render_script(build_plan(resolved))

@@ -4,11 +4,15 @@ Every import is read, function-level ones included, resolved to the module it na
 a module imports only from its own layer or the layers below it (the leaves: only what they are
 allowed), and no set of modules imports each other in a cycle. `check(sources)` takes
 {module name: source text} so a test can plant a violation without touching the tree.
+
+`scheduler_words(sources)` checks the neutral-plan rule: Slurm's words (#SBATCH, sbatch's
+--dependency and --exclude, the SLURM_ variables) appear only in the modules named in SLURM_WORDS.
 """
 from __future__ import annotations
 
 import ast
 import os
+import re
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,10 +27,12 @@ PACKAGE_DIRS = {
 # Core layers, lowest first: each may import from itself and the layers before it.
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("common", ("hpclaunch.common",)),
-    ("spec", ("hpclaunch.spec", "hpclaunch.hpc_profiles")),
-    ("launch", ("hpclaunch.launchers.request", "hpclaunch.launchers.render", "hpclaunch.templates",
-                "hpclaunch.launchers")),
-    ("backends", ("hpclaunch.launchers.backends",)),
+    # the launcher modules (launchers/modes/) are read by the job schema, validation and init
+    ("spec", ("hpclaunch.spec", "hpclaunch.hpc_profiles", "hpclaunch.launchers.modes")),
+    ("launch", ("hpclaunch.launchers.plan", "hpclaunch.templates", "hpclaunch.launchers")),
+    # render: a job's script through a backend's translation (the Slurm one), so above the backends
+    # and the render targets' table, which names render.py as the slurm target
+    ("backends", ("hpclaunch.launchers.backends", "hpclaunch.launchers.render", "hpclaunch.launchers.targets")),
     ("runs", ("hpclaunch.runs",)),
     ("top", ("hpclaunch.cli", "hpclaunch.dashboard", "hpclaunch.__main__", "hpclaunch")),
 ]
@@ -181,3 +187,66 @@ def _cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
         if v not in index:
             visit(v)
     return out
+
+
+# --- the neutral-plan rule ---------------------------------------------------------------------
+
+# Where Slurm's words may be, and why. Everything else speaks the plan (launchers/plan.py).
+SLURM_WORDS: Dict[str, str] = {
+    "hpclaunch.launchers.backends.slurm": "the Slurm backend",
+    "hpclaunch.launchers.backends.slurm_script": "the Slurm backend: the plan in Slurm's terms",
+    "hpclaunch.launchers.backends.slurm_status": "the Slurm backend",
+    "hpclaunch.launchers.backends.slurm_facts": "the Slurm backend",
+    "hpclaunch.launchers.backends.slurmcli": "the Slurm backend",
+    "hpclaunch.launchers.backends.submitit": "submitit runs on Slurm: its parameters are Slurm's",
+    "hpclaunch.launchers.backends.slurm_emulation": "the local backend's declared Slurm emulation",
+    "hpclaunch.common.schedenv": "the scheduler variables' prefix, for the layers below the backends",
+    "hpclaunch.train_entry.distenv": "the rank side's reader of the scheduler's (and starters') variables",
+    # Node side, reading the job's environment: to fold into one reader (not yet done)
+    "hpclaunch.monitors.ranks": "the monitor's reader of the job's GPUs and ranks",
+    "hpclaunch.monitors.daemon": "the monitor's record of its job and step",
+    "hpclaunch.monitors.prometheus": "the exporter's job labels",
+}
+_SLURM_WORD = re.compile(r"SBATCH|(?<![\w-])--(?:dependency|exclude)(?![\w-])|(?<![A-Za-z0-9_])SLURM_")
+
+
+def _documentation(tree: ast.AST) -> Set[int]:
+    """ids of the string nodes that are documentation: docstrings, and help= texts (argparse's and
+    the schema's), which may name Slurm's words to the user."""
+    out: Set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            out.add(id(body[0].value))
+        if isinstance(node, ast.keyword) and node.arg == "help":
+            out.update(id(n) for n in ast.walk(node.value))
+    return out
+
+
+def scheduler_words(sources: Dict[str, str]) -> List[str]:
+    """Each string or name (comments, docstrings and help texts aside) holding one of Slurm's words
+    in a module SLURM_WORDS does not name, one line each."""
+    problems = []
+    for module, source in sorted(sources.items()):
+        if module in SLURM_WORDS:
+            continue
+        tree = ast.parse(source)
+        docs = _documentation(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                text = node.value
+            elif isinstance(node, ast.Name):
+                text = node.id
+            elif isinstance(node, ast.Attribute):
+                text = node.attr
+            elif isinstance(node, ast.alias):
+                text = node.name
+            else:
+                continue
+            found = _SLURM_WORD.search(text)
+            if found:
+                problems.append(f"{module}:{getattr(node, 'lineno', '?')}: {found.group(0)!r} ({text[:60]!r}) "
+                                "outside the Slurm backend: translate the plan in the backend (tests/layers.py "
+                                "SLURM_WORDS names where Slurm's words may be)")
+    return problems

@@ -31,7 +31,8 @@ def test_init_writes_a_valid_file_and_refuses_to_clobber(run_cli, tmp_path):
 def test_schema_is_json_schema(run_cli):
     code, out, _ = run_cli("schema")
     schema = json.loads(out)
-    assert schema["properties"]["launcher"]["enum"] == ["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow"]
+    assert schema["properties"]["launcher"]["enum"] == ["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow",
+                                                        "accelerate"]
     assert schema["required"] == ["name", "command"]
     assert schema["properties"]["resources"]["properties"]["nodes"]["minimum"] == 1
     code, out, _ = run_cli("schema", "--profile")

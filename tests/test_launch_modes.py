@@ -12,7 +12,7 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 @pytest.mark.parametrize("mode,launcher,tasks", [("torchrun", "torchrun", 2), ("ray", "ray", 1), ("jax", "srun", 1),
                                                  ("lightning", "srun", 2), ("mpi", "mpi", 2),
-                                                 ("tensorflow", "tensorflow", 2)])
+                                                 ("tensorflow", "tensorflow", 2), ("accelerate", "accelerate", 2)])
 def test_init_writes_a_valid_starter_for_each_mode(run_cli, tmp_path, monkeypatch, mode, launcher, tasks):
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli("init", f"{mode}.yaml", "--launcher", mode, "--profile", "testcluster")

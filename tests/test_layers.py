@@ -1,4 +1,5 @@
-"""The house's layers hold: no upward import, no import cycle, no module over ~500 lines."""
+"""The house's layers hold: no upward import, no import cycle, no module over ~500 lines, and Slurm's
+words only in the Slurm backend (and the modules tests/layers.py SLURM_WORDS names)."""
 import os
 import sys
 
@@ -82,3 +83,37 @@ def test_no_module_is_over_the_size_limit():
                     if n > MAX_LINES:
                         big.append(f"{os.path.relpath(path, layers.ROOT)}: {n} lines")
     assert big == [], big
+
+
+def test_slurms_words_stay_in_the_slurm_backend():
+    sources = layers.package_sources()
+    assert layers.scheduler_words(sources) == []
+    # every module named may keep its words only while it has some: an entry outlives no move
+    for module in layers.SLURM_WORDS:
+        assert module in sources, module
+        assert layers.scheduler_words({module: sources[module]}) == [] and \
+            layers.scheduler_words({"x.y": sources[module]}), f"{module} names no Slurm word: drop it"
+
+
+def words_planted(module: str, code: str) -> list:
+    sources = layers.package_sources()
+    sources[module] += "\n" + code
+    return layers.scheduler_words(sources)
+
+
+def test_a_planted_slurm_word_outside_the_backend_fails():
+    for code in ('args = ["--dependency=afterok:1"]\n', 'args = [f"--exclude={nodes}"]\n',
+                 'print("#SBATCH --nodes=2")\n', 'os.environ.get("SLURM_PROCID")\n', 'SLURM_STATES = {}\n'):
+        found = words_planted("hpclaunch.runs.submission", code)
+        assert len(found) == 1 and found[0].startswith("hpclaunch.runs.submission:"), (code, found)
+    # the same in the Slurm backend's own modules is its business
+    assert words_planted("hpclaunch.launchers.backends.slurm_script", 'x = "--exclude=c1"\n') == []
+
+
+def test_documentation_and_lookalikes_are_not_slurms_words():
+    code = ('def f():\n    """Slurm reads #SBATCH lines and SLURM_JOB_ID."""\n'
+            '# --dependency in a comment\n'
+            'p.add_argument("--x", help="like sbatch --exclude and SLURM_CONF")\n'
+            'git = ["ls-files", "--exclude-standard"]\n'
+            'knob = "HPCLAUNCH_SLURM_RETRIES"\n')
+    assert words_planted("hpclaunch.runs.submission", code) == []

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from hpclaunch.launchers import modes
 from hpclaunch.launchers.render import render_job
 from hpclaunch.spec.loading import resolve_job
 
@@ -15,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "golden")
 JOB = os.path.join(GOLDEN, "job.yaml")
 PROFILES = ["local", "a100-hpc", "testcluster", "jetson-orin", "workstation"]
-LAUNCHERS = ["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow"]
+LAUNCHERS = list(modes.BUILT_IN)  # each launcher module's goldens (`make golden` writes a new one's)
 
 
 def _render(profile, launcher):

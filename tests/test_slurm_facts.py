@@ -12,7 +12,7 @@ from hlcli import hl
 from hpclaunch.common.errors import InvalidInput
 from hpclaunch.launchers.backends import slurm_facts
 from hpclaunch.launchers.backends.slurm import SlurmBackend
-from hpclaunch.launchers.request import build_request
+from hpclaunch.launchers.plan import build_plan
 from hpclaunch.runs.submission import sources_of
 from hpclaunch.spec.loading import resolve_job
 
@@ -66,7 +66,7 @@ def _job(tmp_path, text):
     path.write_text("name: facts\nprofile: open\nlauncher: srun\ncommand: [hostname]\nmonitor: {interval: 0}\n"
                     + text)
     resolved = resolve_job(str(path))
-    return build_request(resolved), sources_of(resolved)
+    return SlurmBackend().prepare(build_plan(resolved)), sources_of(resolved)
 
 
 def _live_texts():
@@ -84,7 +84,7 @@ def test_a_stale_entry_never_refuses_a_job(slurm, cache_home, tmp_path, monkeypa
     request, sources = _job(tmp_path, "resources: {nodes: 1, tasks_per_node: 1, time: '00:05:00'}\n")
     be = SlurmBackend()
     be.prefetch(True)
-    be.preflight(request, "", [], sources)   # the cached facts would refuse it: checked live, it passes
+    be.preflight(request, sources)   # the cached facts would refuse it: checked live, it passes
     assert "MaxTime=01:00:00" in slurm_facts.load()["partition"]   # and the live answer is kept
     # A request the live cluster refuses too is refused, with preflight's own line.
     request, sources = _job(tmp_path, "resources: {nodes: 1, tasks_per_node: 1, time: '00:59:00'}\n"
@@ -92,7 +92,7 @@ def test_a_stale_entry_never_refuses_a_job(slurm, cache_home, tmp_path, monkeypa
     be = SlurmBackend()
     be.prefetch(True)
     with pytest.raises(InvalidInput, match="no such partition"):
-        be.preflight(request, "", [], sources)
+        be.preflight(request, sources)
 
 
 def test_an_entry_that_let_a_refused_job_through_is_dropped(slurm, cache_home, hpc_home, tmp_path):

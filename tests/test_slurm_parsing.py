@@ -5,15 +5,15 @@ Job ids change at every re-recording: they are read from jobs.txt, never written
 import os
 import re
 import subprocess
+from dataclasses import replace
 
 import pytest
 
 from hpclaunch.common.errors import InvalidInput
-from dataclasses import fields
 from hpclaunch.launchers.backends import slurm as slurm_backend
 from hpclaunch.launchers.backends import slurm_preflight, slurm_status, slurmcli
 from hpclaunch.launchers.backends.base import JobRef, JobStatus, State
-from hpclaunch.launchers.request import BatchRequest, build_request
+from hpclaunch.launchers.plan import build_plan
 from hpclaunch.spec.loading import resolve_job
 from hpclaunch.spec.typedload import SourceMap
 
@@ -393,13 +393,13 @@ def test_sbatch_test_only_verdict():
 def _request(tmp_path, extra=""):
     path = tmp_path / "job.yaml"
     path.write_text("name: fx\nprofile: testcluster\ncommand: [python, train.py]\n" + extra)
-    return build_request(resolve_job(str(path))), SourceMap(str(path))
+    return build_plan(resolve_job(str(path))), SourceMap(str(path))
 
 
-def _with(request, **changes):
-    values = {f.name: getattr(request, f.name) for f in fields(request)}
-    values.update(changes)
-    return BatchRequest(**values)
+def _with(plan, **changes):
+    """The plan with some fields changed (placement's partition, account and qos by name too)."""
+    placed = {k: changes.pop(k) for k in ("partition", "account", "qos") if k in changes}
+    return replace(plan, placement=replace(plan.placement, **placed), **changes)
 
 
 def _check(request, sources, assoc=None):
@@ -417,7 +417,7 @@ def _problems(request, sources, assoc=None):
 
 def test_preflight_accepts_a_fitting_request(tmp_path):
     request, sources = _request(tmp_path)
-    assert (request.nodes, request.tasks_per_node, request.partition, request.mem) == (2, 2, "debug", "1000M")
+    assert (request.nodes, request.tasks_per_node, request.placement.partition, request.mem) == (2, 2, "debug", "1000M")
     _check(request, sources)
     _check(_with(request, account="hpclaunch", qos="normal"), sources,
            lambda: slurm_preflight.parse_associations(read("sacctmgr-assoc.txt")))

@@ -53,7 +53,7 @@ def test_function_result_through_the_cluster_and_registry(slurm, hpc_home, tmp_p
     rows = [r for r in listing if r["job_id"] == job.job_id]
     assert len(rows) == 1, listing
     row = rows[0]
-    assert row["backend"] == "slurm" and row["run_dir"] == folder and row["name"] == "add"
+    assert row["backend"] == "submitit" and row["run_dir"] == folder and row["name"] == "add"
     assert row["launcher"] == "submitit" and row["profile"] == "testcluster" and row["nodes"] == 1
     st = wait_final(job.job_id)
     assert st["state"] == "COMPLETED" and st["exit_code"] == 0, st

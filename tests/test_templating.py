@@ -11,7 +11,8 @@ import pytest
 
 from hpclaunch.common.version import __version__
 from hpclaunch.launchers import templating
-from hpclaunch.launchers.request import build_request
+from hpclaunch.launchers.backends import slurm_script
+from hpclaunch.launchers.plan import build_plan
 from hpclaunch.spec.loading import resolve_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,10 +27,10 @@ VARIANTS = [[], ["monitor.interval=0"], ["requeue.max_attempts=1"], ["slurm.extr
 
 def _render(env, overrides):
     try:
-        request = build_request(resolve_job(JOB, overrides))
+        request = slurm_script.prepare(build_plan(resolve_job(JOB, overrides)))
     except Exception as e:  # a combination the schema refuses: both sides skip it alike
         return f"refused: {type(e).__name__}"
-    return env.get_template("job.sbatch.j2").render(r=request, version=__version__)
+    return env.get_template("job.sbatch.j2").render(r=request.plan, s=request, version=__version__)
 
 
 @pytest.fixture

@@ -74,8 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = vars(build_parser().parse_args(argv))
     quiet = args.pop("quiet")
-    rank = os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("HOROVOD_RANK") \
-        or os.environ.get("SLURM_PROCID") or "0"
+    from .distenv import rank_hint
+
+    rank = rank_hint(os.environ)
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
                         format=f"[rank {rank}] %(asctime)s %(levelname)s %(message)s")
     from .checkpoint import CheckpointError

@@ -10,10 +10,11 @@ import dataclasses
 import re
 import subprocess
 import zlib
-from typing import Callable, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional
 
-LAUNCHERS = ("horovod", "torchrun", "mpi", "srun", "single")
+from hpclaunch.common.rankenv import KINDS
 
+LAUNCHERS = KINDS  # what DistEnv.launcher says: the kind of starter environment found
 
 @dataclasses.dataclass(frozen=True)
 class DistEnv:
@@ -66,62 +67,96 @@ def slurm_tasks_on_node(tasks_per_node: str, node_id: int) -> Optional[int]:
     return None
 
 
+def rank_hint(env: Mapping[str, str]) -> str:
+    """This process's rank as the first starter's variable says it, unchecked (log lines' prefix)."""
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "SLURM_PROCID"):
+        if env.get(name):
+            return env[name]
+    return "0"
+
+
 def detect(env: Mapping[str, str]) -> DistEnv:
     """Classify the launch from ``env`` alone (master address not resolved here).
 
-    Precedence, most specific first: horovodrun (HOROVOD_RANK, or
-    HPCLAUNCH_LAUNCHER=horovod), torchrun (RANK/WORLD_SIZE/LOCAL_RANK, which also
-    wins inside an srun step), Open MPI (OMPI_COMM_WORLD_*, which wins over the
-    Slurm variables of the surrounding allocation), srun (SLURM_PROCID inside a
-    step: SLURM_STEP_ID set — the batch shell itself is *not* a rank), else one
-    process.
+    The launcher's own word first: the script exports HPCLAUNCH_RANK_ENV, the kind of variables its
+    ranks carry (launchers/modes/<launcher>.py: RANK_ENV); horovod's is taken even without
+    HOROVOD_RANK (srun --mpi starts its ranks). Then, most specific first: horovodrun
+    (HOROVOD_RANK), torchrun (RANK/WORLD_SIZE/LOCAL_RANK, which also wins inside an srun step), Open
+    MPI (OMPI_COMM_WORLD_*, which wins over the Slurm variables of the surrounding allocation),
+    MPICH's Hydra, srun (SLURM_PROCID inside a step: SLURM_STEP_ID set; the batch shell itself is
+    *not* a rank), else one process.
     """
-    launcher_hint = env.get("HPCLAUNCH_LAUNCHER", "")
     addr = env.get("MASTER_ADDR") or env.get("HPCLAUNCH_MASTER_ADDR") or None
     port = _int(env, "MASTER_PORT", "HPCLAUNCH_MASTER_PORT")
+    # a script rendered before HPCLAUNCH_RANK_ENV (a job requeued across an upgrade) said horovod this way
+    hint = env.get("HPCLAUNCH_RANK_ENV") or ("horovod" if env.get("HPCLAUNCH_LAUNCHER") == "horovod" else "")
+    order = ([hint] if hint in _DETECTORS else []) + [k for k in _DETECTORS if k != hint]
+    for kind in order:
+        found = _DETECTORS[kind](env, addr, port, kind == hint)
+        if found is not None:
+            return _checked(found)
+    return DistEnv("single", 0, 0, 1, 1, 0, addr, port)
 
-    if "HOROVOD_RANK" in env or launcher_hint == "horovod":
-        rank = _int(env, "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", default=0)
-        size = _int(env, "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", default=1)
-        lrank = _int(env, "HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", default=0)
-        lsize = _int(env, "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", default=None)
-        node = _int(env, "HOROVOD_CROSS_RANK", "OMPI_COMM_WORLD_NODE_RANK", "SLURM_NODEID", default=0)
-        return _checked(DistEnv("horovod", rank, lrank, size, lsize or 1, node, addr, port))
 
-    if "RANK" in env and "WORLD_SIZE" in env:
-        rank = _int(env, "RANK")
-        size = _int(env, "WORLD_SIZE")
-        lrank = _int(env, "LOCAL_RANK", default=0)
-        lsize = _int(env, "LOCAL_WORLD_SIZE", default=None)
-        node = _int(env, "GROUP_RANK", "NODE_RANK", default=0)
-        return _checked(DistEnv("torchrun", rank, lrank, size, lsize or 1, node, addr, port))
+def _horovod(env, addr, port, hinted) -> Optional[DistEnv]:
+    if "HOROVOD_RANK" not in env and not hinted:
+        return None
+    rank = _int(env, "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", default=0)
+    size = _int(env, "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", default=1)
+    lrank = _int(env, "HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", default=0)
+    lsize = _int(env, "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", default=None)
+    node = _int(env, "HOROVOD_CROSS_RANK", "OMPI_COMM_WORLD_NODE_RANK", "SLURM_NODEID", default=0)
+    return DistEnv("horovod", rank, lrank, size, lsize or 1, node, addr, port)
 
+
+def _torchrun(env, addr, port, hinted) -> Optional[DistEnv]:
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        return None
+    rank = _int(env, "RANK")
+    size = _int(env, "WORLD_SIZE")
+    lrank = _int(env, "LOCAL_RANK", default=0)
+    lsize = _int(env, "LOCAL_WORLD_SIZE", default=None)
+    node = _int(env, "GROUP_RANK", "NODE_RANK", default=0)
+    return DistEnv("torchrun", rank, lrank, size, lsize or 1, node, addr, port)
+
+
+def _mpi(env, addr, port, hinted) -> Optional[DistEnv]:
     if "OMPI_COMM_WORLD_RANK" in env:
         rank = _int(env, "OMPI_COMM_WORLD_RANK")
         size = _int(env, "OMPI_COMM_WORLD_SIZE", default=1)
         lrank = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", default=0)
         lsize = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", default=1)
         node = _int(env, "OMPI_COMM_WORLD_NODE_RANK", default=0)
-        return _checked(DistEnv("mpi", rank, lrank, size, lsize, node, addr, port))
-
+        return DistEnv("mpi", rank, lrank, size, lsize, node, addr, port)
     if "PMI_RANK" in env and "PMI_SIZE" in env and "SLURM_STEP_ID" not in env:  # MPICH/Hydra mpiexec
         rank = _int(env, "PMI_RANK")
         size = _int(env, "PMI_SIZE")
         lrank = _int(env, "MPI_LOCALRANKID", default=0)
         lsize = _int(env, "MPI_LOCALNRANKS", default=1)
-        return _checked(DistEnv("mpi", rank, lrank, size, lsize, 0, addr, port))
+        return DistEnv("mpi", rank, lrank, size, lsize, 0, addr, port)
+    return None
 
-    if "SLURM_PROCID" in env and ("SLURM_STEP_ID" in env or "SLURM_STEPID" in env):
-        rank = _int(env, "SLURM_PROCID")
-        size = _int(env, "SLURM_NTASKS", "SLURM_NPROCS", default=1)
-        lrank = _int(env, "SLURM_LOCALID", default=0)
-        node = _int(env, "SLURM_NODEID", default=0)
-        lsize = _int(env, "SLURM_NTASKS_PER_NODE", default=None)
-        if lsize is None:
-            lsize = slurm_tasks_on_node(env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", ""), node)
-        return _checked(DistEnv("srun", rank, lrank, size, lsize or 1, node, addr, port))
 
-    return DistEnv("single", 0, 0, 1, 1, 0, addr, port)
+def _srun(env, addr, port, hinted) -> Optional[DistEnv]:
+    if "SLURM_PROCID" not in env or ("SLURM_STEP_ID" not in env and "SLURM_STEPID" not in env):
+        return None
+    rank = _int(env, "SLURM_PROCID")
+    size = _int(env, "SLURM_NTASKS", "SLURM_NPROCS", default=1)
+    lrank = _int(env, "SLURM_LOCALID", default=0)
+    node = _int(env, "SLURM_NODEID", default=0)
+    lsize = _int(env, "SLURM_NTASKS_PER_NODE", default=None)
+    if lsize is None:
+        lsize = slurm_tasks_on_node(env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", ""), node)
+    return DistEnv("srun", rank, lrank, size, lsize or 1, node, addr, port)
+
+
+def _single(env, addr, port, hinted) -> Optional[DistEnv]:
+    return DistEnv("single", 0, 0, 1, 1, 0, addr, port) if hinted else None
+
+
+# each kind of common/rankenv.py's KINDS, in the order tried when the script names none
+_DETECTORS: Dict[str, Callable[..., Optional[DistEnv]]] = {
+    "horovod": _horovod, "torchrun": _torchrun, "mpi": _mpi, "srun": _srun, "single": _single}
 
 
 def _checked(d: DistEnv) -> DistEnv:

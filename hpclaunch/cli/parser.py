@@ -2,7 +2,8 @@
 
 Loaded by hpclaunch/cli/__init__.py through its command table, like the command modules: `--help`
 prints a copy of this parser's help kept in the user cache, keyed by this file's text, so
-everything `--help` shows must be written here (not imported from elsewhere).
+everything `--help` shows must be written here (not imported from elsewhere). `init --launcher`'s
+choices come from the launcher registry (launchers/modes/): they are in `init --help` only.
 """
 from __future__ import annotations
 
@@ -58,15 +59,18 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("file", nargs="?", default="job.yaml", help="where to write it (default: job.yaml)")
     c.add_argument("--profile", default="local", help="cluster profile (default: local)")
     c.add_argument("--name", default=None, help="job name (default: from the file name)")
-    c.add_argument("--launcher", default="", choices=["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow", "jax",
-                                                      "lightning"],
-                   help="a starter for this launch mode (jax and lightning run under launcher: srun)")
+    if command in (None, "init"):  # the launcher registry, read only when init's arguments are built
+        from hpclaunch.launchers import modes
+        c.add_argument("--launcher", default="", choices=list(modes.starters()),
+                       help="a starter for this launch mode: a launcher, or a recipe run by one (jax and "
+                            "lightning run under launcher: srun)")
     c.add_argument("--force", action="store_true", help="replace an existing file")
 
     c = job_command("submit", "validate, render and queue a job (Slurm, or this machine with --backend local)",
                     optional=True)
-    c.add_argument("--backend", choices=["slurm", "local"], default=None,
-                   help="where to run (default: slurm if a cluster is configured here, else local)")
+    c.add_argument("--backend", default=None, metavar="NAME",
+                   help="where to run: slurm, local, or a backend another package installed "
+                        "(default: slurm if a cluster is configured here, else local)")
     c.add_argument("--after", action="append", default=[], metavar="JOB[:KIND]",
                    help="start after JOB (id or name); KIND afterok (default), afterany or afternotok")
     c.add_argument("--wait", action="store_true", help="follow the job until it ends; exit with its exit code")

@@ -10,6 +10,7 @@ from typing import Dict, List
 from hpclaunch.cli.output import emit_report, no_job_file, print_json
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import State, exit_code_for, state_of
+from hpclaunch.launchers.backends.choice import relayed
 from hpclaunch.runs import remote
 from hpclaunch.runs.registry import JobRecord, Registry
 from hpclaunch.runs.remote_ssh import write_through
@@ -18,7 +19,7 @@ POLL_S = 2.0
 
 
 def is_remote(record: JobRecord) -> bool:
-    return record.backend == remote.BACKEND
+    return relayed(record.backend)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

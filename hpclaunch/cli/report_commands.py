@@ -8,6 +8,7 @@ import sys
 from hpclaunch.cli.output import emit_report, report_format
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.reports import build_report, render
+from hpclaunch.launchers.backends.choice import relayed
 from hpclaunch.runs.jobs import find_job
 
 
@@ -18,7 +19,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     run_dir = args.job if os.path.isdir(args.job) else None
     if run_dir is None:
         job = find_job(args.job)
-        if job.record.backend == "remote":  # its run directory is on the cluster: its hpclaunch reports
+        if relayed(job.record.backend):  # its run directory is on the cluster: its hpclaunch reports
             from hpclaunch.cli.remote_commands import cmd_report as remote_report
             return remote_report(args, job.record, fmt)
         run_dir = job.run_dir

@@ -13,6 +13,7 @@ from typing import Optional
 
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import JobStatus, state_of
+from hpclaunch.launchers.backends.choice import relayed
 from hpclaunch.runs import remote
 from hpclaunch.runs.jobs import hosts_of, refresh
 from hpclaunch.runs.registry import JobRecord, Registry
@@ -66,8 +67,8 @@ class Board:
             return
         self._refreshed = now
         active = [r for r in reg.list(active_only=True, limit=MAX_ROWS) if not state_of(r.state).final]
-        here = [r for r in active if r.backend != remote.BACKEND]
-        far = [r for r in active if r.backend == remote.BACKEND]
+        here = [r for r in active if not relayed(r.backend)]
+        far = [r for r in active if relayed(r.backend)]
         errors = []
         try:
             self._statuses.update(refresh(here, reg) if here else {})

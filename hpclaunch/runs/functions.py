@@ -1,7 +1,7 @@
 """Python callables on the cluster through submitit, with an hpclaunch profile's settings.
 
 submitit does the work (pickling the call, sbatch, srun, results, checkpoint/requeue); this module
-only turns a profile + keyword overrides into a job request (hpclaunch.launchers.backends.submitit
+only turns a profile + keyword overrides into a job plan (hpclaunch.launchers.backends.submitit
 makes submitit's parameters from it, as the renderer makes a script), validated by hpclaunch's own
 loader (same one-line errors as a job file), and records every submission in hpclaunch's registry
 so `hpclaunch status` / `hpclaunch list` see it next to batch jobs.
@@ -33,10 +33,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.launchers.backends.choice import backend_class, default_backend_name
 from hpclaunch.launchers.backends.slurmcli import clean_env
-from hpclaunch.launchers.backends.submitit import parameters
-from hpclaunch.launchers.request import BatchRequest, build_request
+from hpclaunch.launchers.backends.submitit import SubmititBackend, executor_cluster, parameters, recorded
+from hpclaunch.launchers.plan import Plan, build_plan
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.job import Job as JobSpec
@@ -76,10 +75,10 @@ _COUNTER = itertools.count()
 
 @dataclass
 class Settings:
-    """A profile + overrides, validated: the resolved job, its request, and submitit's parameters."""
+    """A profile + overrides, validated: the resolved job, its plan, and submitit's parameters."""
 
     resolved: Resolved
-    request: BatchRequest
+    plan: Plan
     cluster: str                       # "slurm" or "local"
     parameters: dict                   # for AutoExecutor.update_parameters
     init: dict                         # for AutoExecutor(...) (slurm_max_num_timeout)
@@ -105,7 +104,7 @@ def resolve(profile: str = DEFAULT_PROFILE, overrides: Optional[Mapping[str, Any
             strings: Sequence[str] = (), *, caller: str = "executor", cwd: Optional[str] = None,
             cluster: Optional[str] = None) -> Settings:
     """Profile defaults < one node x one task < keyword overrides < `strings` ("key=value", as
-    `-o`); validated by the job loader, translated by the request builder."""
+    `-o`); validated by the job loader, translated by the plan builder."""
     cwd = os.path.abspath(cwd or os.getcwd())
     overrides = dict(overrides or {})
     passthrough = {k: overrides.pop(k) for k in list(overrides) if k.startswith(_PASS_THROUGH)}
@@ -137,14 +136,14 @@ def resolve(profile: str = DEFAULT_PROFILE, overrides: Optional[Mapping[str, Any
         set_path(layer, key, value)
         origins_of[key] = f"{caller}(overrides: {key})"
     resolved = resolve_data(layer, f"{caller}()", cwd, cwd, origins_of, job_path=os.path.join(cwd, f"{caller}()"))
-    request = build_request(resolved)
-    which = cluster or ("slurm" if default_backend_name() == "slurm" else "local")
+    plan = build_plan(resolved)
+    which = executor_cluster(cluster)
     # Was the signal chosen (by the profile or the caller), or is it the default?
     defaults = resolved.profile.profile.defaults.get("requeue")
     signal_chosen = "signal" in layer.get("requeue", {}) or (isinstance(defaults, dict) and "signal" in defaults)
-    params, init = parameters(request, which, SourceMap(f"{caller}()", resolved.origins), signal_chosen)
+    params, init = parameters(plan, which, SourceMap(f"{caller}()", resolved.origins), signal_chosen)
     params.update(passthrough)
-    return Settings(resolved, request, which, params, init)
+    return Settings(resolved, plan, which, params, init)
 
 
 def _check_key(key: str, caller: str, kw: str) -> None:
@@ -173,7 +172,7 @@ def executor(profile: str = DEFAULT_PROFILE, folder: Optional[str] = None, *, ov
 def _executor(profile, folder, overrides, cluster, cwd, settings, caller):
     import submitit  # heavy (~0.2 s): only when a function is submitted
     cfg = resolve(profile, settings, overrides, caller=caller, cwd=cwd, cluster=cluster)
-    runs_root = cfg.request.runs_root
+    runs_root = cfg.plan.runs_root
     folder = folder or fresh_folder(runs_root, cwd)
     ex = submitit.AutoExecutor(folder=folder, cluster=cfg.cluster, **cfg.init)
     ex.update_parameters(**cfg.parameters)
@@ -187,7 +186,7 @@ def submit_function(fn: Callable, *args: Any, profile: str = DEFAULT_PROFILE, fo
     """Run fn(*args) through submitit with the profile's settings; returns the submitit Job.
 
     Keyword arguments are settings (see the module docstring), not arguments of fn: bind those
-    with functools.partial. The job is recorded in hpclaunch's registry (backend "slurm", the
+    with functools.partial. The job is recorded in hpclaunch's registry (backend "submitit", the
     job's submitit folder as its run directory); `job.hpclaunch` is the hpclaunch handle.
     """
     settings.setdefault("name", getattr(fn, "__name__", "submitit"))
@@ -215,10 +214,10 @@ def map_function(fn: Callable, *iterables: Iterable, profile: str = DEFAULT_PROF
 
 
 def _record(job, cfg: Settings, registry, run_dir: str, array_size: Optional[int], job_id: Optional[str] = None):
-    if cfg.cluster != "slurm":
-        return None  # hpclaunch's local backend tracks its own runs only: nothing to record
+    if not recorded(cfg.cluster):
+        return None  # submitit's LocalExecutor: its runs are submitit's own, nothing to record
     reg = registry or Registry()
-    rec = reg.add(backend="slurm", cluster=_cluster_name(), job_id=job_id or str(job.job_id),
+    rec = reg.add(backend=SubmititBackend.name, cluster=_cluster_name(), job_id=job_id or str(job.job_id),
                   name=cfg.spec.name, run_dir=run_dir, profile=cfg.profile.profile.name,
                   partition=cfg.spec.slurm.partition, launcher="submitit", nodes=cfg.spec.resources.nodes,
                   array_size=array_size, resolved=cfg.document())
@@ -228,7 +227,7 @@ def _record(job, cfg: Settings, registry, run_dir: str, array_size: Optional[int
 
 def _cluster_name() -> str:
     try:
-        return backend_class("slurm")().cluster_name()   # through the table, as every submission
+        return SubmititBackend().cluster_name()   # the Slurm cluster's name, as batch jobs record it
     except HpclaunchError:
         return "slurm"
 

@@ -10,8 +10,8 @@ from typing import Callable, Optional
 
 from hpclaunch.common.errors import HpclaunchError
 from dataclasses import dataclass
-from hpclaunch.launchers.backends.choice import get_backend
-from hpclaunch.launchers.backends.base import FINAL_STATES, JobRef, JobStatus, State, exit_code_for
+from hpclaunch.launchers.backends.choice import get_backend, relayed
+from hpclaunch.launchers.backends.base import FINAL_STATES, Capability, JobRef, JobStatus, State, exit_code_for
 from hpclaunch.runs.registry import JobRecord, Registry
 from hpclaunch.runs.resubmit import resubmit
 
@@ -46,7 +46,7 @@ class Job:
         return self.record.run_dir
 
     def _backend(self):
-        if self.record.backend == "remote":  # submit --remote: its hpclaunch, over ssh, follows it
+        if relayed(self.record.backend):  # submit --remote: its hpclaunch, over ssh, follows it
             raise HpclaunchError(f"job {self.id} ran on remote {self.record.cluster}: follow it with the command "
                                  f"(hpclaunch status {self.id}, hpclaunch logs {self.id}), which asks the cluster")
         return get_backend(self.record.backend)
@@ -123,7 +123,8 @@ class Job:
         last = None
         while True:
             st = self.status()
-            if resubmit_on_node_failure and not self.record.array_size and hasattr(self._backend(), "down_nodes"):
+            if resubmit_on_node_failure and not self.record.array_size and \
+                    Capability.NODE_FAILURES in self._backend().capabilities:
                 replacement = self._resubmit_if_node_failed(st)
                 if replacement is not None:
                     if on_change:
@@ -159,7 +160,7 @@ class Job:
         if attempts >= max_attempts:
             return None
         if st.state == "PENDING":
-            be.cancel(self.record.job_id)
+            be.cancel(self.ref())
         return resubmit(self.record, self.registry, exclude=down, attempts_so_far=attempts,
                         reason=f"node failure: {','.join(down)} ({st.state})")
 

@@ -20,6 +20,7 @@ import shlex
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from hpclaunch.common.errors import HpclaunchError, InvalidInput
+from hpclaunch.launchers.backends.choice import REMOTE
 from hpclaunch.runs.registry import JobRecord, Registry
 from hpclaunch.runs.remote_pack import Package, collect, human, project_root, write_tar
 from hpclaunch.runs.remote_ssh import RemoteError, SshSession
@@ -29,7 +30,7 @@ from hpclaunch.spec.remote import Remote, entry_problems, parse_size
 from hpclaunch.spec.typedload import Loader, SourceMap, to_plain
 from hpclaunch.spec.yamlio import display_path, load_yaml_file
 
-BACKEND = "remote"
+BACKEND = REMOTE  # the backend table's name for these rows (launchers/backends/choice.py)
 MARKER = ".hpclaunch-code"
 
 

@@ -6,24 +6,22 @@ import os
 from typing import Sequence
 
 from hpclaunch.launchers.backends.choice import get_backend
-from hpclaunch.launchers.backends.base import JobRef
+from hpclaunch.launchers.backends.base import JobRef, Rerun
 from hpclaunch.runs.registry import Registry
 
 
 def resubmit(record, registry: Registry, *, exclude: Sequence[str], attempts_so_far: int, reason: str):
     """Queue a job again from its own script, without the given nodes, continuing in its run
-    directory (checkpoints, logs per attempt). Returns the new registry record."""
+    directory (checkpoints, logs per attempt), on the backend it ran on. Returns the new registry
+    record."""
     be = get_backend(record.backend)
     with open(os.path.join(record.run_dir, "script.sbatch"), encoding="utf-8") as f:
         script = f.read()
-    args = [f"--exclude={','.join(exclude)}",
-            f"--export=ALL,HPCLAUNCH_RESUME_DIR={record.run_dir},HPCLAUNCH_ATTEMPT_BASE={attempts_so_far}",
-            f"--output={os.path.join(record.run_dir, 'logs', 'slurm.out')}"]
     doc = json.loads(record.resolved or "{}")
     cwd = doc.get("hpclaunch", {}).get("submit_dir") or os.path.dirname(os.path.dirname(record.run_dir))
-    job_id = be.resubmit(script, args, cwd)
+    job_id = be.resubmit(Rerun(script, record.run_dir, tuple(exclude), attempts_so_far), cwd)
     try:
-        new = registry.add(backend="slurm", cluster=record.cluster, job_id=job_id, name=record.name,
+        new = registry.add(backend=record.backend, cluster=record.cluster, job_id=job_id, name=record.name,
                            run_dir=record.run_dir, job_file=record.job_file, job_sha256=record.job_sha256,
                            profile=record.profile, partition=record.partition, launcher=record.launcher,
                            nodes=record.nodes, resolved=json.loads(record.resolved) if record.resolved else None,

@@ -8,36 +8,44 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from typing import Optional, Sequence
 
 from hpclaunch.common.atomic import file_in_the_way, make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
-from hpclaunch.launchers.backends.choice import get_backend
-from hpclaunch.launchers.backends.base import JobRef
-from hpclaunch.launchers.render import render_script
-from hpclaunch.launchers.request import BatchRequest, build_request
+from hpclaunch.launchers.backends.choice import job_backend, names
+from hpclaunch.launchers.backends.base import Capability, JobRef
+from hpclaunch.launchers.plan import DEPENDENCY_KINDS, Plan, build_plan
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.loading import Resolved, resolve_job
 from hpclaunch.spec.typedload import SourceMap
 from hpclaunch.spec.yamlio import display_path, dump_yaml
 
-DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
+def dependencies(after: Sequence[str], registry: Registry, be) -> tuple:
+    """`--after` as the plan's dependencies, on a backend that declares them."""
+    if not after:
+        return ()
+    if Capability.DEPENDENCIES not in be.capabilities:
+        raise HpclaunchError(f"--after: the {be.name} backend runs no dependencies \u2014 submit with --backend "
+                             f"{' or '.join(names(Capability.DEPENDENCIES))}")
+    return tuple(parse_after(a, registry, be.name) for a in after)
 
 
-def parse_after(spec: str, registry: Registry) -> str:
-    """`JOB[:afterok|afterany|afternotok]` -> an sbatch dependency (JOB may be an id or a name)."""
+def parse_after(spec: str, registry: Registry, backend: str) -> tuple[str, str]:
+    """`JOB[:afterok|afterany|afternotok]` -> (kind, job id): a dependency on a job of `backend` (JOB: an
+    id or a name)."""
     ref, _, kind = spec.partition(":")
     kind = kind or "afterok"
     if kind not in DEPENDENCY_KINDS:
         raise HpclaunchError(f"--after {spec}: unknown dependency '{kind}' \u2014 use one of {', '.join(DEPENDENCY_KINDS)}")
     if ref.isdigit():
-        return f"{kind}:{ref}"
-    found = [r for r in registry.find(ref) if r.backend == "slurm"]
+        return kind, ref
+    found = [r for r in registry.find(ref) if r.backend == backend]
     if not found:
-        raise HpclaunchError(f"--after {spec}: no Slurm job '{ref}' in the registry \u2014 give a job id or a name "
+        raise HpclaunchError(f"--after {spec}: no {backend} job '{ref}' in the registry \u2014 give a job id or a name "
                              "from `hpclaunch list`")
-    return f"{kind}:{found[0].job_id}"
+    return kind, found[0].job_id
 
 
 def _runs_root_problem(root: str) -> Optional[str]:
@@ -117,11 +125,11 @@ def sources_of(resolved: Resolved) -> SourceMap:
     return SourceMap(display_path(resolved.job_path), resolved.origins)
 
 
-def _registry_meta(resolved: Resolved, document: dict, request: BatchRequest, cwd: str) -> dict:
+def _registry_meta(resolved: Resolved, document: dict, plan: Plan, cwd: str) -> dict:
     document = dict(document, hpclaunch=dict(document["hpclaunch"], submit_dir=cwd))
     return dict(job_file=os.path.abspath(resolved.job_path), job_sha256=resolved.source_hash,
-                profile=request.profile_name, launcher=request.launcher, nodes=request.nodes,
-                partition=request.partition, resolved=document)
+                profile=plan.profile_name, launcher=plan.launcher, nodes=plan.nodes,
+                partition=plan.placement.partition, resolved=document)
 
 
 def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optional[str] = None,
@@ -131,31 +139,32 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
 
     The same steps for every backend: check, queue held, make the run directory and the registry
     rows, release. Anything failing before the release abandons what was queued."""
-    be = get_backend(backend)
+    be = job_backend(backend)
     be.prefetch(preflight)  # a cluster answers while the job loads and renders
     resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
     cwd = os.path.abspath(cwd or os.getcwd())
     reg = registry or Registry()
     reg.check()  # a damaged registry is refused before anything is queued or a run directory made
-    request = build_request(resolved)
-    script = render_script(request)
-    root = request.runs_root if os.path.isabs(request.runs_root) else os.path.join(cwd, request.runs_root)
-    args = [f"--dependency={','.join(parse_after(a, reg) for a in after)}"] if after else []
+    plan = build_plan(resolved)
+    if after:
+        plan = replace(plan, after=dependencies(after, reg, be))
+    request = be.prepare(plan)
+    root = plan.runs_root if os.path.isabs(plan.runs_root) else os.path.join(cwd, plan.runs_root)
     sources = sources_of(resolved)
-    be.check(request, args, sources)
+    be.check(request, sources)
     if preflight:
-        be.preflight(request, script, args, sources)
+        be.preflight(request, sources)
     ensure_runs_root(root, resolved)
-    queued = be.queue(request, script, args, cwd=cwd, new_id=reg.next_local_id)
+    queued = be.queue(request, cwd=cwd, new_id=reg.next_local_id)
     ids = [job_id for job_id, _ in queued]
     try:
-        run_dir = os.path.join(root, f"{request.slug}-{ids[0]}")
+        run_dir = os.path.join(root, f"{plan.slug}-{ids[0]}")
         document = resolved.to_document()  # once: job.yaml and every registry row (~3 ms each)
-        make_run_dir(run_dir, document, script)
-        meta = _registry_meta(resolved, document, request, cwd)
+        make_run_dir(run_dir, document, request.script)
+        meta = _registry_meta(resolved, document, plan, cwd)
         first = None
         for job_id, count in queued:
-            rec = reg.add(backend=be.name, cluster=be.cluster_name(), job_id=job_id, name=request.job_name,
+            rec = reg.add(backend=be.name, cluster=be.cluster_name(), job_id=job_id, name=plan.job_name,
                           run_dir=run_dir, array_size=count or None, parent_key=first.key if first else None,
                           **meta)
             first = first or rec
@@ -171,7 +180,7 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
         be.abandon(ids)
         reg.update_state(first.key, "CANCELLED", detail={"error": "the job could not be started; it was cancelled"})
         raise
-    reg.event(first.key, "released", {"arrays": ids, "tasks": request.array_size} if request.array_size else None)
+    reg.event(first.key, "released", {"arrays": ids, "tasks": plan.array_size} if plan.array_size else None)
     return Job(first, reg)
 
 
@@ -179,10 +188,12 @@ def test_only(job: str | Resolved, overrides: Sequence[str] = (), *, after: Sequ
               backend: Optional[str] = "slurm") -> str:
     """Preflight plus the backend's own verdict (Slurm: `sbatch --test-only`, when and where it
     would start). Queues and records nothing."""
-    be = get_backend(backend)
+    be = job_backend(backend)
     be.prefetch(True)
     resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
-    request = build_request(resolved)
-    args = [f"--dependency={','.join(parse_after(a, Registry()) for a in after)}"] if after else []
-    be.check(request, args, sources_of(resolved))
-    return be.preflight(request, render_script(request), args, sources_of(resolved), test_only=True) or ""
+    plan = build_plan(resolved)
+    if after:
+        plan = replace(plan, after=dependencies(after, Registry(), be))
+    request = be.prepare(plan)
+    be.check(request, sources_of(resolved))
+    return be.preflight(request, sources_of(resolved), test_only=True) or ""

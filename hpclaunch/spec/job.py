@@ -9,14 +9,14 @@ import re
 from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple
 
 from dataclasses import dataclass
+from hpclaunch.common import schedenv
+from hpclaunch.launchers import modes
 from hpclaunch.spec.container import Container
 from hpclaunch.spec.kubernetes import KubernetesOptions
 from hpclaunch.spec.train import Train
 from hpclaunch.spec.typedload import Scalar, field
 from hpclaunch.spec.units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
 
-LAUNCHERS = ("torchrun", "horovod", "mpi", "srun", "ray", "tensorflow")
-Launcher = Literal["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow"]
 REQUEUE_SIGNALS = ("USR1", "USR2")
 SECRET_MARKERS = ("TOKEN", "KEY", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
 
@@ -50,6 +50,16 @@ def _slurm_word(what: str) -> object:
                     "use letters, digits and _ . , : + @ % = - only")
         return None
     return check
+
+
+def _launcher_check(value: str) -> Optional[Tuple[str, str]]:
+    if modes.known(value):
+        return None
+    import difflib  # only to word an error
+    choices = modes.names()
+    close = difflib.get_close_matches(value, choices, n=1)
+    return ("is not a valid choice", (f"did you mean '{close[0]}'? " if close else "") +
+            "choose one of: " + ", ".join(choices))
 
 
 def _no_nul(value: str) -> Optional[Tuple[str, str]]:
@@ -99,7 +109,7 @@ class SlurmOptions:
                                       check=_slurm_word("constraint"))
     exclusive: bool = field(False, help="whole nodes only (--exclusive)")
     extra: List[str] = field(default_factory=list,
-                             help="extra #SBATCH long options, passed through after validation of their form")
+                             help="extra sbatch long options, passed through after validation of their form")
 
 
 @dataclass
@@ -185,7 +195,8 @@ class Job:
     command: List[Scalar] = field(help="program and arguments, as a list", check=_command_check,
                                   example="[python, train.py]")
     profile: str = field("local", help="a shipped profile name, or a path to a profile YAML")
-    launcher: Launcher = field("torchrun", help="how ranks are started")
+    launcher: str = field("torchrun", help="how ranks are started (launchers/modes/: one module each)",
+                          check=_launcher_check, choices=modes.names)
     resources: Resources = field(default_factory=Resources)
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
     env: Dict[str, Scalar] = field(default_factory=dict, help="exported to every rank")
@@ -207,7 +218,7 @@ def env_name_problem(name: str) -> Optional[Tuple[str, str]]:
     if not _ENV_NAME.fullmatch(name):
         return ("is not a valid environment variable name",
                 "use letters, digits and _, not starting with a digit")
-    if name.startswith("HPCLAUNCH_") or name.startswith("SLURM_"):
+    if name.startswith(("HPCLAUNCH_",) + schedenv.PREFIXES):
         return ("is set by hpclaunch or Slurm and cannot be overridden here",
                 "pick another name")
     return None

@@ -3,36 +3,14 @@ from __future__ import annotations
 
 import json
 
+from hpclaunch.launchers import modes
+from hpclaunch.launchers.modes.torchrun import TRAIN_ENTRY
 from hpclaunch.spec.profiles import load_profile
 
 
 def _y(value: object) -> str:
     # JSON scalars are valid YAML flow scalars, and quote whatever needs quoting.
     return json.dumps(value, ensure_ascii=False)
-
-
-TRAIN_ENTRY = '[python, -m, hpclaunch.train_entry, --data, digits.csv, --epochs, "5"]'
-
-# Per launch mode: the launcher, what each rank (or Ray's driver) runs, and a note on how the
-# program finds its peers. JAX and Lightning read Slurm's variables themselves: launcher srun.
-MODES = {
-    "torchrun": ("torchrun", TRAIN_ENTRY, "torchrun forks tasks_per_node ranks per node; they meet at the head node"),
-    "horovod": ("horovod", "[python, train.py]", "horovodrun starts the ranks; hvd.init() finds them"),
-    "mpi": ("mpi", "[python, train.py]", "mpirun or srun --mpi starts the ranks; MPI.COMM_WORLD spans them"),
-    "srun": ("srun", "[python, train.py]", "srun starts tasks_per_node ranks per node; SLURM_PROCID is the rank"),
-    "ray": ("ray", "[python, driver.py]",
-            "a Ray head on the first node, a worker on each other node; this command is the driver, on the "
-            "head node, with RAY_ADDRESS set (ray.init() joins). The job ends when the driver does"),
-    "tensorflow": ("tensorflow", "[python, train.py]",
-                   "srun starts one worker per rank, each with a TF_CONFIG naming every worker and its own index: "
-                   "tf.distribute.MultiWorkerMirroredStrategy() needs no arguments"),
-    "jax": ("srun", "[python, train.py]",
-            "one process per node (tasks_per_node: 1); jax.distributed.initialize() with no arguments reads "
-            "Slurm's variables"),
-    "lightning": ("srun", "[python, train.py]",
-                  "tasks_per_node = Trainer(devices=...), nodes = Trainer(num_nodes=...); Lightning's "
-                  "SLURMEnvironment reads Slurm's variables"),
-}
 
 
 def starter_job(profile_ref: str, name: str, where: tuple[str, str] | None = None, mode: str = "") -> str:
@@ -43,9 +21,11 @@ def starter_job(profile_ref: str, name: str, where: tuple[str, str] | None = Non
     slurm = d.get("slurm", {})
     part = slurm.get("partition") or (p.limits.partitions[0] if p.limits.partitions else None)
     tasks = res.get("tasks_per_node", max(p.node.gpus, 1))
-    launcher, command, note = MODES[mode] if mode else (d.get("launcher", "torchrun"), TRAIN_ENTRY, "")
-    if mode in ("ray", "jax"):
-        tasks = 1  # one Ray node / one JAX process per node, with the node's devices
+    # a mode: a launcher, or a recipe run by one (srun: jax, lightning), from the launcher registry
+    launcher, command, note, per_node = modes.starters()[mode] if mode else (d.get("launcher", "torchrun"),
+                                                                             TRAIN_ENTRY, "", None)
+    if per_node is not None:
+        tasks = per_node  # e.g. one Ray node / one JAX process per node, with the node's devices
     note = "".join(f"\n# {line}" for line in _wrap(f"{mode}: {note}")) if note else ""
     return f"""\
 # hpclaunch job file. Check it with `hpclaunch validate {name}.yaml`, see the script with
@@ -53,7 +33,7 @@ def starter_job(profile_ref: str, name: str, where: tuple[str, str] | None = Non
 # Every key: `hpclaunch schema`. Any key can be overridden: -o resources.nodes=2
 name: {_y(name)}
 profile: {_y(profile_ref)}           # {p.description or p.name}
-launcher: {_y(launcher)}         # torchrun | horovod | mpi | srun | ray | tensorflow{note}
+launcher: {_y(launcher)}         # {" | ".join(modes.names())}{note}
 # What each rank runs (a list: no shell parsing, every argument arrives as written).
 command: {command}
 
@@ -70,7 +50,7 @@ slurm:
   account: null
   qos: null
   exclusive: false
-  extra: []              # more #SBATCH long options, e.g. ["--constraint=a100"]
+  extra: []              # more sbatch long options, e.g. ["--constraint=a100"]
 
 env:                     # exported to every rank
   OMP_NUM_THREADS: {_y(str(res.get("cpus_per_task", 1)))}

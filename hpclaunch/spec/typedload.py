@@ -27,9 +27,12 @@ INT_LIMIT = 2 ** 63 - 1
 
 
 def meta(help: str = "", *, minimum: float | None = None, maximum: float | None = None,
-         check: Check | None = None, example: Any = None, nonfinite: bool = False) -> dict:
+         check: Check | None = None, example: Any = None, nonfinite: bool = False,
+         choices: Callable[[], Any] | None = None) -> dict:
+    """A field's metadata. `choices`: the values a string field takes, for the schema's enum, when they
+    are known only at run time (a registry: the launchers); `check` then refuses the others."""
     return {"help": help, "minimum": minimum, "maximum": maximum, "check": check,
-            "example": example, "nonfinite": nonfinite}
+            "example": example, "nonfinite": nonfinite, "choices": choices}
 
 
 def pattern_check(pattern: "typing.Pattern[str]", message: str, fix: str) -> Check:
@@ -383,6 +386,8 @@ def _schema_of(tp: Any, md: Any = None) -> dict:
     else:
         out = {"type": {int: "integer", float: "number", str: "string", bool: "boolean"}[tp]}
     if md:
+        if md.get("choices"):
+            out["enum"] = list(md["choices"]())
         if md.get("help"):
             out["description"] = md["help"]
         if md.get("minimum") is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from hpclaunch.common.errors import Problem
 from dataclasses import fields
+from hpclaunch.launchers import modes
 from hpclaunch.spec.job import _EXTRA, DEFAULT_GRACE_S, SIGNAL_EARLY_S, Job, env_entry_problem, signal_grace
 from hpclaunch.spec.profile import Profile
 from hpclaunch.spec.sweep import check, count, train_samples
@@ -115,6 +116,7 @@ def _seconds(text: str | None) -> int | None:
 
 
 def _launcher_rules(job: Job, profile: Profile, bad) -> None:
+    """Every launcher's rules, then the job's launcher's own (launchers/modes/<launcher>.py: problems)."""
     r, launcher = job.resources, job.launcher
     tpn, gpn = r.tasks_per_node, r.gpus_per_node
     if tpn == 0:
@@ -124,22 +126,12 @@ def _launcher_rules(job: Job, profile: Profile, bad) -> None:
         bad("resources.tasks_per_node",
             f"{tpn} ranks per node but {gpn} GPUs per node: ranks would share GPUs or hang at init", tpn,
             f"use tasks_per_node = gpus_per_node ({gpn})")
-    if launcher == "torchrun" and job.command and job.command[0] in ("torchrun", "srun", "mpirun", "horovodrun"):
-        bad("command[0]", f"the {launcher} launcher already starts ranks; the command is what each rank runs",
-            job.command[0], "drop the launcher from command, e.g. [python, train.py]")
-    if job.container is not None:
-        if profile.container.runtime is None:
-            bad("container", f"profile '{profile.name}' names no container runtime", job.container.image,
-                "set container.runtime (pyxis, apptainer or podman) in the profile, or drop container:")
-        elif launcher == "ray":
-            bad("container", "launcher ray runs no container yet (its driver runs on the head node's host)",
-                job.container.image, "drop container: or use launcher srun/torchrun")
-        elif profile.container.runtime == "pyxis" and (
-                (launcher == "mpi" and profile.mpi.starter != "srun")
-                or (launcher == "horovod" and profile.horovod.starter != "srun")):
-            bad("container", f"pyxis containers start with srun, but profile '{profile.name}' starts {launcher} "
-                "ranks with " + ("mpirun" if launcher == "mpi" else "horovodrun"), job.container.image,
-                f"set {launcher}.starter: srun in the profile, or use launcher srun/torchrun")
+    if job.container is not None and profile.container.runtime is None:
+        bad("container", f"profile '{profile.name}' names no container runtime", job.container.image,
+            "set container.runtime (pyxis, apptainer or podman) in the profile, or drop container:")
+    if launcher is not None and modes.known(launcher):
+        for problem in modes.get(launcher).problems(job, profile):
+            bad(*problem)
 
 
 def _requeue_rules(job: Job, seconds: int | None, bad) -> None:

@@ -3,19 +3,26 @@
 Modelled on TorchX's `Scheduler` (submit_dryrun / schedule / describe / cancel) and submitit's
 `Executor`: callers hold a `Backend` and a `JobRef` and never ask which backend they have.
 
-A submission is two-phase, so that nothing runs before its run directory and registry row exist
-(hydra#2100: Slurm opens --output before the job's own code runs):
+Each backend owns its translation: `prepare(plan)` turns the scheduler-neutral plan
+(launchers/plan.py) into its native request (Slurm: #SBATCH directives and the batch script), and
+every later call takes that request, as TorchX's `schedule` takes its dry-run info: nothing reads
+the job again. A submission is two-phase, so that nothing runs before its run directory and
+registry row exist (hydra#2100: Slurm opens --output before the job's own code runs):
 
-    ids = backend.queue(request, script, args, cwd=..., job_id=...)   # held, nothing runs yet
+    req = backend.prepare(plan)                                    # pure
+    ids = backend.queue(req, cwd=..., new_id=...)                  # held, nothing runs yet
     ... the runs layer makes the run directory and the registry rows ...
-    backend.release(ref)                                               # now it may start
+    backend.release(ref, req, cwd=...)                             # now it may start
     (or backend.abandon(ids) when anything in between failed)
+
+A native request has `.plan` (what it was made from) and `.script` (the text the run directory
+keeps as script.sbatch; empty where the backend runs no script).
 """
 from __future__ import annotations
 
 import abc
 import enum
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from dataclasses import dataclass, field
 
@@ -83,30 +90,15 @@ def exit_code_for(state: "State", rank_code: Optional[int] = None, job_code: Opt
     return EXIT_CODES.get(state, EXIT_CODES[State.UNKNOWN])
 
 
-# Every state word squeue (%T), sacct (State) and scontrol (JobState) print, mapped once
-# (TorchX's SLURM_STATES). Words not listed are UNKNOWN.
-SLURM_STATES: Dict[str, State] = {
-    "PENDING": State.PENDING, "CONFIGURING": State.PENDING, "REQUEUE_HOLD": State.PENDING,
-    "REQUEUE_FED": State.PENDING, "RESV_DEL_HOLD": State.PENDING,
-    "RUNNING": State.RUNNING, "RESIZING": State.RUNNING, "SIGNALING": State.RUNNING,
-    "STAGE_OUT": State.COMPLETING, "COMPLETING": State.COMPLETING,
-    "REQUEUED": State.REQUEUED, "SUSPENDED": State.SUSPENDED, "STOPPED": State.SUSPENDED,
-    "COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "CANCELLED": State.CANCELLED,
-    "TIMEOUT": State.TIMEOUT, "NODE_FAIL": State.NODE_FAIL, "OUT_OF_MEMORY": State.OUT_OF_MEMORY,
-    "PREEMPTED": State.PREEMPTED, "BOOT_FAIL": State.BOOT_FAIL, "DEADLINE": State.DEADLINE,
-    "SPECIAL_EXIT": State.FAILED, "REVOKED": State.CANCELLED,
-}
-
-
-def state_of(word: Optional[str]) -> State:
-    """A state word as printed by Slurm ("CANCELLED by 0", "cancelled", "CA" is not one) or by
-    hpclaunch itself, as a State."""
+def state_of(word: Optional[str], words: Optional[Dict[str, State]] = None) -> State:
+    """A state word as hpclaunch records it ("CANCELLED by 0" and a trailing "+" allowed), as a State;
+    `words` maps a scheduler's own words (the Slurm backend's SLURM_STATES). Others are UNKNOWN."""
     if not word:
         return State.UNKNOWN
     head = str(word).split()[0].upper().rstrip("+")
     if head in State.__members__:
         return State[head]
-    return SLURM_STATES.get(head, State.UNKNOWN)
+    return (words or {}).get(head, State.UNKNOWN)
 
 
 @dataclass
@@ -133,6 +125,18 @@ class JobStatus:
 
 
 @dataclass(frozen=True)
+class Rerun:
+    """A job queued again from its recorded script, without the nodes that failed under it, into the
+    run directory it started in (its checkpoints and logs), its attempts counted on (runs/resubmit.py):
+    what NodeFailureAware.resubmit is given."""
+
+    script: str                        # the run directory's script, as it ran
+    run_dir: str
+    exclude: Tuple[str, ...]           # node names
+    attempts_so_far: int
+
+
+@dataclass(frozen=True)
 class JobRef:
     """What names a job to its backend: its id, its run directory, and for a sweep its task count."""
 
@@ -141,10 +145,34 @@ class JobRef:
     array_size: int = 0
 
 
+class Capability(str, enum.Enum):
+    """What a backend can do beyond the interface every backend has: declared (Backend.capabilities),
+    never probed."""
+
+    JOB_FILES = "job_files"            # runs job files (`hpclaunch submit JOB.yaml`), not only callables
+    DEPENDENCIES = "dependencies"      # honours Plan.after (`submit --after`)
+    NODE_FAILURES = "node_failures"    # NodeFailureAware: Job.wait resubmits a job around a failed node
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Backend(abc.ABC):
-    """One place jobs run. Implementations: slurm (sbatch), local (this machine)."""
+    """One place jobs run. Implementations: the table in choice.py (slurm, local, submitit) and the
+    installed ones (entry point group hpclaunch.backends)."""
 
     name: str = ""
+    capabilities: FrozenSet[Capability] = frozenset({Capability.JOB_FILES})
+
+    @classmethod
+    def unavailable(cls) -> Optional[str]:
+        """Why this backend cannot run from here (one line with the fix), or None."""
+        return None
+
+    @classmethod
+    def detected(cls) -> bool:
+        """Whether this is the backend to use here when none is named (choice.default_backend_name)."""
+        return False
 
     @abc.abstractmethod
     def cluster_name(self) -> str:
@@ -153,18 +181,21 @@ class Backend(abc.ABC):
     def prefetch(self, preflight: bool = True) -> None:
         """Start whatever queries a submission will need, while the caller loads and renders."""
 
-    def check(self, request, args: Sequence[str], sources) -> None:
+    @abc.abstractmethod
+    def prepare(self, plan):
+        """The plan as this backend's native request (pure: no files, no scheduler)."""
+
+    def check(self, request, sources) -> None:
         """What this backend can never run (always checked, no queries); raise HpclaunchError."""
 
-    def preflight(self, request, script: str, args: Sequence[str], sources, test_only: bool = False) -> Optional[str]:
+    def preflight(self, request, sources, test_only: bool = False) -> Optional[str]:
         """Check the request against the live resources (skipped with --no-preflight); raise
         InvalidInput / HpclaunchError. With test_only, return the backend's own verdict (Slurm:
         when and where it would start)."""
         return None
 
     @abc.abstractmethod
-    def queue(self, request, script: str, args: Sequence[str], *, cwd: str,
-              new_id: Callable[[], str]) -> List[tuple]:
+    def queue(self, request, *, cwd: str, new_id: Callable[[], str]) -> List[tuple]:
         """Queue the job held: [(job_id, task_count)], one per array chunk (one for a plain job).
         `new_id` hands out ids for backends that have no scheduler to number jobs."""
 
@@ -186,3 +217,22 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def cancel(self, ref: JobRef) -> None:
         """Stop the job (all its ranks and processes)."""
+
+
+class NodeFailureAware(Backend):
+    """A backend that knows its nodes: declares Capability.NODE_FAILURES, and Job.wait uses these to
+    resubmit a job that a failed node took down (or holds pending) without that node."""
+
+    capabilities = frozenset({Capability.JOB_FILES, Capability.NODE_FAILURES})
+
+    @abc.abstractmethod
+    def down_nodes(self, nodelist: str) -> List[str]:
+        """The nodes of `nodelist` (the scheduler's form) that are down or failing now."""
+
+    @abc.abstractmethod
+    def job_nodes(self, job_id: str) -> str:
+        """The nodes a job was given (the scheduler's form), "" when it has none yet."""
+
+    @abc.abstractmethod
+    def resubmit(self, rerun, cwd: str) -> str:
+        """Queue a Rerun held; its job id (release() starts it)."""

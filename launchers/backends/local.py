@@ -1,7 +1,7 @@
-"""The local backend: the same rendered script, run on this machine as a one-node allocation.
+"""The local backend: the Slurm backend's script, run on this machine as a one-node allocation.
 
-It sets the variables Slurm would (job id, node list, task counts, restart count) and
-HPCLAUNCH_LOCAL=1, which makes the script's `hl_step` run tasks itself instead of srun.
+It runs it under a Slurm emulation (slurm_emulation.py: the variables Slurm would set, and
+HPCLAUNCH_LOCAL=1, which makes the script's `hl_step` run tasks itself instead of srun).
 A detached runner process (local_runner.py) supervises attempts, the time limit and cancel.
 """
 from __future__ import annotations
@@ -13,116 +13,106 @@ import subprocess
 import sys
 import time
 
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional
 
 from hpclaunch.common.atomic import make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError
-from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
+from hpclaunch.launchers.backends.base import Backend, Capability, JobRef, JobStatus, State
 from hpclaunch.launchers.backends.local_gpus import checked_lease_dir, machine_gpus, shared_setting
 from hpclaunch.launchers.backends.local_runner import (alive, end_group, group_alive, open_private_log, process_start,
                                                        read_state, record_state, runner_error, runner_path)
+from hpclaunch.launchers.backends import slurm_emulation, slurm_script
 from hpclaunch.launchers.backends.slurm import submit_env
-from hpclaunch.launchers.request import BatchRequest
+from hpclaunch.launchers.backends.slurm_script import SlurmRequest
+from hpclaunch.launchers.plan import Plan
 
 
 class LocalBackend(Backend):
     name = "local"
-    _gpus_memo: Optional[tuple] = None  # (request, its GPU list): check() and start() of one submit
+    capabilities = frozenset({Capability.JOB_FILES})
 
-    def _machine_gpus(self, request: BatchRequest) -> Optional[List[str]]:
+    @classmethod
+    def detected(cls) -> bool:
+        return True  # this machine: where no scheduler is configured
+    _gpus_memo: Optional[tuple] = None  # (plan, its GPU list): check() and start() of one submit
+
+    def _machine_gpus(self, plan: Plan) -> Optional[List[str]]:
         """The machine's GPUs for a GPU job (None: not a GPU job, or unknown), looked up once per
         submit: where only NVML can count them, each lookup is an nvmlInit (up to ~100 ms)."""
-        if not request.gpus_per_node:
+        if not plan.gpus_per_node:
             return None
         memo = self._gpus_memo
-        if memo is None or memo[0] is not request:
-            memo = self._gpus_memo = (request, machine_gpus(os.environ))
+        if memo is None or memo[0] is not plan:
+            memo = self._gpus_memo = (plan, machine_gpus(os.environ))
         return memo[1]
 
     def cluster_name(self) -> str:
         return "local:" + os.uname().nodename  # gethostname(), without importing socket
 
-    def check(self, request: BatchRequest, args: Sequence[str], sources) -> None:
-        if any(a.startswith("--dependency=") for a in args):
-            raise HpclaunchError("--after: dependencies need Slurm \u2014 submit with --backend slurm")
-        if request.container is not None and request.container.runtime == "pyxis":
+    def prepare(self, plan: Plan) -> SlurmRequest:
+        """The Slurm backend's script: this backend runs it as Slurm would (its Slurm emulation)."""
+        return slurm_script.prepare(plan)
+
+    def check(self, request: SlurmRequest, sources) -> None:
+        plan = request.plan
+        if plan.container is not None and plan.container.runtime == "pyxis":
             raise HpclaunchError(f"{sources.of('container')}: container: pyxis runs containers through Slurm's "
                                  "srun — submit with --backend slurm, or use a profile whose "
                                  "container.runtime is apptainer or podman")
-        if request.nodes != 1:
+        if plan.nodes != 1:
             raise HpclaunchError(f"{sources.of('resources.nodes')}: resources.nodes: the local backend runs one node "
-                                 f"({request.nodes}) \u2014 use -o resources.nodes=1, "
+                                 f"({plan.nodes}) \u2014 use -o resources.nodes=1, "
                                  "or submit to Slurm with --backend slurm")
-        gpus = self._machine_gpus(request)
+        gpus = self._machine_gpus(plan)
         if gpus is not None:
-            checked_lease_dir(profile_dir=request.gpu_lease_dir, profile=request.profile_name)
-        if gpus is not None and len(gpus) < request.gpus_per_node:
+            checked_lease_dir(profile_dir=plan.gpu_lease_dir, profile=plan.profile_name)
+        if gpus is not None and len(gpus) < plan.gpus_per_node:
             raise HpclaunchError(f"{sources.of('resources.gpus_per_node')}: resources.gpus_per_node: "
-                                 f"{request.gpus_per_node} asked, this machine has {len(gpus)} GPU(s) "
+                                 f"{plan.gpus_per_node} asked, this machine has {len(gpus)} GPU(s) "
                                  f"({','.join(gpus) or 'CUDA_VISIBLE_DEVICES=' + os.environ.get('CUDA_VISIBLE_DEVICES', '')}"
                                  ") \u2014 ask for fewer, or set HPCLAUNCH_LOCAL_GPUS to the GPUs local jobs may use")
 
-    def preflight(self, request: BatchRequest, script: str, args: Sequence[str], sources,
-                  test_only: bool = False) -> Optional[str]:
+    def preflight(self, request: SlurmRequest, sources, test_only: bool = False) -> Optional[str]:
         return "it would start on this machine at once" if test_only else None
 
-    def queue(self, request: BatchRequest, script: str, args: Sequence[str], *, cwd: str,
-              new_id: Callable[[], str]) -> List[tuple]:
+    def queue(self, request: SlurmRequest, *, cwd: str, new_id: Callable[[], str]) -> List[tuple]:
         """Nothing to hold: the job starts at release(). Its id comes from the registry's counter,
         which restarts in every registry (HPCLAUNCH_HOME): an id whose run directory another
         registry's job holds is skipped, and the free one is claimed by an exclusive mkdir, so two
         submitters in one folder never share (or rename) a run directory."""
-        root = request.runs_root if os.path.isabs(request.runs_root) else os.path.join(cwd, request.runs_root)
+        plan = request.plan
+        root = slurm_script.runs_root(plan, cwd)
         make_private_dirs(root)
         for _ in range(10_000):
             job_id = new_id()
             try:
-                os.mkdir(os.path.join(root, f"{request.slug}-{job_id}"), 0o700)
+                os.mkdir(os.path.join(root, f"{plan.slug}-{job_id}"), 0o700)
             except FileExistsError:
                 continue
-            return [(job_id, request.array_size)]
-        raise HpclaunchError(f"{root}: 10000 run directories named {request.slug}-<id> exist — "
+            return [(job_id, plan.array_size)]
+        raise HpclaunchError(f"{root}: 10000 run directories named {plan.slug}-<id> exist — "
                              "move old runs away or set runs_root")
 
-    def release(self, ref: JobRef, request: BatchRequest, *, cwd: str) -> None:
-        self.start(request, ref.run_dir, ref.job_id, cwd)
+    def release(self, ref: JobRef, request: SlurmRequest, *, cwd: str) -> None:
+        self.start(request.plan, ref.run_dir, ref.job_id, cwd)
 
-    def start(self, request: BatchRequest, run_dir: str, job_id: str, cwd: str) -> int:
-        node_cpus = str(request.tasks_per_node * request.cpus_per_task)
-        env = {
-            "HPCLAUNCH_LOCAL": "1",
-            "SLURM_JOB_ID": job_id,
-            "SLURM_JOBID": job_id,
-            "SLURM_JOB_NAME": request.slug,
-            "SLURM_JOB_NODELIST": "localhost",
-            "SLURM_NODELIST": "localhost",
-            "SLURM_JOB_NUM_NODES": "1",
-            "SLURM_NNODES": "1",
-            "SLURM_NTASKS": str(request.tasks_per_node),
-            "SLURM_NTASKS_PER_NODE": str(request.tasks_per_node),
-            # sbatch's: Open MPI's mpirun reads the allocation from SLURM_NODELIST and these
-            "SLURM_TASKS_PER_NODE": str(request.tasks_per_node),
-            "SLURM_JOB_CPUS_PER_NODE": node_cpus,
-            "SLURM_CPUS_ON_NODE": node_cpus,
-            "SLURM_CPUS_PER_TASK": str(request.cpus_per_task),
-            "SLURM_SUBMIT_DIR": cwd,
-            "SLURM_CLUSTER_NAME": "local",
-            "SLURM_JOB_PARTITION": "local",
-        }
+    def start(self, plan: Plan, run_dir: str, job_id: str, cwd: str) -> int:
+        env = slurm_emulation.job_env(job_id, plan.slug, plan.tasks_per_node, plan.cpus_per_task, cwd)
         spec = {
             "env": env,
+            "job_id": job_id,
             "cwd": cwd,
-            "time_limit_s": request.time_s,
-            "grace_s": request.requeue_grace,
-            "requeue_signal": request.requeue_signal if request.warn_signal else None,
+            "time_limit_s": plan.time_s,
+            "grace_s": plan.requeue_grace,
+            "requeue_signal": plan.requeue_signal if plan.warn_signal else None,
         }
-        if request.array_size:
-            spec["array"] = {"size": request.array_size, "parallelism": self.array_parallelism(request)}
-        gpus = self._machine_gpus(request)
+        if plan.array_size:
+            spec["array"] = {"size": plan.array_size, "parallelism": self.array_parallelism(plan)}
+        gpus = self._machine_gpus(plan)
         if gpus is not None:  # leased by the runner; an unknown machine's jobs get no GPU variables
             # checked in check(); the runner leases there
-            shared, what = shared_setting(profile_dir=request.gpu_lease_dir, profile=request.profile_name)
-            spec["gpus"] = {"ids": gpus, "per_node": request.gpus_per_node,
+            shared, what = shared_setting(profile_dir=plan.gpu_lease_dir, profile=plan.profile_name)
+            spec["gpus"] = {"ids": gpus, "per_node": plan.gpus_per_node,
                             **({"lease_dir": shared, "lease_setting": what} if shared else {})}
         write_atomic(os.path.join(run_dir, ".hpclaunch", "local-job.json"), json.dumps(spec, indent=1))
         runner_env = submit_env()
@@ -134,13 +124,13 @@ class LocalBackend(Backend):
         return proc.pid
 
     @staticmethod
-    def array_parallelism(request: BatchRequest) -> int:
+    def array_parallelism(plan: Plan) -> int:
         """How many sweep tasks run at once here: the sweep's parallelism, capped by what fits on
         this one node side by side (CPUs, and GPUs where tasks ask for them), as Slurm would."""
-        fit = max(1, request.node_cpus // max(1, request.tasks_per_node * request.cpus_per_task))
-        if request.gpus_per_node:
-            fit = min(fit, max(1, request.node_gpus // request.gpus_per_node))
-        return max(1, min(request.parallelism or request.array_size, fit, request.array_size))
+        fit = max(1, plan.node_cpus // max(1, plan.tasks_per_node * plan.cpus_per_task))
+        if plan.gpus_per_node:
+            fit = min(fit, max(1, plan.node_gpus // plan.gpus_per_node))
+        return max(1, min(plan.parallelism or plan.array_size, fit, plan.array_size))
 
     def status(self, ref: JobRef) -> JobStatus:
         run_dir = ref.run_dir

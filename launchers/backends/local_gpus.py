@@ -23,6 +23,7 @@ from typing import Callable, List, Mapping, Optional, Tuple
 
 from hpclaunch.common.atomic import make_private_dirs
 from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.launchers.backends import slurm_emulation
 
 _ID = re.compile(r"^(?:\d{1,3}|(?:GPU|MIG)-[0-9A-Za-z-]{1,80})$")
 _DRIVER = "/proc/driver/nvidia/gpus"
@@ -183,10 +184,8 @@ class Lease:
         self.ids, self._fds = ids, fds
 
     def env(self) -> dict:
-        """What Slurm sets for a job's GPUs without device cgroups: the node's own ids."""
-        ids = ",".join(self.ids)
-        return {"CUDA_VISIBLE_DEVICES": ids, "SLURM_JOB_GPUS": ids, "SLURM_STEP_GPUS": ids,
-                "GPU_DEVICE_ORDINAL": ids}
+        """The leased GPUs as Slurm would give them (slurm_emulation.gpu_env)."""
+        return slurm_emulation.gpu_env(self.ids)
 
     def release(self) -> None:
         for fd in self._fds:

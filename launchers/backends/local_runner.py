@@ -16,6 +16,7 @@ import threading
 import time
 
 from hpclaunch.common.atomic import write_atomic
+from hpclaunch.launchers.backends import slurm_emulation
 from hpclaunch.launchers.backends.local_gpus import try_lease
 
 KILL_WAIT = 10.0
@@ -184,7 +185,7 @@ def _attempts(marker_dir: str, spec: dict, extra_env: dict, log_path: str, cance
         env = dict(os.environ)
         env.update(spec["env"])
         env.update(extra_env)
-        env["SLURM_RESTART_COUNT"] = str(attempts)
+        env.update(slurm_emulation.attempt_env(attempts))
         with lock:
             if cancelled.is_set():
                 return "CANCELLED", rc, attempts
@@ -219,9 +220,9 @@ def _attempts(marker_dir: str, spec: dict, extra_env: dict, log_path: str, cance
 def _run_array(run_dir: str, spec: dict, array: dict, cancelled: threading.Event, running: set,
                lock: threading.Lock) -> tuple[str, int | None, int]:
     """A sweep as Slurm runs a job array on one node: task after task, at most `parallelism` at
-    once, each with its own SLURM_ARRAY_TASK_ID, log (logs/slurm-<job>_<task>.out) and attempts."""
+    once, each with its own array task id (slurm_emulation.array_task_env), log (logs/slurm-<job>_<task>.out) and attempts."""
     size, parallelism = int(array["size"]), max(1, int(array["parallelism"]))
-    job_id = spec["env"]["SLURM_JOB_ID"]
+    job_id = spec["job_id"]
     states: dict[str, str] = {}
     results: dict[int, tuple] = {}
     next_task = iter(range(size))
@@ -239,9 +240,7 @@ def _run_array(run_dir: str, spec: dict, array: dict, cancelled: threading.Event
             if task is None:
                 return
             record(task, "RUNNING")
-            extra = {"SLURM_ARRAY_JOB_ID": job_id, "SLURM_ARRAY_TASK_ID": str(task),
-                     "SLURM_ARRAY_TASK_COUNT": str(size), "SLURM_ARRAY_TASK_MIN": "0",
-                     "SLURM_ARRAY_TASK_MAX": str(size - 1)}
+            extra = slurm_emulation.array_task_env(job_id, task, size)
             task_dir = os.path.join(run_dir, f"task{task}")
             result = _run_attempts(task_dir, spec, extra, os.path.join(run_dir, "logs", f"slurm-{job_id}_{task}.out"),
                                    cancelled, running, lock, on_state=lambda state, _reason, t=task: record(t, state))

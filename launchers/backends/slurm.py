@@ -10,16 +10,17 @@ last minutes asked for them (slurm_facts.py); a request they would refuse is che
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import Callable, List, Optional, Sequence
 
 from hpclaunch import runtime
 from hpclaunch.common.errors import HpclaunchError, InvalidInput
 from hpclaunch.common.identity import current_user
-from hpclaunch.launchers.backends import slurm_facts, slurm_status, slurmcli
-from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus, State
+from hpclaunch.launchers.backends import slurm_facts, slurm_script, slurm_status, slurmcli
+from hpclaunch.launchers.backends.base import Capability, JobRef, JobStatus, NodeFailureAware, Rerun, State
 from hpclaunch.launchers.backends.slurm_preflight import check_request, parse_associations
-from hpclaunch.launchers.request import BatchRequest, array_spec
+from hpclaunch.launchers.backends.slurm_script import SlurmRequest, array_spec, run_log, sweep_log
 
 
 def submit_env() -> dict:
@@ -34,8 +35,20 @@ def submit_env() -> dict:
     return env
 
 
-class SlurmBackend(Backend):
+class SlurmBackend(NodeFailureAware):
     name = "slurm"
+    capabilities = frozenset({Capability.JOB_FILES, Capability.DEPENDENCIES, Capability.NODE_FAILURES})
+
+    @classmethod
+    def unavailable(cls) -> Optional[str]:
+        if not slurmcli.available():
+            return "--backend slurm: sbatch is not on PATH \u2014 run on a login node, or use --backend local"
+        return None
+
+    @classmethod
+    def detected(cls) -> bool:
+        """A cluster is configured here: sbatch on PATH and a slurm.conf."""
+        return bool(shutil.which("sbatch") and (os.environ.get("SLURM_CONF") or os.path.exists("/etc/slurm/slurm.conf")))
 
     def __init__(self) -> None:
         self._config: Optional[dict[str, str]] = None
@@ -102,10 +115,14 @@ class SlurmBackend(Backend):
     def accounting(self) -> bool:
         return "none" not in self.config().get("AccountingStorageType", "none")
 
+    # --- the plan in Slurm's terms ------------------------------------------------------------------
+
+    def prepare(self, plan) -> SlurmRequest:
+        return slurm_script.prepare(plan)
+
     # --- preflight ------------------------------------------------------------------------------
 
-    def preflight(self, request: BatchRequest, script: str, args: Sequence[str], sources,
-                  test_only: bool = False) -> Optional[str]:
+    def preflight(self, request: SlurmRequest, sources, test_only: bool = False) -> Optional[str]:
         """Check the request against the live cluster; raise InvalidInput with one line per problem.
 
         `sbatch --test-only` runs only when asked (`submit --test-only`): a real submission is
@@ -113,29 +130,30 @@ class SlurmBackend(Backend):
         request is queued no more than with --test-only, one controller round trip sooner.
         Returns --test-only's verdict (Slurm's estimate of when and where the job would start)."""
         self.config()  # a controller that does not answer fails here, with Slurm's message
-        args = list(args)
-        if request.array_size and not any(a.startswith("--array=") for a in args):
-            first = min(request.array_size, self.max_array_size())
-            args.append(f"--array={array_spec(first, request.parallelism)}")
+        plan = request.plan
+        args = slurm_script.dependency(plan)
+        if plan.array_size:
+            first = min(plan.array_size, self.max_array_size())
+            args.append(f"--array={array_spec(first, plan.parallelism)}")
         try:
-            self._check(request, sources)
+            self._check(plan, sources)
         except InvalidInput:
             if self._cached is None:
                 raise
             self._forget_cached()  # cached facts never refuse a job: the live cluster's answer does
             self._ask(True)
-            self._check(request, sources)
+            self._check(plan, sources)
         if not test_only:
             return None
-        proc = slurmcli.run(["sbatch", "--test-only"] + args, input=script, env=submit_env(), check=False)
+        proc = slurmcli.run(["sbatch", "--test-only"] + args, input=request.script, env=submit_env(), check=False)
         if proc.returncode != 0:
             message = slurmcli.first_line(proc.stderr or proc.stdout)
             raise HpclaunchError(f"{sources.default}: sbatch --test-only refused the job: {message} "
                                  "\u2014 nothing was queued; change the request or the partition")
         return slurmcli.first_line(proc.stderr or proc.stdout)
 
-    def _check(self, request: BatchRequest, sources) -> None:
-        check_request(request, sources, self.cluster_name(), self._show("partition"), self._show("node"),
+    def _check(self, plan, sources) -> None:
+        check_request(plan, sources, self.cluster_name(), self._show("partition"), self._show("node"),
                       self._associations if self.accounting() else None)
 
     def _associations(self) -> Optional[tuple[set, set]]:
@@ -158,49 +176,33 @@ class SlurmBackend(Backend):
             raise HpclaunchError(f"sbatch printed no job id: {proc.stdout.strip()!r} \u2014 check the cluster")
         return job_id
 
-    def queue(self, request: BatchRequest, script: str, args: Sequence[str], *, cwd: str,
-              new_id: Optional[Callable[[], str]] = None) -> List[tuple]:
+    def queue(self, request: SlurmRequest, *, cwd: str, new_id: Optional[Callable[[], str]] = None) -> List[tuple]:
         """Held jobs: one, or for a sweep one array per MaxArraySize chunk. Every chunk is held until
         all are queued, so a sweep is queued whole or not at all (the caller abandons on failure)."""
-        if not request.array_size:
-            return [(self.sbatch(script, list(args) + [f"--output={self._run_log(request, cwd)}", "--hold"], cwd), 0)]
+        plan, script = request.plan, request.script
+        if not plan.array_size:
+            args = slurm_script.dependency(plan) + [f"--output={run_log(plan, cwd)}", "--hold"]
+            return [(self.sbatch(script, args, cwd), 0)]
         size = max(1, self.max_array_size())
-        n, par = request.array_size, request.parallelism
+        n, par = plan.array_size, plan.parallelism
         chunks = [(off, min(size, n - off)) for off in range(0, n, size)]
-        user_dep = [a.split("=", 1)[1] for a in args if a.startswith("--dependency=")]
-        other = [a for a in args if not a.startswith("--dependency=")]
         ids: List[str] = []
         try:
             for k, (off, count) in enumerate(chunks):
                 extra = [f"--array={array_spec(count, par)}",
-                         f"--output={self._sweep_log(request, cwd, ids[0] if k else '%A')}"]
-                deps = list(user_dep)
+                         f"--output={sweep_log(plan, cwd, ids[0] if k else '%A')}"]
+                chained: tuple = ()
                 if k:
                     extra.append(f"--export=ALL,HPCLAUNCH_ARRAY_OFFSET={off},HPCLAUNCH_SWEEP_ID={ids[0]}")
                     if par:  # %parallelism is per array: chained, the chunks never run more than it at once
-                        deps.append(f"afterany:{ids[-1]}")
-                if deps:
-                    extra.append(f"--dependency={','.join(deps)}")
-                ids.append(self.sbatch(script, other + extra + ["--hold"], cwd))
+                        chained = (f"afterany:{ids[-1]}",)
+                ids.append(self.sbatch(script, extra + slurm_script.dependency(plan, chained) + ["--hold"], cwd))
         except BaseException:
             self.abandon(ids)
             raise
         return [(job_id, count) for job_id, (_, count) in zip(ids, chunks)]
 
-    @staticmethod
-    def _root(request: BatchRequest, cwd: str) -> str:
-        return request.runs_root if os.path.isabs(request.runs_root) else os.path.join(cwd, request.runs_root)
-
-    @classmethod
-    def _run_log(cls, request: BatchRequest, cwd: str) -> str:
-        """Slurm's log in the run directory, which submit has made by the time the job starts."""
-        return os.path.join(cls._root(request, cwd), f"{request.slug}-%j", "logs", "slurm.out")
-
-    @classmethod
-    def _sweep_log(cls, request: BatchRequest, cwd: str, first_id: str) -> str:
-        return os.path.join(cls._root(request, cwd), f"{request.slug}-{first_id}", "logs", "slurm-%A_%a.out")
-
-    def release(self, ref: JobRef, request: Optional[BatchRequest] = None, *, cwd: str = "") -> None:
+    def release(self, ref: JobRef, request: Optional[SlurmRequest] = None, *, cwd: str = "") -> None:
         slurmcli.run(["scontrol", "release", ref.job_id])
 
     def abandon(self, job_ids) -> None:
@@ -213,9 +215,9 @@ class SlurmBackend(Backend):
     def cancel(self, ref: JobRef) -> None:
         slurmcli.run(["scancel", ref.job_id])
 
-    def resubmit(self, script: str, args: list[str], cwd: str) -> str:
+    def resubmit(self, rerun: Rerun, cwd: str) -> str:
         """A held copy of an existing job's script (a node failed under it)."""
-        return self.sbatch(script, args + ["--hold"], cwd)
+        return self.sbatch(rerun.script, slurm_script.rerun_flags(rerun) + ["--hold"], cwd)
 
     def down_nodes(self, nodelist: str) -> list[str]:
         """Nodes of `nodelist` that Slurm now reports DOWN, DRAIN(ED), FAIL or NOT_RESPONDING."""

@@ -10,7 +10,30 @@ import datetime
 from typing import Dict, Iterable, List, Optional
 
 from hpclaunch.launchers.backends import slurmcli
-from hpclaunch.launchers.backends.base import JobStatus, State, state_of
+from hpclaunch.launchers.backends import base
+from hpclaunch.launchers.backends.base import JobStatus, State
+
+# Every state word squeue (%T), sacct (State) and scontrol (JobState) print, mapped once
+# (TorchX's SLURM_STATES); the rest of hpclaunch speaks State. Words not listed are UNKNOWN.
+SLURM_STATES: Dict[str, State] = {
+    "PENDING": State.PENDING, "CONFIGURING": State.PENDING, "REQUEUE_HOLD": State.PENDING,
+    "REQUEUE_FED": State.PENDING, "RESV_DEL_HOLD": State.PENDING,
+    "RUNNING": State.RUNNING, "RESIZING": State.RUNNING, "SIGNALING": State.RUNNING,
+    "STAGE_OUT": State.COMPLETING, "COMPLETING": State.COMPLETING,
+    "REQUEUED": State.REQUEUED, "SUSPENDED": State.SUSPENDED, "STOPPED": State.SUSPENDED,
+    "COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "CANCELLED": State.CANCELLED,
+    "TIMEOUT": State.TIMEOUT, "NODE_FAIL": State.NODE_FAIL, "OUT_OF_MEMORY": State.OUT_OF_MEMORY,
+    "PREEMPTED": State.PREEMPTED, "BOOT_FAIL": State.BOOT_FAIL, "DEADLINE": State.DEADLINE,
+    "SPECIAL_EXIT": State.FAILED, "REVOKED": State.CANCELLED,
+}
+
+
+
+
+def state_of(word: Optional[str]) -> State:
+    """A state word as squeue, sacct or scontrol print it ("CANCELLED by 0", "REQUEUE_HOLD"), as a State."""
+    return base.state_of(word, SLURM_STATES)
+
 
 SQUEUE_FORMAT = "%i|%T|%M|%N|%r"
 SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NodeList,End"

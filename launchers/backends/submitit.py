@@ -1,6 +1,12 @@
-"""submitit's parameters from a BatchRequest: the same translation of a job into Slurm terms as
-the sbatch renderer uses (one request object, two consumers), so a callable submitted through
-submitit asks for exactly what the same job file would.
+"""The submitit backend: Python callables run through submitit, on Slurm (or this machine).
+
+Its parameters come from a plan through the Slurm backend's translation (slurm_script.directives,
+one translation, two consumers), so a callable submitted through submitit asks for exactly what
+the same job file would. Its submissions go through submitit itself, the one side entrance
+(hpclaunch.runs.functions: submit_function, map_function, executor): a pickled call is not a job
+file, so this backend declares no Capability.JOB_FILES and refuses prepare/queue. Its jobs are
+Slurm jobs, recorded under this backend's name and followed and cancelled through the Slurm
+backend; submitit requeues them itself, so they are not resubmitted around failed nodes.
 
 The runs layer (hpclaunch.runs.functions) builds the request from a profile and keyword settings
 and owns the executor, the submission and the registry row.
@@ -9,24 +15,27 @@ from __future__ import annotations
 
 import math
 import shlex
-from typing import Any
+from typing import Any, List, Optional, Sequence
 
-from hpclaunch.common.errors import InvalidInput, Problem
-from hpclaunch.launchers.request import BatchRequest
+from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
+from hpclaunch.launchers.backends.base import Backend, JobRef, JobStatus
+from hpclaunch.launchers.backends.slurm import SlurmBackend
+from hpclaunch.launchers.backends.slurm_script import directives
+from hpclaunch.launchers.plan import Plan
 from hpclaunch.spec.job import SIGNAL_EARLY_S
 
-# sbatch directives of the request that have a submitit parameter of their own.
+# sbatch directives of the plan that have a submitit parameter of their own.
 _DIRECT = {"partition": "slurm_partition", "account": "slurm_account", "qos": "slurm_qos",
            "constraint": "slurm_constraint", "mem": "slurm_mem", "gpus-per-node": "slurm_gpus_per_node",
            "gres": "slurm_gres"}
 
 
-def exports(request: BatchRequest) -> list[str]:
-    """The request's environment as the shell lines a batch script would run."""
+def exports(request: Plan) -> list[str]:
+    """The plan's environment as the shell lines a batch script would run."""
     return [f"export {name}={shlex.quote(str(value))}" for name, value in request.env]
 
 
-def parameters(request: BatchRequest, cluster: str, sources, signal_chosen: bool) -> tuple[dict, dict]:
+def parameters(request: Plan, cluster: str, sources, signal_chosen: bool) -> tuple[dict, dict]:
     """(AutoExecutor.update_parameters kwargs, AutoExecutor(...) kwargs) for `cluster` slurm|local."""
     minutes = max(1, math.ceil(request.time_s / 60))
     setup = list(request.setup) + exports(request)
@@ -59,14 +68,14 @@ def parameters(request: BatchRequest, cluster: str, sources, signal_chosen: bool
         "cpus_per_task": request.cpus_per_task,
         "slurm_signal_delay_s": request.requeue_grace,
     }
-    for opt, value in request.directives:
+    for opt, value in directives(request)[0]:
         if opt in _DIRECT:
             key = _DIRECT[opt]
             p[key] = int(value) if key == "slurm_gpus_per_node" else value
         elif opt == "exclusive":
             p["slurm_exclusive"] = True
     extra: dict[str, Any] = {}
-    for opt in request.extra_directives:
+    for opt in request.placement.extra:
         name, eq, value = opt[2:].partition("=")
         extra[name] = value if eq else True
     if signal_chosen:
@@ -79,3 +88,45 @@ def parameters(request: BatchRequest, cluster: str, sources, signal_chosen: bool
     if setup:
         p["slurm_setup"] = setup
     return p, {"slurm_max_num_timeout": max(0, request.max_attempts - 1)}
+
+
+def executor_cluster(cluster: Optional[str]) -> str:
+    """submitit's executor (its own words): `cluster` as given, else "slurm" where a Slurm cluster is
+    configured here, else "local" (one node, this machine)."""
+    return cluster or ("slurm" if SlurmBackend.detected() else "local")
+
+
+def recorded(cluster: str) -> bool:
+    """Whether a submission through that executor is a job of this backend (the registry's): a
+    LocalExecutor's run is submitit's alone."""
+    return cluster == "slurm"
+
+
+class SubmititBackend(Backend):
+    name = "submitit"
+    capabilities = frozenset()   # no job files, no --after, no resubmission (submitit requeues its own)
+
+    def __init__(self) -> None:
+        self._slurm = SlurmBackend()
+
+    @classmethod
+    def unavailable(cls) -> Optional[str]:
+        return SlurmBackend.unavailable()
+
+    def cluster_name(self) -> str:
+        return self._slurm.cluster_name()
+
+    def _refuse(self, *args: Any, **kwargs: Any):
+        raise HpclaunchError("--backend submitit: it runs Python callables (hpclaunch.submit_function), not "
+                             "job files \u2014 submit a job file with --backend slurm")
+
+    prepare = queue = release = _refuse
+
+    def status(self, ref: JobRef) -> JobStatus:
+        return self._slurm.status(ref)
+
+    def statuses(self, refs: Sequence[JobRef]) -> List[JobStatus]:
+        return self._slurm.statuses(refs)
+
+    def cancel(self, ref: JobRef) -> None:
+        self._slurm.cancel(ref)

@@ -15,8 +15,7 @@ document printed. Kubernetes expands `$(NAME)` in a container's command, args an
 every value from the job is written with `$` doubled, which the kubelet reads back as one `$`:
 quotes, `$`, backquotes and newlines reach the pod as data, and no shell is involved.
 
-Only `pod_plan` reads the BatchRequest: when the scheduler-neutral plan replaces it, that one
-function changes.
+Only `pod_plan` reads the scheduler-neutral plan (launchers/plan.py).
 """
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ from typing import Optional, Tuple
 
 from hpclaunch.common.errors import InvalidInput, Problem
 from hpclaunch.common.version import __version__
-from hpclaunch.launchers.request import BatchRequest, build_request
+from hpclaunch.launchers.plan import Plan, build_plan
 from hpclaunch.spec.kubernetes import KubernetesOptions
 from hpclaunch.spec.typedload import SourceMap
 from hpclaunch.spec.units import parse_mem_mib
@@ -48,6 +47,7 @@ _ELSEWHERE = {
     "ray": "a Ray cluster on Kubernetes is KubeRay's RayJob",
     "tensorflow": "TF_CONFIG per pod is Kubeflow's TFJob",
 }
+_OTHER = "this target has no pod shape for it yet"
 
 
 def render(resolved) -> str:
@@ -55,7 +55,7 @@ def render(resolved) -> str:
     problems = refusals(resolved)
     if problems:
         raise InvalidInput(problems)
-    plan = pod_plan(build_request(resolved), resolved.job.kubernetes)
+    plan = pod_plan(build_plan(resolved), resolved.job.kubernetes)
     return header(plan) + dump(jobset(plan))
 
 
@@ -69,7 +69,7 @@ def refusals(resolved) -> list:
         out.append(Problem(source or sources.of(path), path, message, value, fix, has_value=value is not None))
 
     if job.launcher != "torchrun":
-        bad("launcher", f"the kubernetes target starts ranks with torchrun only: {_ELSEWHERE[job.launcher]}",
+        bad("launcher", f"the kubernetes target starts ranks with torchrun only: {_ELSEWHERE.get(job.launcher, _OTHER)}",
             job.launcher, "use launcher: torchrun (supported: torchrun), or render it for Slurm (--target slurm)")
     k = job.kubernetes or KubernetesOptions()
     if k.image is None:
@@ -125,8 +125,8 @@ class PodPlan:
     k: KubernetesOptions
 
 
-def pod_plan(r: BatchRequest, k: KubernetesOptions) -> PodPlan:
-    """What the manifest needs from the request: the only place that reads it."""
+def pod_plan(r: Plan, k: KubernetesOptions) -> PodPlan:
+    """What the manifest needs from the plan: the only place that reads it."""
     grace = r.requeue_grace if r.warn_signal and r.requeue_grace < r.time_s else None
     return PodPlan(
         name=k8s_name(r.slug, r.nodes), job_name=r.job_name, profile_name=r.profile_name, nodes=r.nodes,

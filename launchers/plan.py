@@ -1,52 +1,79 @@
-"""The batch request: everything a script needs, computed from job + profile, nothing rendered yet.
+"""The plan: everything a job asks for, computed once from job + profile, in no scheduler's terms.
 
-Rendering is a pipeline of pure steps (TorchX's dry-run shape): Resolved job ->
-BatchRequest (this module) -> script text (render.py). Only a backend writes files
-or calls sbatch.
+Rendering is a pipeline of pure steps (TorchX's dry-run shape): Resolved job -> Plan (this
+module) -> each backend's native request (`Backend.prepare`: Slurm's #SBATCH directives and sbatch
+flags, launchers/backends/slurm_script.py) -> script text. Only a backend writes files or calls a
+scheduler, and only a backend knows its scheduler's words: nothing here is an sbatch option.
+
+The flat fields are the ones the rank runtime (templates/prologue.j2, epilogue.j2) reads by name;
+`placement` groups what the job asks of the scheduler's placement, `after` its dependencies as
+(kind, job id) pairs; frozen dataclasses, as few as the render path can afford (each costs ~0.3 ms
+to create).
 """
 from __future__ import annotations
 
 import json
 import re
-from typing import Optional, Tuple
-
 from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+from hpclaunch.launchers import modes
 from hpclaunch.launchers.container import ContainerPlan, container_plan
 from hpclaunch.spec.job import DEFAULT_GRACE_S, signal_grace
 from hpclaunch.spec.loading import Resolved
 from hpclaunch.spec.sweep import fill, points
-from hpclaunch.spec.units import format_time, parse_time_seconds
+from hpclaunch.spec.units import parse_time_seconds
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: "save done, run me again"
+
+# The kinds of dependency a job may wait on (`submit --after JOB:KIND`, Plan.after's (kind, job id)
+# pairs); a backend that declares Capability.DEPENDENCIES honours each.
+DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
 
 _SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def slug(name: str) -> str:
-    """A directory- and #SBATCH-safe form of a job name (the exact name travels in the environment)."""
+    """A directory- and scheduler-safe form of a job name (the exact name travels in the environment)."""
     text = _SLUG_BAD.sub("_", name).strip("._")
     return (text or "job")[:64]
 
 
 @dataclass(frozen=True)
-class BatchRequest:
+class Placement:
+    """Where the scheduler should place the job (the job's `slurm:` section): each backend maps these
+    to its own terms, or refuses what it cannot honour."""
+
+    partition: Optional[str] = None   # the queue
+    account: Optional[str] = None     # who is charged
+    qos: Optional[str] = None
+    constraint: Optional[str] = None  # node features
+    exclusive: bool = False           # whole nodes only
+    extra: Tuple[str, ...] = ()       # the job's pass-through options, validated for form (spec/validate.py)
+
+
+@dataclass(frozen=True)
+class Plan:
     job_name: str                      # exact, any characters
-    slug: str                          # safe form, for --job-name and directories
+    slug: str                          # safe form, for the scheduler's job name and directories
     profile_name: str
     launcher: str
-    directives: Tuple[Tuple[str, Optional[str]], ...]   # (option, value or None for flags), in order
-    extra_directives: Tuple[str, ...]
     nodes: int
-    tasks_per_node: int
-    cpus_per_task: int
+    tasks_per_node: int                # ranks per node
+    cpus_per_task: int                 # CPUs per rank
     gpus_per_node: int
+    # The launcher's shape: scheduler tasks per node and CPUs each (torchrun and ray: one task a
+    # node that forks the node's ranks; the others: one task a rank).
+    step_tasks: int
+    step_cpus: int
     command: Tuple[str, ...]
-    # What backends check and schedule with: the request is all they see of the job.
     time_s: int
-    mem: Optional[str]
-    partition: Optional[str]
-    account: Optional[str]
-    qos: Optional[str]
+    mem: Optional[str]                 # per node, the job's form (e.g. 4G)
+    placement: Placement
+    # How this site wants GPUs and memory asked for (the profile's): a backend reads what applies to it
+    gpu_request: str                   # gpus-per-node | gres | none
+    gres_name: str
+    memory_request: str                # per-node | omit
     requeue_grace: int
     node_cpus: int                     # the profile's node shape
     node_gpus: int
@@ -63,84 +90,46 @@ class BatchRequest:
     port_range: int
     hostname_suffix: str
     network_interface: Optional[str]
-    mpi_starter: str
-    srun_mpi: str
-    mpirun_args: Tuple[str, ...]
-    horovod_controller: str
-    horovod_args: Tuple[str, ...]
-    horovod_starter: str
-    gpu_directive: Optional[str] = None  # "--gpus-per-node=4" / "--gres=gpu:4" for steps that need the GPUs
+    # The launcher's (launchers/modes/<launcher>.py): its profile settings (templates read r.launch),
+    # its launch section (templates/<launcher>.j2), where its ranks read their place (common/rankenv.py)
+    launch: Dict[str, Any] = field(hash=False)
+    launch_template: Optional[str]
+    rank_env: str
     requeue_exit: int = REQUEUE_EXIT
     requeue_by: str = "hpclaunch"      # who requeues: hpclaunch, or the program (`scontrol requeue`)
     signal_ranks: bool = False         # the batch shell passes the requeue signal on to every rank process
-    warn_signal: bool = False          # Slurm sends requeue_signal `requeue_grace` s before the time limit
+    warn_signal: bool = False          # the scheduler sends requeue_signal `requeue_grace` s before the time limit
     container: Optional[ContainerPlan] = None  # each rank's program in a container (launchers/container.py)
-    array: Optional[str] = None        # "0-49%10" for sweeps
-    array_size: int = 0
-    parallelism: Optional[int] = None
+    array_size: int = 0                # a sweep: one task per point
+    parallelism: Optional[int] = None  # sweep tasks running at once
     # per sweep point: (command, env entries that vary, the point as JSON)
     sweep_tasks: Tuple[Tuple[Tuple[str, ...], Tuple[Tuple[str, str], ...], str], ...] = ()
-    notes: Tuple[str, ...] = field(default_factory=tuple)
     # The monitor's Prometheus exporter port (job's monitor.prometheus_port, else the profile's); None: off.
     prometheus_port: Optional[int] = None
     # node-exporter's textfile directory on the nodes (the profile's monitor.prometheus_textfile_dir); None: off.
     prometheus_textfile_dir: Optional[str] = None
     # The local backend's GPU lease folder shared by the machine's users (the profile's local.gpu_lease_dir).
     gpu_lease_dir: Optional[str] = None
+    # Submission-time facts: runs/submission.py fills them in (dataclasses.replace)
+    after: Tuple[Tuple[str, str], ...] = ()   # (kind, job id): start after those jobs of the same backend
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.tasks_per_node
 
 
-def build_request(resolved: Resolved) -> BatchRequest:
+def build_plan(resolved: Resolved) -> Plan:
     job, profile = resolved.job, resolved.profile.profile
     r, s = job.resources, job.slurm
-    # torchrun is one Slurm task per node that forks the ranks, ray one per node (a Ray node with the
-    # node's share); the others are one task per rank.
-    per_node = job.launcher in ("torchrun", "ray")
-    step_tasks = 1 if per_node else r.tasks_per_node
-    step_cpus = r.cpus_per_task * r.tasks_per_node if per_node else r.cpus_per_task
+    mode = modes.get(job.launcher)
+    per_node = mode.per_node  # one task a node that starts the node's ranks (torchrun, ray), else one a rank
     seconds = parse_time_seconds(r.time)
-
-    d: list[tuple[str, Optional[str]]] = [
-        ("job-name", slug(job.name)),
-        ("nodes", str(r.nodes)),
-        ("ntasks-per-node", str(step_tasks)),
-        ("cpus-per-task", str(step_cpus)),
-    ]
-    gpu_directive = None
-    if r.gpus_per_node and profile.gpu_request == "gpus-per-node":
-        d.append(("gpus-per-node", str(r.gpus_per_node)))
-        gpu_directive = f"--gpus-per-node={r.gpus_per_node}"
-    elif r.gpus_per_node and profile.gpu_request == "gres":
-        d.append(("gres", f"{profile.gres_name}:{r.gpus_per_node}"))
-        gpu_directive = f"--gres={profile.gres_name}:{r.gpus_per_node}"
-    if r.mem is not None and profile.memory_request == "per-node":
-        d.append(("mem", r.mem))
-    d.append(("time", format_time(seconds)))
-    for opt, value in (("partition", s.partition), ("account", s.account), ("qos", s.qos),
-                       ("constraint", s.constraint)):
-        if value is not None:
-            d.append((opt, value))
-    if s.exclusive:
-        d.append(("exclusive", None))
-    runs_root = job.runs_root or profile.runs_root
     sweep_tasks, varying = _sweep_tasks(job)
-    d.append(("output", _log_path(slug(job.name), array=bool(sweep_tasks))))
-    d.append(("open-mode", "append"))
     rq = job.requeue
     by_program = rq.by == "program"
     signal_ranks = by_program if rq.signal_ranks is None else bool(rq.signal_ranks)
-    # The signal goes to the batch shell only (B:): Slurm's step-wide signal would also reach
-    # torchrun, mpirun and the monitor, which have no handler for it and die, and every process
-    # of a rank (its wrapper too). The shell passes it on to each rank process once (signal_ranks).
     grace = signal_grace(rq.grace, seconds)  # None: grace unset and a time limit too short to warn before
     warn = (rq.max_attempts > 1 or by_program or signal_ranks) and grace is not None
-    if warn:
-        d.append(("signal", f"B:{rq.signal}@{grace}"))
-    # A program that requeues itself (`scontrol requeue`) needs a requeueable job, whatever max_attempts says.
-    d.append(("requeue", None) if rq.max_attempts > 1 or by_program else ("no-requeue", None))
 
     env = list((k, v) for k, v in profile.env.items() if k not in job.env)
     if "OMP_NUM_THREADS" not in job.env and "OMP_NUM_THREADS" not in profile.env:
@@ -152,34 +141,35 @@ def build_request(resolved: Resolved) -> BatchRequest:
                 env.append((name, profile.network.interface))
     env.extend((k, v) for k, v in job.env.items() if k not in varying)
 
-    return BatchRequest(
+    return Plan(
         job_name=job.name,
         slug=slug(job.name),
         profile_name=profile.name,
         launcher=job.launcher,
-        directives=tuple(d),
-        extra_directives=tuple(s.extra),
         nodes=r.nodes,
         tasks_per_node=r.tasks_per_node,
         cpus_per_task=r.cpus_per_task,
         gpus_per_node=r.gpus_per_node,
+        step_tasks=1 if per_node else r.tasks_per_node,
+        step_cpus=r.cpus_per_task * r.tasks_per_node if per_node else r.cpus_per_task,
         command=tuple(job.command),
         time_s=seconds,
         mem=r.mem,
-        partition=s.partition,
-        account=s.account,
-        qos=s.qos,
+        placement=Placement(s.partition, s.account, s.qos, s.constraint, bool(s.exclusive), tuple(s.extra)),
+        gpu_request=profile.gpu_request,
+        gres_name=profile.gres_name,
+        memory_request=profile.memory_request,
         requeue_grace=grace if grace is not None else DEFAULT_GRACE_S,
         node_cpus=profile.node.cpus,
         node_gpus=profile.node.gpus,
         env=tuple(env),
         setup=tuple(profile.setup),
-        runs_root=runs_root,
+        runs_root=job.runs_root or profile.runs_root,
         workdir=job.workdir,
         monitor_interval=job.monitor.interval,
         monitor_sources=tuple(profile.monitor.sources),
-        max_attempts=job.requeue.max_attempts,
-        requeue_signal=job.requeue.signal,
+        max_attempts=rq.max_attempts,
+        requeue_signal=rq.signal,
         requeue_by=rq.by,
         signal_ranks=signal_ranks,
         warn_signal=warn,
@@ -188,16 +178,11 @@ def build_request(resolved: Resolved) -> BatchRequest:
         port_range=profile.rendezvous.port_range,
         hostname_suffix=profile.network.hostname_suffix,
         network_interface=profile.network.interface,
-        mpi_starter=profile.mpi.starter,
-        srun_mpi=profile.mpi.srun_mpi,
-        mpirun_args=tuple(profile.mpi.mpirun_args),
-        horovod_controller=profile.horovod.controller,
-        horovod_args=tuple(profile.horovod.extra_args),
-        horovod_starter=profile.horovod.starter,
-        gpu_directive=gpu_directive,
+        launch=dict(mode.settings(profile)),
+        launch_template=mode.template,
+        rank_env=mode.rank_env,
         container=container_plan(job.container, profile.container, [k for k, _ in env] + list(varying),
                                  r.gpus_per_node or 0),
-        array=array_spec(len(sweep_tasks), job.sweep.parallelism) if sweep_tasks else None,
         array_size=len(sweep_tasks),
         parallelism=job.sweep.parallelism if job.sweep else None,
         sweep_tasks=sweep_tasks,
@@ -211,11 +196,6 @@ def _prometheus_port(job_port: Optional[int], profile_port: Optional[int]) -> Op
     """The job's port wins; its 0 turns the exporter off, the profile's port too."""
     port = profile_port if job_port is None else job_port
     return port or None
-
-
-def array_spec(n: int, parallelism: Optional[int], offset: int = 0) -> str:
-    spec = f"{offset}-{offset + n - 1}" if n > 1 else str(offset)
-    return spec + (f"%{parallelism}" if parallelism else "")
 
 
 # json.dumps(point, sort_keys=True) made a new encoder for every point: a tenth of a 1,000-point
@@ -242,10 +222,3 @@ def _sweep_tasks(job):
 
 def _has_placeholder(text: str) -> bool:
     return re.search(r"\{[A-Za-z_][A-Za-z0-9_]*\}", text) is not None
-
-
-def _log_path(name_slug: str, array: bool) -> str:
-    # The submit directory, which exists when Slurm opens the log: the script given straight to
-    # `sbatch` runs too (Slurm creates no folders), and links the log into its run directory.
-    # `hpclaunch submit` names the run directory's log on sbatch's command line instead.
-    return f"slurm-{name_slug}-%A_%a.out" if array else f"slurm-{name_slug}-%j.out"
