@@ -42,6 +42,10 @@ hl_run_dir() {
   [ -z "${HPCLAUNCH_RESUME_DIR:-}" ] || HPCLAUNCH_RUN_DIR=$HPCLAUNCH_RESUME_DIR
   export HPCLAUNCH_RUN_DIR
   export HPCLAUNCH_ATTEMPT=$(( ${HPCLAUNCH_ATTEMPT_BASE:-0} + ${SLURM_RESTART_COUNT:-0} ))
+  # Restarts inside an earlier allocation numbered attempts too (.hpclaunch/attempt: the last launched)
+  local last=''
+  [ ! -f "$HPCLAUNCH_RUN_DIR/.hpclaunch/attempt" ] || read -r last _ <"$HPCLAUNCH_RUN_DIR/.hpclaunch/attempt"
+  case $last in "" | *[!0-9]*) ;; *) [ "$last" -lt "$HPCLAUNCH_ATTEMPT" ] || HPCLAUNCH_ATTEMPT=$((last + 1)) ;; esac
   export HPCLAUNCH_LOG_DIR=$HPCLAUNCH_RUN_DIR/logs/attempt$HPCLAUNCH_ATTEMPT
   mkdir -p -- "$HPCLAUNCH_LOG_DIR" "$HPCLAUNCH_RUN_DIR/monitor" "$HPCLAUNCH_RUN_DIR/metrics" \
     "$HPCLAUNCH_RUN_DIR/checkpoints" "$HPCLAUNCH_RUN_DIR/.hpclaunch" ||
@@ -76,7 +80,9 @@ hl_step() {
   while [ "$1" != "--" ]; do opts+=("$1"); shift; done
   shift
   if [ -z "${HPCLAUNCH_LOCAL:-}" ]; then
-    srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node="$ntasks" "${opts[@]}" "$@"
+    # hl_step_place: the step's nodes (hl_place); after a restart the step overlaps the old one's
+    # CPUs, which Slurm holds until it hears from a dead node (docs/recovery.md)
+    srun "${hl_step_place[@]}" --ntasks-per-node="$ntasks" "${opts[@]}" "$@"
     return
   fi
   gtids=$(seq -s, 0 $((ntasks - 1)))
@@ -116,6 +122,16 @@ hl_step() {
     alive=("${still[@]}")
   done
   return "$rc"
+}
+# hl_wait_at_most PID SECONDS: until the process has ended (0), or SECONDS have passed (1).
+hl_wait_at_most() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    kill -0 "$1" 2>/dev/null || return 0
+    [ -e "/proc/$1/stat" ] && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" = Z ] && return 0
+    sleep 0.1
+  done
+  return 1
 }
 # Waits for a background pid; a trapped signal interrupts `wait`, so wait again (bash keeps the status).
 hl_wait() {
@@ -220,8 +236,10 @@ print(port or "")' "$@" 2>/dev/null
 # allocation's first node), else the next free one of the range. Under the local backend the kernel
 # picks a free one: job ids restart in every registry, so two users' (or two HPCLAUNCH_HOMEs') jobs
 # would derive the same port. $HPCLAUNCH_RDZV_PORT wins.
+hl_port_base='' hl_port_span=''
 hl_choose_port() {
   local base=$1 span=$2
+  hl_port_base=$base hl_port_span=$span
   if [ -n "${HPCLAUNCH_RDZV_PORT:-}" ]; then
     hl_port=$HPCLAUNCH_RDZV_PORT
   elif [ -n "${HPCLAUNCH_LOCAL:-}" ]; then
@@ -234,11 +252,40 @@ hl_choose_port() {
 # hl_begin: the allocation's hosts (hl_nodes) and head (hl_head: the first, with the profile's
 # $hl_head_suffix), the rendezvous address exported, the attempt's start in the state file and log.
 hl_begin() {
-  mapfile -t hl_nodes < <(hl_hostnames)
-  hl_head=${hl_nodes[0]}${hl_head_suffix:-}
-  export HPCLAUNCH_MASTER_ADDR=$hl_head HPCLAUNCH_MASTER_PORT=$hl_port
+  mapfile -t hl_alloc < <(hl_hostnames)
+  hl_place
   hl_state "start host=$(hostname) nodes=${#hl_nodes[@]} head=$hl_head port=$hl_port"
-  hl_log "job ${SLURM_JOB_ID} attempt $HPCLAUNCH_ATTEMPT on ${hl_nodes[*]}; rank logs in $HPCLAUNCH_LOG_DIR"
+  hl_log "job ${SLURM_JOB_ID} attempt $HPCLAUNCH_ATTEMPT on ${hl_nodes[*]}${hl_spares[*]:+ (spare: ${hl_spares[*]})}; rank logs in $HPCLAUNCH_LOG_DIR"
+}
+# hl_place: the step's nodes (hl_nodes: the job's node count of the allocation's nodes, the fenced
+# left out, the batch shell's node first) and spares (hl_spares), the head and the srun placement
+# (hl_step_place). Returns 1 when fewer healthy nodes are left than the step needs.
+hl_fenced=()
+hl_place() {
+  local want=${hl_rec_nodes:-0} node me ok=() f
+  me=$(hostname)
+  for node in "${hl_alloc[@]}"; do
+    for f in "${hl_fenced[@]}"; do [ "$f" = "$node" ] && continue 2; done
+    if [ "$node" = "$me" ] || [ "$node" = "${me%%.*}" ]; then
+      ok=("$node" "${ok[@]}")
+      hl_batch_node=$node
+    else
+      ok+=("$node")
+    fi
+  done
+  [ "$want" -gt 0 ] || want=${#hl_alloc[@]}
+  [ "${#ok[@]}" -gt 0 ] || return 1
+  hl_nodes=("${ok[@]:0:$want}")
+  hl_spares=("${ok[@]:$want}")
+  hl_head=${hl_nodes[0]}${hl_head_suffix:-}
+  export HPCLAUNCH_MASTER_ADDR=$hl_head HPCLAUNCH_MASTER_PORT=$hl_port HPCLAUNCH_STEP_NODES=${#hl_nodes[@]}
+  if [ "${#hl_nodes[@]}" -eq "${#hl_alloc[@]}" ]; then
+    hl_step_place=(--nodes="${SLURM_JOB_NUM_NODES:-${#hl_nodes[@]}}")
+  else
+    hl_step_place=(--nodes="${#hl_nodes[@]}" --nodelist="$(IFS=,; echo "${hl_nodes[*]}")")
+  fi
+  [ "$hl_restarts" -eq 0 ] || hl_step_place+=(--overlap)
+  [ "${#ok[@]}" -ge "$want" ]
 }
 
 # --- the rank wrapper ---
@@ -318,7 +365,8 @@ hl_monitor_start() {
     # --ntasks: else srun takes the job's SLURM_NTASKS (nodes x tasks a node) over --ntasks-per-node=1,
     # and runs a monitor per rank, all writing one node's logs.
     # Named: hl_stop_monitor finds the step by its name to stop it (see there).
-    srun --overlap --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 \
+    # --no-kill: a node that dies does not stop the other nodes' monitors (docs/recovery.md).
+    srun --overlap --no-kill --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 \
       --job-name=hpclaunch-monitor "$@" "${hl_monitor[@]}" >>"$HPCLAUNCH_LOG_DIR/monitor.log" 2>&1 &
   fi
   hl_monitor_pid=$!
@@ -335,6 +383,9 @@ hl_stop_monitor() {
   if [ -z "$step" ] || ! scancel -s TERM "$step" 2>/dev/null; then
     kill -TERM "$hl_monitor_pid" 2>/dev/null
   fi
+  # A monitor takes a final sample and stops within seconds; srun waits for a dead node's task until
+  # the scheduler gives up on the node (SlurmdTimeout), so it is not waited for that long.
+  hl_wait_at_most "$hl_monitor_pid" 30 || kill -KILL "$hl_monitor_pid" 2>/dev/null
   hl_wait "$hl_monitor_pid"
   # The logs are final: this step leaves their columnar copies, which the user's reports read instead
   # of parsing every CSV again, and answers the measured energy, for the job's Slurm record
@@ -378,6 +429,12 @@ hl_end() {
   rc=$?
   hl_stop_monitor
   hl_decide "$rc"
+  hl_conclude "$rc"
+}
+# hl_conclude RC: the attempt's end as $hl_outcome says: its state line and log line, the requeue,
+# and the script's exit code.
+hl_conclude() {
+  local rc=$1
   hl_state "end rc=$rc outcome=$hl_outcome"
   case $hl_outcome in
     completed)
@@ -400,5 +457,263 @@ hl_end() {
       hl_log "the job step failed with exit code $rc; rank logs in $HPCLAUNCH_LOG_DIR (hpclaunch logs ${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID})" ;;
   esac
   exit "$rc"
+}
+
+# --- recovery inside the allocation: dead nodes, hung ranks, the checkpoint interval (docs/recovery.md) ---
+# The script runs its launch section through hl_supervise: a node watch on every node of the
+# allocation (hpclaunch/runtime/watch.py: heartbeats and each rank's progress), and per start of the
+# step a judge (hpclaunch/runtime/supervise.py) that says how the step ends: by itself, with a node
+# that stopped beating (its ranks' step fails, or it drops out), or with a rank hung past its bound
+# (its stacks saved first). A dead node is fenced (never used again in this allocation) and the step
+# starts again, from the newest checkpoint, on the healthy nodes: a spare's, or fewer nodes where the
+# launcher can shrink; with neither the job is requeued without it. A hung step starts again on the
+# same nodes. Every start of the step is an attempt (logs/attempt<N>/), within requeue.max_attempts.
+hl_rec_on=no hl_rec_nodes=0 hl_rec_spares=0 hl_rec_hang=off hl_rec_heartbeat=10 hl_rec_shrink=0
+hl_rec_checkpoint=off hl_rec_cost=30 hl_rec_rate=none
+hl_restarts=0 hl_watch_pid='' hl_batch_node='' hl_step_pid='' hl_step_rc=0
+hl_verdict=ended hl_v_node='' hl_v_rank='' hl_v_stacks='' hl_v_line=''
+# hl_recovery KEY=VALUE...: the job's recovery settings, as the script renders them (recovery: and
+# resources.spare_nodes): on=yes|no nodes=N spares=K hang=FACTOR:FLOOR:CEILING:CPU|off heartbeat=S
+# shrink=MIN_NODES checkpoint=auto|off|SECONDS cost=SECONDS rate=FAILURES_PER_NODE_HOUR|none
+hl_recovery() {
+  local a v num='^[0-9]+([.][0-9]+)?$'
+  for a; do
+    v=${a#*=}
+    case $a in
+      on=yes | on=no) hl_rec_on=$v ;;
+      nodes=* | spares=* | shrink=*) [[ $v =~ ^[0-9]+$ ]] || hl_rec_bad "$a"; printf -v "hl_rec_${a%%=*}" %s "$v" ;;
+      heartbeat=* | cost=*) [[ $v =~ $num ]] || hl_rec_bad "$a"; printf -v "hl_rec_${a%%=*}" %s "$v" ;;
+      hang=off) hl_rec_hang=off ;;
+      hang=*) [[ $v =~ ^[0-9.]+:[0-9.]+:[0-9.]+:[0-9.]+$ ]] || hl_rec_bad "$a"; hl_rec_hang=$v ;;
+      checkpoint=auto | checkpoint=off) hl_rec_checkpoint=$v ;;
+      checkpoint=*) [[ $v =~ ^[0-9]+$ ]] || hl_rec_bad "$a"; hl_rec_checkpoint=$v ;;
+      rate=none) hl_rec_rate=none ;;
+      rate=*) [[ $v =~ ^[0-9.]+(e-?[0-9]+)?$ ]] || hl_rec_bad "$a"; hl_rec_rate=$v ;;
+      *) hl_rec_bad "$a" ;;
+    esac
+  done
+}
+hl_rec_bad() { echo "hpclaunch: hl_recovery: unknown setting '$1' (the script and its runtime disagree)" >&2; exit 2; }
+hl_csv() { local IFS=,; echo "$*"; }
+
+# hl_watch_start: the node watch, one per node of the allocation, for the whole job.
+hl_watch_start() {
+  [ "$hl_rec_on" = yes ] || return 0
+  local idle=${hl_rec_hang##*:}
+  [ "$hl_rec_hang" != off ] || idle=0.05
+  mkdir -p -- "$HPCLAUNCH_RUN_DIR/.hpclaunch/watch"
+  hl_watch=("$hl_python" -m hpclaunch.runtime.watch --run-dir "$HPCLAUNCH_RUN_DIR" --idle-cpu "$idle")
+  if [ -n "${HPCLAUNCH_LOCAL:-}" ]; then
+    "${hl_watch[@]}" --node "${hl_alloc[0]}" --parent-pid $$ >>"$HPCLAUNCH_RUN_DIR/logs/watch.log" 2>&1 &
+  else
+    # --no-kill: a node that dies leaves the other nodes' watches running (and the job: sbatch --no-kill).
+    # Named: hl_stop_watch finds the step by its name, hl_kill_step leaves it alone.
+    srun --overlap --no-kill --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
+      --cpus-per-task=1 --kill-on-bad-exit=0 --job-name=hpclaunch-watch \
+      bash -c 'exec "$@" --node "$SLURMD_NODENAME"' hpclaunch-watch "${hl_watch[@]}" >>"$HPCLAUNCH_RUN_DIR/logs/watch.log" 2>&1 &
+  fi
+  hl_watch_pid=$!
+}
+hl_stop_watch() {
+  local step=''
+  [ -n "$hl_watch_pid" ] || return 0
+  if [ -z "${HPCLAUNCH_LOCAL:-}" ]; then
+    step=$(squeue -h -s -j "$SLURM_JOB_ID" -o '%i %j' 2>/dev/null | awk '$2 == "hpclaunch-watch" { print $1; exit }')
+  fi
+  if [ -z "$step" ] || ! scancel -s TERM "$step" 2>/dev/null; then
+    kill -TERM "$hl_watch_pid" 2>/dev/null
+  fi
+  hl_wait_at_most "$hl_watch_pid" 10 || kill -KILL "$hl_watch_pid" 2>/dev/null
+  hl_wait "$hl_watch_pid"
+  hl_watch_pid=''
+}
+
+# hl_supervise LAUNCH: runs the launch section (LAUNCH, a function that starts the step in the
+# background) and follows the step to the job's end: restarts inside the allocation, or the end of
+# the attempt as hl_end has it. Never returns.
+hl_supervise() {
+  local launch=$1 relaunch=1
+  hl_watch_start
+  while :; do
+    [ "$relaunch" = 0 ] || hl_launch_step "$launch"
+    relaunch=1
+    hl_follow "$hl_step_pid"
+    case $hl_verdict in
+      spare)
+        hl_state "verdict $hl_v_line"
+        hl_fence "$hl_v_node" spare
+        hl_place >/dev/null
+        relaunch=0 ;;
+      node | hang)
+        hl_state "verdict $hl_v_line"
+        hl_log "$([ "$hl_verdict" = node ] && echo "node $hl_v_node stopped beating" || echo "rank $hl_v_rank on $hl_v_node hung (no progress within its bound; stacks in $hl_v_stacks)"): stopping the step"
+        hl_kill_step "$hl_step_pid"
+        hl_recover "$hl_verdict" ;;
+      *)
+        if [ "$hl_step_rc" -ne 0 ] && [ "$hl_rec_on" = yes ] && [ -z "$hl_terminated" ] && [ -z "${HPCLAUNCH_LOCAL:-}" ] &&
+          hl_node_died; then
+          hl_state "verdict $hl_v_line"
+          hl_log "the step failed (exit code $hl_step_rc) and node $hl_v_node stopped beating"
+          hl_drain
+          hl_recover node
+        else
+          hl_stop_watch
+          hl_stop_monitor
+          hl_decide "$hl_step_rc"
+          hl_conclude "$hl_step_rc"
+        fi ;;
+    esac
+  done
+}
+# hl_launch_step LAUNCH: the checkpoint interval for this start (exported), the attempt the watches
+# follow, then the launch section; hl_step_pid is the step's process.
+hl_launch_step() {
+  local interval=''
+  case $hl_rec_checkpoint in
+    off) ;;
+    auto) interval=$("$hl_python" -m hpclaunch.runtime.supervise interval --run-dir "$HPCLAUNCH_RUN_DIR" \
+      --cost "$hl_rec_cost" --rate "$hl_rec_rate" --nodes "${#hl_nodes[@]}" 2>/dev/null) ;;
+    *) interval=$hl_rec_checkpoint ;;
+  esac
+  if [ -n "$interval" ]; then export HPCLAUNCH_CHECKPOINT_INTERVAL_S=$interval; else unset HPCLAUNCH_CHECKPOINT_INTERVAL_S; fi
+  printf '%s %s\n' "$HPCLAUNCH_ATTEMPT" "$(date +%s)" >"$HPCLAUNCH_RUN_DIR/.hpclaunch/attempt"
+  hl_state "launch nodes=$(hl_csv "${hl_nodes[@]}") spares=$(hl_csv "${hl_spares[@]}") checkpoint_interval=${interval:-off}"
+  "$1"
+  hl_step_pid=$!
+}
+# hl_follow PID: until the step ends, or the judge gives another verdict (hl_verdict, hl_v_*);
+# hl_step_rc is the step's exit code once it has ended.
+hl_follow() {
+  local pid=$1 out=$HPCLAUNCH_RUN_DIR/.hpclaunch/verdict judge
+  hl_verdict=ended hl_v_line=''
+  if [ "$hl_rec_on" = yes ]; then
+    rm -f -- "$out"
+    "$hl_python" -m hpclaunch.runtime.supervise judge --run-dir "$HPCLAUNCH_RUN_DIR" --nodes "$(hl_csv "${hl_nodes[@]}")" \
+      --spares "$(hl_csv "${hl_spares[@]}")" --step-pid "$pid" --attempt "$HPCLAUNCH_ATTEMPT" --hang "$hl_rec_hang" \
+      --heartbeat-timeout "$hl_rec_heartbeat" --batch-node "$hl_batch_node" ${HPCLAUNCH_LOCAL:+--no-node-watch} \
+      --out "$out" 2>>"$HPCLAUNCH_RUN_DIR/logs/watch.log" &
+    judge=$!
+    hl_wait "$judge"
+    hl_read_verdict "$out"
+  fi
+  if [ "$hl_verdict" = ended ]; then
+    hl_wait "$pid"
+    hl_step_rc=$?
+  fi
+}
+# hl_read_verdict FILE: the judge's one line of words (verdict=... node=... rank=... since=...).
+hl_read_verdict() {
+  local w
+  hl_verdict=ended hl_v_node='' hl_v_rank='' hl_v_stacks='' hl_v_line=''
+  [ -s "$1" ] || return 0
+  read -r hl_v_line <"$1"
+  for w in $hl_v_line; do
+    case $w in
+      verdict=*) hl_verdict=${w#*=} ;;
+      node=*) hl_v_node=${w#*=} ;;
+      rank=*) hl_v_rank=${w#*=} ;;
+      stacks=*) hl_v_stacks=${w#*=} ;;
+    esac
+  done
+  case $hl_verdict in node | spare | hang | alive | ended) ;; *) hl_verdict=ended ;; esac
+}
+# hl_node_died: after a failed step, whether a node of it stopped beating (then hl_v_node is it).
+hl_node_died() {
+  local out=$HPCLAUNCH_RUN_DIR/.hpclaunch/verdict
+  rm -f -- "$out"
+  "$hl_python" -m hpclaunch.runtime.supervise liveness --run-dir "$HPCLAUNCH_RUN_DIR" --nodes "$(hl_csv "${hl_nodes[@]}")" \
+    --heartbeat-timeout "$hl_rec_heartbeat" --batch-node "$hl_batch_node" --out "$out" 2>>"$HPCLAUNCH_RUN_DIR/logs/watch.log" &
+  hl_wait "$!"
+  hl_read_verdict "$out"
+  [ "$hl_verdict" = node ]
+}
+# hl_kill_step PID: the step's processes killed: on Slurm every step of the job but hpclaunch's own
+# (the launcher's, and what it started: mpirun's daemons), here the launch's process tree; then until
+# its ranks are gone on every node that still beats (their ports, GPUs and files are free).
+hl_kill_step() {
+  local pid=$1
+  hl_cancel_steps
+  "$hl_python" -m hpclaunch.runtime.supervise kill-tree "$pid"
+  hl_wait "$pid" 2>/dev/null   # not bash's "Killed" line: the log says why in hpclaunch's words
+  hl_step_rc=$?
+  hl_drain
+}
+hl_cancel_steps() {
+  local s
+  [ -z "${HPCLAUNCH_LOCAL:-}" ] || return 0
+  for s in $(squeue -h -s -j "$SLURM_JOB_ID" -o '%i %j' 2>/dev/null |
+    awk '$2 !~ /^hpclaunch-(monitor|watch)$/ && $1 !~ /[.](batch|extern)$/ { print $1 }'); do
+    scancel -s KILL "$s" 2>/dev/null
+  done
+}
+# hl_drain: until the step's ranks are gone on every node that still beats (at most 30 s).
+hl_drain() {
+  hl_cancel_steps
+  [ "$hl_rec_on" = yes ] || return 0
+  "$hl_python" -m hpclaunch.runtime.supervise drain --run-dir "$HPCLAUNCH_RUN_DIR" --nodes "$(hl_csv "${hl_nodes[@]}")" \
+    --attempt "$HPCLAUNCH_ATTEMPT" --heartbeat-timeout "$hl_rec_heartbeat" --timeout 30 \
+    --out "$HPCLAUNCH_RUN_DIR/.hpclaunch/drained" 2>>"$HPCLAUNCH_RUN_DIR/logs/watch.log"
+}
+# hl_fence NODE WHY: never used again in this allocation.
+hl_fence() {
+  hl_fenced+=("$1")
+  hl_state "fence node=$1 reason=$2"
+  hl_log "node $1 fenced ($2): it is not used again in this allocation"
+}
+# hl_recover node|hang: the next attempt inside the allocation, on healthy nodes; or the end of the job
+# when no attempt is left, or a requeue without the dead node when too few healthy ones are.
+hl_recover() {
+  local reason=$1
+  if [ $((HPCLAUNCH_ATTEMPT + 1)) -ge "$HPCLAUNCH_MAX_ATTEMPTS" ]; then
+    hl_log "no attempt left to restart the step (requeue.max_attempts: $HPCLAUNCH_MAX_ATTEMPTS)"
+    hl_stop_watch
+    hl_stop_monitor
+    hl_outcome=gave_up
+    hl_conclude "$hl_step_rc"
+  fi
+  if [ "$reason" = node ]; then
+    hl_fence "$hl_v_node" node
+    if ! hl_place; then
+      if [ "$hl_rec_shrink" -gt 0 ] && [ "${#hl_nodes[@]}" -ge "$hl_rec_shrink" ]; then
+        hl_log "no spare node left: the step goes on with ${#hl_nodes[@]} node(s) (recovery.shrink)"
+        hl_rec_nodes=${#hl_nodes[@]}
+        hl_place
+      else
+        hl_requeue_without
+      fi
+    fi
+  fi
+  hl_state "end rc=$hl_step_rc outcome=restart reason=$reason"
+  hl_restarts=$((hl_restarts + 1))
+  export HPCLAUNCH_ATTEMPT=$((HPCLAUNCH_ATTEMPT + 1))
+  export HPCLAUNCH_LOG_DIR=$HPCLAUNCH_RUN_DIR/logs/attempt$HPCLAUNCH_ATTEMPT
+  mkdir -p -- "$HPCLAUNCH_LOG_DIR"
+  [ -z "$hl_port_span" ] || hl_choose_port "$hl_port_base" "$hl_port_span"
+  hl_place
+  hl_state "start host=$(hostname) nodes=${#hl_nodes[@]} head=$hl_head port=$hl_port restart=$hl_restarts reason=$reason"
+  hl_log "restarting the step inside the allocation (attempt $HPCLAUNCH_ATTEMPT of $HPCLAUNCH_MAX_ATTEMPTS, after a $([ "$reason" = node ] && echo 'dead node' || echo 'hang')) on ${hl_nodes[*]}${hl_spares[*]:+ (spare: ${hl_spares[*]})}"
+}
+# hl_requeue_without: too few healthy nodes for the step: the job goes back to the queue, the fenced
+# nodes excluded (held while it is changed: a requeued job may otherwise start before the scheduler
+# has noticed the node is dead). Never returns.
+hl_requeue_without() {
+  local ex
+  ex=$(hl_csv "${hl_fenced[@]}")
+  hl_stop_watch
+  hl_stop_monitor
+  hl_state "end rc=$hl_step_rc outcome=requeued reason=node exclude=$ex"
+  hl_log "too few healthy nodes left for the step: requeueing the job without $ex (attempt $((HPCLAUNCH_ATTEMPT + 2)) of $HPCLAUNCH_MAX_ATTEMPTS)"
+  if [ -n "${HPCLAUNCH_LOCAL:-}" ]; then
+    : >"$HPCLAUNCH_RUN_DIR/.hpclaunch/requeue"
+    exit 0
+  fi
+  trap '' TERM   # the requeue stops this shell: the hold's update and release come first
+  if scontrol requeuehold "$SLURM_JOB_ID"; then
+    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$ex" || hl_log "the requeued job could not be kept off $ex"
+    scontrol release "$SLURM_JOB_ID" || hl_log "scontrol release failed: the job is held (scontrol release $SLURM_JOB_ID)"
+    exit 0
+  fi
+  hl_log "scontrol requeuehold failed; the job ends here"
+  exit "$hl_step_rc"
 }
 :
