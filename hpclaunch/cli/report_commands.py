@@ -23,6 +23,12 @@ def cmd_report(args: argparse.Namespace) -> int:
             from hpclaunch.cli.remote_commands import cmd_report as remote_report
             return remote_report(args, job.record, fmt)
         run_dir = job.run_dir
+    if args.goodput:
+        from hpclaunch.reports.goodput_render import render as render_goodput
+        from hpclaunch.runs import goodput
+        doc = goodput.run_dir_report(run_dir) if os.path.isdir(args.job) else goodput.job_report(job.record)
+        emit_report(render_goodput(doc, fmt), args.output)
+        return 0
     if not os.path.isdir(os.path.join(run_dir, "monitor")) and not os.path.isdir(os.path.join(run_dir, "metrics")):
         raise HpclaunchError(f"{run_dir}: no monitor/ or metrics/ folder — is this a run directory?")
     color = args.output is None and sys.stdout.isatty()

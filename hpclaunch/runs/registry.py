@@ -65,6 +65,17 @@ CREATE TABLE IF NOT EXISTS ledger (
     made       REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS goodput (
+    job_key        INTEGER PRIMARY KEY REFERENCES jobs(key),
+    signature      TEXT NOT NULL,
+    partition      TEXT,
+    first_start    REAL,
+    node_hours     REAL NOT NULL,
+    node_failures  INTEGER NOT NULL,
+    summary        TEXT NOT NULL,
+    made           REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS goodput_partition ON goodput(partition, first_start);
 """
 # The tables and indexes _DDL makes: a registry that has them all needs no DDL run when opened.
 _DDL_OBJECTS = {part.split()[0] for part in _DDL.split("IF NOT EXISTS ")[1:]}
@@ -417,6 +428,35 @@ class Registry:
         with self._tx():
             self._db.executemany("INSERT OR REPLACE INTO ledger VALUES (?, ?, ?, ?)",
                                  [(k, sig, summary, now) for k, sig, summary in entries])
+
+    def goodput(self, keys: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """The goodput ledger's entries of these jobs: {key: (signature, summary JSON)} (runs/goodput.py)."""
+        out: dict[int, tuple[str, str]] = {}
+        keys = list(keys)
+        for i in range(0, len(keys), 900):
+            chunk = keys[i:i + 900]
+            for row in self._rows("SELECT job_key, signature, summary FROM goodput WHERE job_key IN (%s)"
+                                  % ",".join("?" * len(chunk)), chunk):
+                out[row[0]] = (row[1], row[2])
+        return out
+
+    def put_goodput(self, entries: Sequence[tuple]) -> None:
+        """Write (key, signature, partition, first start, node-hours, node failures, summary JSON) entries."""
+        if not entries:
+            return
+        now = time.time()
+        with self._tx():
+            self._db.executemany("INSERT OR REPLACE INTO goodput VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                 [tuple(e) + (now,) for e in entries])
+
+    def node_failures(self, partition: str | None, since: float) -> tuple[int, float]:
+        """(node failures, node-hours) the goodput ledger holds for jobs of `partition` (None: no partition
+        named) that started since `since`: the fleet's failure rate (docs/recovery.md)."""
+        where = "partition IS NULL" if partition is None else "partition = ?"
+        args: list[Any] = [] if partition is None else [partition]
+        row = self._rows(f"SELECT COALESCE(SUM(node_failures), 0), COALESCE(SUM(node_hours), 0.0) FROM goodput "
+                         f"WHERE {where} AND first_start >= ?", args + [since])[0]
+        return int(row[0] or 0), float(row[1] or 0.0)
 
     def events(self, key: int) -> Iterator[sqlite3.Row]:
         return iter(self._rows("SELECT * FROM events WHERE job_key = ? ORDER BY id", (key,)))

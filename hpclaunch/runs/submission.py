@@ -16,6 +16,7 @@ from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
 from hpclaunch.launchers.backends.choice import job_backend, names
 from hpclaunch.launchers.backends.base import Capability, JobRef
 from hpclaunch.launchers.plan import DEPENDENCY_KINDS, Plan, build_plan
+from hpclaunch.runs.goodput import failure_rate
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.loading import Resolved, resolve_job
@@ -148,6 +149,8 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
     plan = build_plan(resolved)
     if after:
         plan = replace(plan, after=dependencies(after, reg, be))
+    if plan.checkpoint_interval == "auto":   # the partition's failure rate: the cadence's start (docs/recovery.md)
+        plan = replace(plan, failure_rate=failure_rate(reg, plan.placement.partition))
     request = be.prepare(plan)
     root = plan.runs_root if os.path.isabs(plan.runs_root) else os.path.join(cwd, plan.runs_root)
     sources = sources_of(resolved)
