@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
+from hpclaunch.common.checkpoint_interval import interval_s, mtbf_s
 from hpclaunch.launchers import modes
 from hpclaunch.launchers.container import ContainerPlan, container_plan
 from hpclaunch.spec.job import DEFAULT_GRACE_S, signal_grace
@@ -127,6 +128,16 @@ class Plan:
     @property
     def world_size(self) -> int:
         return self.nodes * self.tasks_per_node
+
+    @property
+    def checkpoint_words(self) -> str:
+        """What the script says of the cadence: off, seconds, or auto:INTERVAL:MTBF, the first start's
+        interval computed here (the prior cost, the partition's rate: nothing is measured yet), so that
+        the job starts no Python for it; the job runtime retunes later starts (docs/recovery.md)."""
+        if self.checkpoint_interval != "auto":
+            return self.checkpoint_interval
+        mtbf = mtbf_s(self.failure_rate, self.nodes)
+        return f"auto:{interval_s(self.checkpoint_cost, mtbf):.0f}:{mtbf:.0f}"
 
 
 def build_plan(resolved: Resolved) -> Plan:

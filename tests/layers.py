@@ -44,7 +44,7 @@ LEAVES: Dict[str, Tuple[str, ...]] = {
     "hpclaunch.monitors": ("hpclaunch.common.atomic",),
     "hpclaunch.reports": ("hpclaunch.monitors.schema",),
     "hpclaunch.train_entry": ("hpclaunch.common", "hpclaunch.spec.train", "hpclaunch.spec.typedload"),
-    "hpclaunch.runtime": ("hpclaunch.common.atomic",),
+    "hpclaunch.runtime": ("hpclaunch.common.atomic", "hpclaunch.common.checkpoint_interval"),
 }
 # Which core layer may import a leaf (the leaf's users are above it).
 LEAF_USERS = {"hpclaunch.monitors": "top", "hpclaunch.reports": "runs", "hpclaunch.train_entry": "top",

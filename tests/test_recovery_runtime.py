@@ -159,13 +159,14 @@ def test_the_cadence_takes_the_measured_cost_and_the_failures_seen(tmp_path):
         "8200 attempt=1 end rc=0 outcome=completed\n")
     failures, hours = cadence.seen(str(tmp_path), 2)
     assert failures == 1 and hours == pytest.approx((3600 + 3599) * 2 / 3600)
-    got = cadence.for_job(str(tmp_path), "auto", 30.0, 1 / 1000, 2)
-    assert got == pytest.approx(cadence.interval_s(5.0, cadence.mtbf_s(1 / 1000, 2, failures, hours)))
-    assert cadence.for_job(str(tmp_path), "off", 30.0, None, 2) is None
-    assert cadence.for_job(str(tmp_path), "600", 30.0, None, 2) == 600.0
+    got, mtbf = cadence.for_job(str(tmp_path), "auto", 30.0, 1 / 1000, 2)
+    assert mtbf == pytest.approx(cadence.mtbf_s(1 / 1000, 2, failures, hours))
+    assert got == pytest.approx(cadence.interval_s(5.0, mtbf))
+    assert cadence.for_job(str(tmp_path), "off", 30.0, None, 2) == (None, None)
+    assert cadence.for_job(str(tmp_path), "600", 30.0, None, 2) == (600.0, None)
     out = subprocess.run([PY, "-m", "hpclaunch.runtime.supervise", "interval", "--run-dir", str(tmp_path),
                           "--cost", "30", "--rate", "0.001", "--nodes", "2"], capture_output=True, text=True, check=True)
-    assert out.stdout == f"{got:.0f}\n"
+    assert out.stdout == f"{got:.0f} {mtbf:.0f}\n"
 
 
 # --- the watch and the judge, with real processes -------------------------------------------------
@@ -324,7 +325,8 @@ def test_without_spares_the_step_keeps_the_allocations_placement(tmp_path):
     assert p.stdout == "--nodes=2\n"       # as before recovery: srun --nodes="$SLURM_JOB_NUM_NODES"
 
 
-@pytest.mark.parametrize("setting", ["nodes=x", "hang=3:1", "rate=1;rm -rf x", "checkpoint=soon", "spare=1", "on=maybe"])
+@pytest.mark.parametrize("setting", ["nodes=x", "hang=3:1", "rate=1;rm -rf x", "checkpoint=soon", "checkpoint=auto:1",
+                                     "spare=1", "on=maybe"])
 def test_a_recovery_setting_the_runtime_does_not_know_stops_the_job(tmp_path, setting):
     p = sh(tmp_path, f"hl_recovery '{setting}'; echo went on")
     assert p.returncode == 2 and "went on" not in p.stdout
@@ -338,3 +340,20 @@ def test_attempt_numbers_go_on_after_restarts_inside_an_earlier_allocation(tmp_p
     (run_dir / ".hpclaunch" / "attempt").write_text("2 1700000000\n")   # restarts made attempts 1 and 2
     assert sh(tmp_path, code, SLURM_RESTART_COUNT="1").stdout == "3\n"
     assert sh(tmp_path, code, SLURM_RESTART_COUNT="4").stdout == "4\n"
+
+
+def test_the_first_start_takes_the_rendered_interval_later_ones_ask_the_cadence(tmp_path):
+    """auto:FIRST:MTBF: attempt 0 exports the plan's interval without starting Python; a restart's
+    comes from runtime/cadence.py (the cost measured by then)."""
+    (tmp_path / "run" / ".hpclaunch").mkdir(parents=True)
+    (tmp_path / "run" / "metrics").mkdir()
+    (tmp_path / "run" / "metrics" / "rank0.jsonl").write_text('{"kind": "checkpoint", "time_unix": 1, "seconds": 2}\n')
+    code = f'''hl_recovery checkpoint=auto:777:99999 cost=30 rate=0.001
+export HPCLAUNCH_RUN_DIR={tmp_path / "run"} HPCLAUNCH_ATTEMPT=$A
+hl_nodes=(n1 n2) hl_spares=()
+noop() {{ sleep 0 & }}
+hl_launch_step noop
+echo "$HPCLAUNCH_CHECKPOINT_INTERVAL_S $HPCLAUNCH_MTBF_S"'''
+    assert sh(tmp_path, code, A="0").stdout == "777 99999\n"
+    mtbf = cadence.mtbf_s(0.001, 2)
+    assert sh(tmp_path, code, A="1").stdout == f"{cadence.interval_s(2.0, mtbf):.0f} {mtbf:.0f}\n"

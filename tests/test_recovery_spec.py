@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from hpclaunch.common.checkpoint_interval import interval_s, mtbf_s
 from hpclaunch.launchers.render import render_job
 from hpclaunch.spec.loading import resolve_job
 
@@ -43,8 +44,10 @@ def test_spares_ask_for_more_nodes_and_keep_the_allocation(tmp_path):
                                                               "recovery.hang.floor=30"]))
     assert "#SBATCH --nodes=3\n" in script and "#SBATCH --no-kill\n" in script
     line = re.search(r"^hl_recovery .*$", script, re.M).group(0)
+    # auto: the first start's interval, Daly's for the prior cost (30 s) and the default rate on 2 nodes
+    mtbf = mtbf_s(None, 2)
     assert line == ("hl_recovery on=yes nodes=2 spares=1 hang=3.0:30.0:1800.0:0.05 heartbeat=10 shrink=0 "
-                    "checkpoint=auto cost=30 rate=none")
+                    f"checkpoint=auto:{interval_s(30, mtbf):.0f}:{mtbf:.0f} cost=30 rate=none")
     # the launch section is a function the runtime runs again for a restart
     assert re.search(r"^hl_launch\(\) \{\n(.|\n)*^\}\n\nhl_supervise hl_launch\n\Z", script, re.M)
 

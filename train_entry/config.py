@@ -235,6 +235,18 @@ def checkpoint_interval(cfg: TrainConfig, environ: Mapping[str, str]) -> Optiona
     return value
 
 
+def checkpoint_mtbf(cfg: TrainConfig, environ: Mapping[str, str]) -> Optional[float]:
+    """The MTBF the job runtime's interval assumed (HPCLAUNCH_MTBF_S, recovery.checkpoint_interval: auto),
+    when that interval applies: the rank retunes it with the checkpoint cost it measures itself."""
+    if cfg.checkpoint_interval_s is not None or cfg.checkpoint_every or not environ.get("HPCLAUNCH_CHECKPOINT_INTERVAL_S"):
+        return None
+    try:
+        value = float(environ.get("HPCLAUNCH_MTBF_S", ""))
+    except ValueError:
+        return None
+    return value if 0 < value < float("inf") else None
+
+
 @dataclasses.dataclass(frozen=True)
 class Derived:
     accum_steps: int

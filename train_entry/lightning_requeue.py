@@ -40,6 +40,8 @@ from typing import Callable, Optional
 
 from lightning.pytorch.callbacks import Callback  # this module is imported by Lightning programs only
 
+from hpclaunch.common.checkpoint_interval import interval_s as daly_interval
+
 from .signals import StopRequest, requeue_exit_code, write_requeue_marker
 
 log = logging.getLogger("hpclaunch.train_entry.lightning")
@@ -75,6 +77,10 @@ class RequeueCallback(Callback):
             text = os.environ.get("HPCLAUNCH_CHECKPOINT_INTERVAL_S", "")
             interval_s = float(text) if text.replace(".", "", 1).isdigit() else None
         self.interval_s = interval_s or None
+        self._mtbf = None
+        if self.interval_s is not None and os.environ.get("HPCLAUNCH_MTBF_S", "").isdigit():
+            self._mtbf = float(os.environ["HPCLAUNCH_MTBF_S"]) or None   # auto: retuned with the measured cost
+        self._costs: list = []
         self.keep, self.log_every = keep, log_every
         self._saved_at = time.monotonic()
         self._metrics = None
@@ -144,8 +150,12 @@ class RequeueCallback(Callback):
         trainer.save_checkpoint(part)  # every rank (a collective inside); rank 0 writes
         if trainer.is_global_zero:
             os.replace(part, path)
+            cost = time.perf_counter() - t0
             if self._metrics is not None:
-                self._metrics.event("checkpoint", step=trainer.global_step, seconds=round(time.perf_counter() - t0, 4))
+                self._metrics.event("checkpoint", step=trainer.global_step, seconds=round(cost, 4))
+            if self._mtbf is not None:
+                self._costs = (self._costs + [cost])[-5:]
+                self.interval_s = daly_interval(sorted(self._costs)[len(self._costs) // 2], self._mtbf)
         self._saved_at = time.monotonic()
         return path
 

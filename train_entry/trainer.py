@@ -20,8 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from . import checkpoint as ckpt
-from .config import (ConfigError, TrainConfig, TrainingDiverged, build_config, checkpoint_interval, derive,
-                     load_run_job)
+from hpclaunch.common.checkpoint_interval import interval_s as daly_interval
+
+from .config import (ConfigError, TrainConfig, TrainingDiverged, build_config, checkpoint_interval, checkpoint_mtbf,
+                     derive, load_run_job)
 from .data import TrainLoader, load_data, make_tensors, split, val_shard
 from .dist_init import Dist, init_distributed, set_deterministic
 from .metrics import MetricsWriter
@@ -220,7 +222,8 @@ class _Run:
         last_ckpt = resumed_from
         self._inflight, self._commit_at = None, 0
         self._interval = checkpoint_interval(cfg, os.environ)   # seconds between checkpoints by time, or None
-        self._saved_at, self._saves = time.monotonic(), 0
+        self._mtbf = checkpoint_mtbf(cfg, os.environ)             # auto: retuned with the cost measured here
+        self._saved_at, self._saves, self._costs = time.monotonic(), 0, []
         val = (None, None)
         self._iv = iv = [0, 0, 0.0, 0.0]  # since the last step record: steps, samples, busy seconds, loss sum
         self._last_lr = der.lr
@@ -431,10 +434,14 @@ class _Run:
             return self._save_now(val)
         finally:
             # what training stopped for: the cadence (docs/recovery.md) weighs it against failures
+            cost = time.perf_counter() - t0
             self._saved_at = time.monotonic()
             self._saves += 1
             if self.dist.rank == 0:
-                self.mw.event("checkpoint", step=self.state["step"], seconds=round(time.perf_counter() - t0, 4))
+                self.mw.event("checkpoint", step=self.state["step"], seconds=round(cost, 4))
+                if self._mtbf is not None:   # Daly's interval for this job's own cost (rank 0's clock decides)
+                    self._costs = (self._costs + [cost])[-5:]
+                    self._interval = daly_interval(sorted(self._costs)[len(self._costs) // 2], self._mtbf)
 
     def _save_now(self, val=None) -> str:
         self._complete_save()  # at most one in flight: checkpoints are published in step order

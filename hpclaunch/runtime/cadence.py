@@ -9,47 +9,19 @@ hpclaunch's Lightning callback write them), else the job's `recovery.checkpoint_
 job's mean time between failures: 1 / (rate x nodes), the rate being node failures per node-hour on
 its partition (the fleet's record, handed to the job at submit), updated with what this job has seen
 (each node it fenced, over the node-hours it has run), the fleet's record weighing as PRIOR_NODE_HOURS.
-The simulator (reports/goodput_sim.py) chose Daly's form over Young's sqrt(2CM) and this prior.
+The simulator (runtime/simulate.py, bench/goodput/cadence.py) chose Daly's form over Young's sqrt(2CM).
 """
 from __future__ import annotations
 
-import math
 import os
 from statistics import median
 from typing import List, Optional, Tuple
 
-# Llama 3's 419 interruptions in 54 days on 2,048 nodes of 8 GPUs: one per ~6,300 node-hours.
-DEFAULT_RATE = 1.0 / 6000.0
-PRIOR_NODE_HOURS = 2000.0     # how much the fleet's rate weighs against what the job sees
-MIN_INTERVAL_S = 10.0
-MAX_INTERVAL_S = 7 * 86400.0
+from hpclaunch.common.checkpoint_interval import (DEFAULT_RATE, MAX_INTERVAL_S, MIN_INTERVAL_S,  # noqa: F401
+                                                  PRIOR_NODE_HOURS, daly, interval_s, mtbf_s, young)
+
 COST_SAMPLES = 5              # the newest checkpoint events the cost is the median of
 TAIL_BYTES = 256 * 1024
-
-
-def daly(cost_s: float, mtbf_s: float) -> float:
-    """Daly's higher-order optimum: compute time between checkpoints."""
-    if mtbf_s <= 0:
-        return MIN_INTERVAL_S
-    if cost_s >= 2 * mtbf_s:
-        return mtbf_s
-    x = cost_s / (2 * mtbf_s)
-    return math.sqrt(2 * cost_s * mtbf_s) * (1 + math.sqrt(x) / 3 + x / 9) - cost_s
-
-
-def young(cost_s: float, mtbf_s: float) -> float:
-    return math.sqrt(2 * cost_s * max(mtbf_s, 0.0))
-
-
-def mtbf_s(rate: Optional[float], nodes: int, failures: int = 0, node_hours: float = 0.0) -> float:
-    """The job's mean time between failures, in seconds."""
-    prior = rate if rate is not None and rate > 0 else DEFAULT_RATE
-    blended = (prior * PRIOR_NODE_HOURS + failures) / (PRIOR_NODE_HOURS + max(node_hours, 0.0))
-    return 3600.0 / (max(blended, 1e-12) * max(nodes, 1))
-
-
-def interval_s(cost_s: float, mtbf: float) -> float:
-    return min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, daly(cost_s, mtbf)))
 
 
 def measured_cost(run_dir: str) -> Optional[float]:
@@ -113,12 +85,15 @@ def seen(run_dir: str, nodes: int) -> Tuple[int, float]:
     return failures, node_hours
 
 
-def for_job(run_dir: str, policy: str, cost_prior: float, rate: Optional[float], nodes: int) -> Optional[float]:
-    """The interval to export for the next start of the step, or None (policy off)."""
+def for_job(run_dir: str, policy: str, cost_prior: float, rate: Optional[float],
+            nodes: int) -> Tuple[Optional[float], Optional[float]]:
+    """(the interval to export for the next start of the step, the MTBF it assumed), or (None, None)
+    with policy off; a fixed interval has no MTBF."""
     if policy == "off":
-        return None
+        return None, None
     if policy != "auto":
-        return float(policy)
+        return float(policy), None
     cost = measured_cost(run_dir)
     failures, node_hours = seen(run_dir, nodes)
-    return interval_s(cost if cost is not None else cost_prior, mtbf_s(rate, nodes, failures, node_hours))
+    mtbf = mtbf_s(rate, nodes, failures, node_hours)
+    return interval_s(cost if cost is not None else cost_prior, mtbf), mtbf

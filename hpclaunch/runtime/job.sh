@@ -469,12 +469,12 @@ hl_conclude() {
 # launcher can shrink; with neither the job is requeued without it. A hung step starts again on the
 # same nodes. Every start of the step is an attempt (logs/attempt<N>/), within requeue.max_attempts.
 hl_rec_on=no hl_rec_nodes=0 hl_rec_spares=0 hl_rec_hang=off hl_rec_heartbeat=10 hl_rec_shrink=0
-hl_rec_checkpoint=off hl_rec_cost=30 hl_rec_rate=none
+hl_rec_checkpoint=off hl_rec_cost=30 hl_rec_rate=none hl_rec_first='' hl_rec_mtbf='' 
 hl_restarts=0 hl_watch_pid='' hl_batch_node='' hl_step_pid='' hl_step_rc=0
 hl_verdict=ended hl_v_node='' hl_v_rank='' hl_v_stacks='' hl_v_line=''
 # hl_recovery KEY=VALUE...: the job's recovery settings, as the script renders them (recovery: and
 # resources.spare_nodes): on=yes|no nodes=N spares=K hang=FACTOR:FLOOR:CEILING:CPU|off heartbeat=S
-# shrink=MIN_NODES checkpoint=auto|off|SECONDS cost=SECONDS rate=FAILURES_PER_NODE_HOUR|none
+# shrink=MIN_NODES checkpoint=auto[:FIRST_INTERVAL:MTBF]|off|SECONDS cost=SECONDS rate=FAILURES_PER_NODE_HOUR|none
 hl_recovery() {
   local a v num='^[0-9]+([.][0-9]+)?$'
   for a; do
@@ -486,6 +486,8 @@ hl_recovery() {
       hang=off) hl_rec_hang=off ;;
       hang=*) [[ $v =~ ^[0-9.]+:[0-9.]+:[0-9.]+:[0-9.]+$ ]] || hl_rec_bad "$a"; hl_rec_hang=$v ;;
       checkpoint=auto | checkpoint=off) hl_rec_checkpoint=$v ;;
+      checkpoint=auto:*) [[ $v =~ ^auto:([0-9]+):([0-9]+)$ ]] || hl_rec_bad "$a"
+        hl_rec_checkpoint=auto hl_rec_first=${BASH_REMATCH[1]} hl_rec_mtbf=${BASH_REMATCH[2]} ;;
       checkpoint=*) [[ $v =~ ^[0-9]+$ ]] || hl_rec_bad "$a"; hl_rec_checkpoint=$v ;;
       rate=none) hl_rec_rate=none ;;
       rate=*) [[ $v =~ ^[0-9.]+(e-?[0-9]+)?$ ]] || hl_rec_bad "$a"; hl_rec_rate=$v ;;
@@ -568,14 +570,22 @@ hl_supervise() {
 # hl_launch_step LAUNCH: the checkpoint interval for this start (exported), the attempt the watches
 # follow, then the launch section; hl_step_pid is the step's process.
 hl_launch_step() {
-  local interval=''
+  local interval='' mtbf=''
   case $hl_rec_checkpoint in
     off) ;;
-    auto) interval=$("$hl_python" -m hpclaunch.runtime.supervise interval --run-dir "$HPCLAUNCH_RUN_DIR" \
-      --cost "$hl_rec_cost" --rate "$hl_rec_rate" --nodes "${#hl_nodes[@]}" 2>/dev/null) ;;
+    auto) if [ -n "$hl_rec_first" ] && [ "$HPCLAUNCH_ATTEMPT" = 0 ]; then
+      interval=$hl_rec_first mtbf=$hl_rec_mtbf   # the first start: nothing measured yet (the plan computed it)
+    else
+      read -r interval mtbf < <("$hl_python" -m hpclaunch.runtime.supervise interval --run-dir "$HPCLAUNCH_RUN_DIR" \
+        --cost "$hl_rec_cost" --rate "$hl_rec_rate" --nodes "${#hl_nodes[@]}" 2>/dev/null)
+    fi ;;
     *) interval=$hl_rec_checkpoint ;;
   esac
+  [[ $interval =~ ^[0-9]+$ ]] || interval=''
+  [[ $mtbf =~ ^[0-9]+$ ]] || mtbf=''
   if [ -n "$interval" ]; then export HPCLAUNCH_CHECKPOINT_INTERVAL_S=$interval; else unset HPCLAUNCH_CHECKPOINT_INTERVAL_S; fi
+  # auto: the MTBF it assumed, for programs that retune the interval with the cost they measure
+  if [ -n "$mtbf" ]; then export HPCLAUNCH_MTBF_S=$mtbf; else unset HPCLAUNCH_MTBF_S; fi
   printf '%s %s\n' "$HPCLAUNCH_ATTEMPT" "$(date +%s)" >"$HPCLAUNCH_RUN_DIR/.hpclaunch/attempt"
   hl_state "launch nodes=$(hl_csv "${hl_nodes[@]}") spares=$(hl_csv "${hl_spares[@]}") checkpoint_interval=${interval:-off}"
   "$1"

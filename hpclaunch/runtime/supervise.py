@@ -284,8 +284,9 @@ def main(argv=None) -> int:
         return 0
     if a.command == "interval":
         rate = float(a.rate) if a.rate not in ("", "none") else None
-        found = cadence.for_job(a.run_dir, a.policy, a.cost, rate, a.nodes)
-        print("" if found is None else f"{found:.0f}")
+        interval, mtbf = cadence.for_job(a.run_dir, a.policy, a.cost, rate, a.nodes)
+        # "INTERVAL MTBF" (seconds; "-" for none): job.sh exports both
+        print(" ".join("-" if v is None else f"{v:.0f}" for v in (interval, mtbf)))
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     verdict = {"judge": judge, "liveness": liveness, "drain": drain}[a.command](a)

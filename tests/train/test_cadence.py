@@ -55,3 +55,19 @@ def test_explicit_steps_are_kept_and_no_time_checkpoint_is_added(tmp_path, digit
     steps = [r["step"] for r in read_metrics(os.path.join(run_dir, "metrics", "rank0.jsonl"))
              if r["kind"] == "checkpoint"]
     assert steps == [5, 10, 11, 15, 20, 22], steps     # every 5 steps, and the two epoch ends (11 a rank)
+
+
+def test_with_the_runtimes_mtbf_the_interval_is_retuned_with_the_measured_cost(tmp_path, digits_csv):
+    """HPCLAUNCH_MTBF_S (auto): after its first save rank 0 takes Daly's interval for the cost it
+    measured, here minutes (a cost of ms, an MTBF of 10 h): one time-based save, not one every 0.1 s."""
+    run_dir = str(tmp_path / "run")
+    cmd = torchrun_cmd(2, "--data", digits_csv, "--epochs", 1, "--batch-size", 8, "--stop-check-every", 1,
+                       "--log-every", 1, "--dist-timeout", 60)
+    res = subprocess.run(cmd, env=rank_env(HPCLAUNCH_RUN_DIR=run_dir, HPCLAUNCH_CHECKPOINT_INTERVAL_S="0.1",
+                                           HPCLAUNCH_MTBF_S="36000"),
+                         timeout=150, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert res.returncode == 0, res.stdout[-3000:]
+    recs = read_metrics(os.path.join(run_dir, "metrics", "rank0.jsonl"))
+    epoch_ends = {r["step"] for r in recs if r["kind"] == "epoch"}
+    by_time = [r for r in recs if r["kind"] == "checkpoint" and r["step"] not in epoch_ends]
+    assert len(by_time) == 1, by_time
