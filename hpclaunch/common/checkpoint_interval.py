@@ -12,7 +12,7 @@ MIN_INTERVAL_S = 10.0
 MAX_INTERVAL_S = 7 * 86400.0
 # Llama 3's 419 interruptions in 54 days on 2,048 nodes of 8 GPUs: one per ~6,300 node-hours.
 DEFAULT_RATE = 1.0 / 6000.0
-PRIOR_NODE_HOURS = 2000.0     # how much the partition's rate weighs against what the job sees itself
+PRIOR_NODE_HOURS = 500.0      # how much the partition's rate weighs against what the job sees (bench/goodput/bench_cadence.py chose it)
 
 
 def young(cost_s: float, mtbf_s: float) -> float:
@@ -35,10 +35,11 @@ def interval_s(cost_s: float, mtbf_s: float) -> float:
     return min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, daly(cost_s, mtbf_s)))
 
 
-def mtbf_s(rate: Optional[float], nodes: int, failures: int = 0, node_hours: float = 0.0) -> float:
+def mtbf_s(rate: Optional[float], nodes: int, failures: int = 0, node_hours: float = 0.0,
+           prior_node_hours: float = PRIOR_NODE_HOURS) -> float:
     """A job's mean time between failures, in seconds: `rate` (node failures per node-hour on its
     partition; None: DEFAULT_RATE) weighing as PRIOR_NODE_HOURS against the failures the job has seen
     over the node-hours it has run."""
     prior = rate if rate is not None and rate > 0 else DEFAULT_RATE
-    blended = (prior * PRIOR_NODE_HOURS + failures) / (PRIOR_NODE_HOURS + max(node_hours, 0.0))
+    blended = (prior * prior_node_hours + failures) / (prior_node_hours + max(node_hours, 0.0))
     return 3600.0 / (max(blended, 1e-12) * max(nodes, 1))

@@ -35,17 +35,19 @@ class Shape:
     """A job and its world."""
 
     __slots__ = ("work", "nodes", "mtbf_node_s", "cost", "detect", "restart", "requeue", "spares", "start", "end",
-                 "rate_known", "cost_prior")
+                 "rate_known", "cost_prior", "prior_node_hours")
 
     def __init__(self, work: float, nodes: int, mtbf_node_s: float, cost: float, detect: float = 10.0,
                  restart: float = 30.0, requeue: float = 0.0, spares: int = 1_000_000, start: float = 0.0,
-                 end: float = 0.0, rate_known: Optional[float] = None, cost_prior: float = 30.0):
+                 end: float = 0.0, rate_known: Optional[float] = None, cost_prior: float = 30.0,
+                 prior_node_hours: float = cadence.PRIOR_NODE_HOURS):
         self.work, self.nodes, self.mtbf_node_s, self.cost = work, nodes, mtbf_node_s, cost
         self.detect, self.restart, self.requeue, self.spares = detect, restart, requeue, spares
         self.start, self.end = start, end
         # the failure rate (per node-hour) the job is handed; None: the true one (a ledger that knows)
         self.rate_known = rate_known
         self.cost_prior = cost_prior
+        self.prior_node_hours = prior_node_hours   # how much the handed rate weighs (runtime/cadence.py)
 
     @property
     def job_mtbf_s(self) -> float:
@@ -65,7 +67,7 @@ def interval_for(policy: Sequence, shape: Shape, cost_seen: Optional[float], fai
     if kind == "adaptive":
         rate = shape.rate_known if shape.rate_known is not None else 3600.0 / shape.mtbf_node_s
         cost = cost_seen if cost_seen is not None else shape.cost_prior
-        return cadence.interval_s(cost, cadence.mtbf_s(rate, shape.nodes, failures, node_h))
+        return cadence.interval_s(cost, cadence.mtbf_s(rate, shape.nodes, failures, node_h, shape.prior_node_hours))
     raise ValueError(f"unknown policy {policy!r}")
 
 
