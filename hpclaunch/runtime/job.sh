@@ -82,7 +82,9 @@ hl_step() {
   if [ -z "${HPCLAUNCH_LOCAL:-}" ]; then
     # hl_step_place: the step's nodes (hl_place); after a restart the step overlaps the old one's
     # CPUs, which Slurm holds until it hears from a dead node (docs/recovery.md)
-    srun "${hl_step_place[@]}" --ntasks-per-node="$ntasks" "${opts[@]}" "$@"
+    # --ntasks on a subset of the allocation: else srun takes the job's SLURM_NTASKS (all its nodes')
+    srun "${hl_step_place[@]}" ${hl_step_subset:+--ntasks=$((${#hl_nodes[@]} * ntasks))} --ntasks-per-node="$ntasks" \
+      "${opts[@]}" "$@"
     return
   fi
   gtids=$(seq -s, 0 $((ntasks - 1)))
@@ -160,7 +162,8 @@ hl_signal_ranks() {
   elif [ -n "${HPCLAUNCH_LOCAL:-}" ]; then
     bash -c "$hl_signal_body" hpclaunch-signal "$1" "$map"
   else
-    srun --overlap --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 \
+    # the step's nodes (hl_place): a fenced node is dead, a spare runs no rank
+    srun --overlap "${hl_step_place[@]}" --ntasks="${#hl_nodes[@]}" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 \
       bash -c "$hl_signal_body" hpclaunch-signal "$1" "$map"
   fi
 }
@@ -260,7 +263,7 @@ hl_begin() {
 # hl_place: the step's nodes (hl_nodes: the job's node count of the allocation's nodes, the fenced
 # left out, the batch shell's node first) and spares (hl_spares), the head and the srun placement
 # (hl_step_place). Returns 1 when fewer healthy nodes are left than the step needs.
-hl_fenced=()
+hl_fenced=() hl_step_subset=''
 hl_place() {
   local want=${hl_rec_nodes:-0} node me ok=() f
   me=$(hostname)
@@ -280,9 +283,9 @@ hl_place() {
   hl_head=${hl_nodes[0]}${hl_head_suffix:-}
   export HPCLAUNCH_MASTER_ADDR=$hl_head HPCLAUNCH_MASTER_PORT=$hl_port HPCLAUNCH_STEP_NODES=${#hl_nodes[@]}
   if [ "${#hl_nodes[@]}" -eq "${#hl_alloc[@]}" ]; then
-    hl_step_place=(--nodes="${SLURM_JOB_NUM_NODES:-${#hl_nodes[@]}}")
+    hl_step_place=(--nodes="${SLURM_JOB_NUM_NODES:-${#hl_nodes[@]}}") hl_step_subset=''
   else
-    hl_step_place=(--nodes="${#hl_nodes[@]}" --nodelist="$(IFS=,; echo "${hl_nodes[*]}")")
+    hl_step_place=(--nodes="${#hl_nodes[@]}" --nodelist="$(IFS=,; echo "${hl_nodes[*]}")") hl_step_subset=1
   fi
   [ "$hl_restarts" -eq 0 ] || hl_step_place+=(--overlap)
   [ "${#ok[@]}" -ge "$want" ]
@@ -556,6 +559,7 @@ hl_supervise() {
           hl_node_died; then
           hl_state "verdict $hl_v_line"
           hl_log "the step failed (exit code $hl_step_rc) and node $hl_v_node stopped beating"
+          hl_cancel_steps
           hl_drain
           hl_recover node
         else
@@ -641,26 +645,32 @@ hl_node_died() {
 # (the launcher's, and what it started: mpirun's daemons), here the launch's process tree; then until
 # its ranks are gone on every node that still beats (their ports, GPUs and files are free).
 hl_kill_step() {
-  local pid=$1
+  local pid=$1 t0=$SECONDS
   hl_cancel_steps
+  # Disowned: no status to wait for (it was killed) and no "Killed" line from bash: the log says why.
+  disown "$pid" 2>/dev/null
   "$hl_python" -m hpclaunch.runtime.supervise kill-tree "$pid"
-  hl_wait "$pid" 2>/dev/null   # not bash's "Killed" line: the log says why in hpclaunch's words
-  hl_step_rc=$?
+  hl_step_rc=137
   hl_drain
+  hl_log "the step is stopped ($((SECONDS - t0)) s)"
 }
+# hl_cancel_steps: every step of the job but hpclaunch's own, killed. scancel is not waited for: it
+# answers only once every node of the step has, and a dead node answers after MessageTimeout.
 hl_cancel_steps() {
   local s
   [ -z "${HPCLAUNCH_LOCAL:-}" ] || return 0
   for s in $(squeue -h -s -j "$SLURM_JOB_ID" -o '%i %j' 2>/dev/null |
     awk '$2 !~ /^hpclaunch-(monitor|watch)$/ && $1 !~ /[.](batch|extern)$/ { print $1 }'); do
-    scancel -s KILL "$s" 2>/dev/null
+    scancel -s KILL "$s" >/dev/null 2>&1 &
+    disown $!
   done
 }
 # hl_drain: until the step's ranks are gone on every node that still beats (at most 30 s).
 hl_drain() {
-  hl_cancel_steps
+  local n live=()
   [ "$hl_rec_on" = yes ] || return 0
-  "$hl_python" -m hpclaunch.runtime.supervise drain --run-dir "$HPCLAUNCH_RUN_DIR" --nodes "$(hl_csv "${hl_nodes[@]}")" \
+  for n in "${hl_nodes[@]}"; do [ "$hl_verdict" = node ] && [ "$n" = "$hl_v_node" ] || live+=("$n"); done
+  "$hl_python" -m hpclaunch.runtime.supervise drain --run-dir "$HPCLAUNCH_RUN_DIR" --nodes "$(hl_csv "${live[@]}")" \
     --attempt "$HPCLAUNCH_ATTEMPT" --heartbeat-timeout "$hl_rec_heartbeat" --timeout 30 \
     --out "$HPCLAUNCH_RUN_DIR/.hpclaunch/drained" 2>>"$HPCLAUNCH_RUN_DIR/logs/watch.log"
 }
