@@ -20,7 +20,7 @@ all: venv
 # What the venv must give, checked on every run (no stamp file: a stamp says nothing about what is in the
 # venv now): these modules import, the hpclaunch command is there, and the install (pip's hpclaunch
 # dist-info) is newer than setup.cfg and pyproject.toml. Otherwise it installs (tests/test_deps.py).
-VENV_IMPORTS := torch, hpclaunch, mpi4py, pyarrow, pytest, sklearn, lightning, ray, pydantic, jax, onnx, onnxscript, onnxruntime, prometheus_client, aiohttp, aiohttp_sse, plotly, selenium, orjson, kubernetes_validate
+VENV_IMPORTS := torch, hpclaunch, mpi4py, pyarrow, pytest, sklearn, lightning, ray, pydantic, jax, onnx, onnxscript, onnxruntime, prometheus_client, aiohttp, aiohttp_sse, plotly, selenium, orjson, kubernetes_validate, apprise, aiosmtpd, optuna
 
 venv:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -32,7 +32,7 @@ venv:
 	$(PY) -m pip install -q --upgrade pip setuptools wheel; \
 	: "Pinned: this version's CPU wheel is on disk; an unpinned torch downloads GBs of CUDA builds."; \
 	$(PY) -m pip install -q torch==2.13.0; \
-	$(PY) -m pip install -q -e '.[train,mpi,report,test,frameworks,export,monitor,dashboard,recovery]'
+	$(PY) -m pip install -q -e '.[train,mpi,report,test,frameworks,export,monitor,dashboard,alerts,tune,recovery]'
 
 # Installs whichever of APT_PACKAGES dpkg does not report as installed, then checks them all again.
 deps:

@@ -19,7 +19,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTIONS = os.path.join(REPO, "docs", "bench")
 TARGET = os.path.join(REPO, "docs", "benchmarks.md")
-ORDER = ["startup", "submit", "monitor", "gpu-h100", "report", "fleet", "train_overhead"]
+ORDER = ["startup", "submit", "monitor", "monitor_alerts", "gpu-h100", "report", "fleet", "train_overhead",
+         "ddp_teardown"]
 
 INTRO = """# Benchmarks
 

@@ -23,7 +23,7 @@ from hpclaunch.launchers.container import ContainerPlan, container_plan
 from hpclaunch.spec.job import DEFAULT_GRACE_S, signal_grace
 from hpclaunch.spec.loading import Resolved
 from hpclaunch.spec.recovery import hang_settings
-from hpclaunch.spec.sweep import fill, points
+from hpclaunch.spec.sweep import count, fill, points
 from hpclaunch.spec.units import parse_time_seconds
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: "save done, run me again"
@@ -140,13 +140,28 @@ class Plan:
         return f"auto:{interval_s(self.checkpoint_cost, mtbf):.0f}:{mtbf:.0f}"
 
 
-def build_plan(resolved: Resolved) -> Plan:
+# A study's trial (hpclaunch tune, docs/tune.md): each array task runs its command through the trial
+# agent, which asks the study for the task's point, fills it in and reports the program's values.
+# The interpreter is the monitor's (HPCLAUNCH_PYTHON, which the backends export, else python3); the
+# study and the command are arguments, never shell text.
+TRIAL_AGENT = ("bash", "-c", 'exec "${HPCLAUNCH_PYTHON:-python3}" -m hpclaunch.tune.agent "$@"', "hpclaunch-trial")
+
+
+def trial_command(command, study_dir: str) -> Tuple[str, ...]:
+    return TRIAL_AGENT + ("--study", study_dir, "--") + tuple(command)
+
+
+def build_plan(resolved: Resolved, study_dir: Optional[str] = None, tasks: Optional[int] = None) -> Plan:
+    """The plan of a resolved job. A study's (a sweep with a metric) is an array of `tasks` trial
+    tasks (default: its trials) whose command is the trial agent's, on the study in `study_dir`
+    (`hpclaunch tune` makes it; render shows where it would be)."""
     job, profile = resolved.job, resolved.profile.profile
+    study = job.sweep is not None and job.sweep.study
     r, s = job.resources, job.slurm
     mode = modes.get(job.launcher)
     per_node = mode.per_node  # one task a node that starts the node's ranks (torchrun, ray), else one a rank
     seconds = parse_time_seconds(r.time)
-    sweep_tasks, varying = _sweep_tasks(job)
+    sweep_tasks, varying = ((), set()) if study else _sweep_tasks(job)
     rq = job.requeue
     rec = job.recovery
     by_program = rq.by == "program"
@@ -162,7 +177,8 @@ def build_plan(resolved: Resolved) -> Plan:
         for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
             if name not in job.env and name not in profile.env:
                 env.append((name, profile.network.interface))
-    env.extend((k, v) for k, v in job.env.items() if k not in varying)
+    # a study's env values with a {placeholder} are the trial agent's to fill in, as its command's
+    env.extend((k, v) for k, v in job.env.items() if k not in varying and not (study and _has_placeholder(v)))
 
     return Plan(
         job_name=job.name,
@@ -175,7 +191,7 @@ def build_plan(resolved: Resolved) -> Plan:
         gpus_per_node=r.gpus_per_node,
         step_tasks=1 if per_node else r.tasks_per_node,
         step_cpus=r.cpus_per_task * r.tasks_per_node if per_node else r.cpus_per_task,
-        command=tuple(job.command),
+        command=trial_command(job.command, study_dir or "") if study else tuple(job.command),
         time_s=seconds,
         mem=r.mem,
         placement=Placement(s.partition, s.account, s.qos, s.constraint, bool(s.exclusive), tuple(s.extra)),
@@ -206,7 +222,7 @@ def build_plan(resolved: Resolved) -> Plan:
         rank_env=mode.rank_env,
         container=container_plan(job.container, profile.container, [k for k, _ in env] + list(varying),
                                  r.gpus_per_node or 0),
-        array_size=len(sweep_tasks),
+        array_size=(count(job.sweep) if tasks is None else tasks) if study else len(sweep_tasks),
         parallelism=job.sweep.parallelism if job.sweep else None,
         sweep_tasks=sweep_tasks,
         prometheus_port=_prometheus_port(job.monitor.prometheus_port, profile.monitor.prometheus_port),

@@ -1,8 +1,8 @@
 """Pure rendering: a resolved job to the text of its batch script, through the plan
 (launchers/plan.py) and the Slurm backend's translation (backends/slurm_script.py): the script
 `hpclaunch render` prints, `hpclaunch submit` gives sbatch, and the local backend runs under its
-Slurm emulation. Templates in templates/, through launchers/templating.py (compiled
-into the wheel, from the sources in a checkout)."""
+Slurm emulation. Templates in templates/,
+through launchers/templating.py."""
 from __future__ import annotations
 
 from hpclaunch.launchers.backends import slurm_script

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import os
 import select
 import signal
@@ -123,9 +124,10 @@ class Daemon:
         self._rfd = self._wfd = None
         self._poll = None
         self._watch: Optional[ParentWatch] = None
-        self.gpu_log = self.host_log = self.trace_log = self.jetson_log = None
-        self.nvml = self.hostsrc = self.jetson = None
+        self.gpu_log = self.host_log = self.trace_log = self.jetson_log = self.ranks_log = None
+        self.nvml = self.hostsrc = self.jetson = self.ranks = None
         self.exporter = None  # prometheus.Exporter when --prometheus-port/--prometheus-textfile
+        self.alerts = None    # monitors/alerts.AlertEngine when the job has alert rules
 
     # -- files and errors ----------------------------------------------------------------
     def _on_write_error(self, path: str, e: OSError) -> None:
@@ -174,7 +176,8 @@ class Daemon:
         self.events.emit("header", {
             "schema": schema.EVENTS_SCHEMA,
             "schemas": {"gpu": schema.GPU_SCHEMA, "host": schema.HOST_SCHEMA,
-                        "power_trace": schema.POWER_TRACE_SCHEMA, "jetson": schema.JETSON_SCHEMA},
+                        "power_trace": schema.POWER_TRACE_SCHEMA, "jetson": schema.JETSON_SCHEMA,
+                        "ranks": schema.RANKS_SCHEMA},
             "pid": os.getpid(), "ppid": os.getppid(), "parent_pid": a.parent_pid,
             "interval_s": a.interval, "counter_interval_s": a.counter_interval, "argv": sys.argv,
             "slurm_job_id": env.get("SLURM_JOB_ID"), "slurm_step_id": env.get("SLURM_STEP_ID"),
@@ -205,6 +208,15 @@ class Daemon:
                                         schema.JETSON_COLUMNS)
         if prometheus.wanted(a):
             self._start_exporter()
+        if env.get("HPCLAUNCH_LOG_DIR"):  # the job script's: this attempt's rank logs and ranks.tsv
+            from .rank_progress import RankProgress
+            names = (self.host, os.uname().nodename, os.uname().nodename.split(".")[0], env.get("SLURMD_NODENAME"))
+            self.ranks = RankProgress(env["HPCLAUNCH_LOG_DIR"], self.host, names, env.get("HPCLAUNCH_ATTEMPT"))
+            self.ranks_log = self._csv(schema.ranks_file(self.host), schema.RANKS_SCHEMA, schema.RANKS_COLUMNS)
+        from .alerts import start_alerts
+        allocated = {g.index for g in self.nvml.gpus if g.ranks} if self.nvml is not None and a.all_gpus else None
+        self.alerts = self._guard("alerts", start_alerts, a.run_dir, self.host, env, self.events, stderr,
+                                  allocated, a.node_id)
 
     def _start_exporter(self) -> None:
         """Never fatal: without prometheus_client, or without a free port, the CSV logs go on."""
@@ -340,12 +352,25 @@ class Daemon:
                 self.jetson_log.write_rows(self.jetson.sample(now, self.host))
             except Exception as e:
                 self.source_error("jetson", e)
+        if self.ranks is not None and (final or self.ranks.due(now)):
+            self._sample_ranks(now)
         self.samples += 1
+        if self.alerts is not None:  # on the rows just written; sending is the sender thread's
+            try:
+                self.alerts.rows(rows or (), now)
+            except Exception as e:
+                self.source_error("alerts", e)
         if self.exporter is not None:  # after the CSV writes: what a scrape shows is in the files
             try:
                 self.exporter.update(now, self.samples, row, rows or ())
             except Exception as e:
                 self.source_error("prometheus", e)
+
+    def _sample_ranks(self, now: float) -> None:
+        try:
+            self.ranks_log.write_rows(self.ranks.sample(now))
+        except Exception as e:
+            self.source_error("ranks", e)
 
     def run(self) -> int:
         a = self.args
@@ -353,6 +378,9 @@ class Daemon:
         watch = self._watch = ParentWatch(a.parent_pid)
         watch.register(self._poll)
         self.setup()
+        # What set-up made (modules, samplers, the alert rules) lives to the end: out of the collector's
+        # walks, a full collection costs what the loop made, not every module the sources imported.
+        gc.freeze()
         cpu0 = time.process_time()
         wall0 = time.monotonic()
         t0 = wall0
@@ -392,6 +420,8 @@ class Daemon:
         watch.close()
         if self.nvml is not None and self.samples:
             self.tick(final=True)
+        elif self.ranks is not None and self.samples:
+            self._sample_ranks(time.time())
         self.finish(cpu0, wall0)
         return 0
 
@@ -420,13 +450,18 @@ class Daemon:
                 self.exporter.close()
             except Exception as e:
                 self.source_error("prometheus", e)
+        if self.alerts is not None:  # open episodes end with the monitor; the sender gets the linger's time
+            try:
+                self.alerts.close(time.time(), max(1.0, getattr(self.args, "prometheus_linger", 3.0)))
+            except Exception as e:
+                self.source_error("alerts", e)
         if self.nvml is not None:
             stats["gpus"] = len(self.nvml.gpus)
             try:
                 self.nvml.close()
             except Exception:
                 pass
-        for log in (self.gpu_log, self.host_log, self.trace_log, self.jetson_log):
+        for log in (self.gpu_log, self.host_log, self.trace_log, self.jetson_log, self.ranks_log):
             dropped = getattr(log, "dropped_writes", 0)
             if dropped:
                 stats.setdefault("dropped_writes", {})[os.path.basename(log.path)] = dropped
@@ -434,7 +469,7 @@ class Daemon:
         if self.events is not None:
             self.events.emit("monitor_stats", stats)
             self.events.emit("stopped", {"reason": self.stop_reason})
-        for log in (self.gpu_log, self.host_log, self.trace_log, self.jetson_log, self.events):
+        for log in (self.gpu_log, self.host_log, self.trace_log, self.jetson_log, self.ranks_log, self.events):
             if log is not None:
                 log.close()
         if self.hostsrc is not None:

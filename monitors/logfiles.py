@@ -362,6 +362,7 @@ class EventLog(_AppendFile):
         import time
         self.host = host
         self._clock = clock or time.time
+        self.listener = None  # called with (kind, detail, time) after each record (the alerts' XIDs)
         self.moved_aside: Optional[str] = None
         if _planted(path):  # a link, FIFO, ...: moved aside as CsvLog moves a foreign file
             try:
@@ -386,7 +387,13 @@ class EventLog(_AppendFile):
         except (TypeError, ValueError) as e:  # never lose the event over a bad detail
             line = json.dumps({**rec, "detail": {"repr": repr(detail), "json_error": str(e)}},
                               separators=(",", ":")) + "\n"
-        return self.write_text(line)
+        ok = self.write_text(line)
+        if self.listener is not None:
+            try:
+                self.listener(kind, rec["detail"], rec["time_unix"])
+            except Exception:  # an alert rule's failure never costs an event
+                pass
+        return ok
 
 
 def stderr(msg: str) -> None:

@@ -54,6 +54,9 @@ GPU_METRICS = (
     ("hpclaunch_gpu_sm_clock_hertz", "gauge", "GPU SM clock", "sm_clock_mhz", 1e6),
     ("hpclaunch_gpu_xid_errors_total", "counter",
      "XID errors this GPU raised since the monitor started", "xid_count", 1.0),
+    # the alert rule "near slowdown" compares the temperature with it (hpclaunch alerts prometheus-rules)
+    ("hpclaunch_gpu_slowdown_temperature_celsius", "gauge", "temperature at which the GPU slows down (NVML)",
+     "slowdown_temp_c", 1.0),
 )
 THROTTLE_METRIC = ("hpclaunch_gpu_throttle_seconds_total",
                    "time the GPU clocks were held down, by reason (NVML clocks-event counters)")

@@ -161,6 +161,25 @@ EVENT_KINDS = (
 )
 
 
+RANKS_SCHEMA = "hpclaunch.monitor.ranks/1"
+
+# One row per rank of this node every monitors/rank_progress.EVERY_S seconds (docs/monitor-logs.md).
+RANKS_COLUMNS = (
+    "time_unix",
+    "host",
+    "attempt",            # HPCLAUNCH_ATTEMPT: the rows of several attempts share the file
+    "rank",               # global rank, from logs/attempt<N>/ranks.tsv
+    "pid",                # the rank's process (the program the wrapper exec'd)
+    "cpu_s",              # its CPU time, user+system, with its reaped children's; empty once it ended
+    "log_bytes",          # the size of logs/attempt<N>/rank<R>.log
+    "sockets",            # how many sockets (network or local) the rank's process holds open; empty once it ended
+)
+
+
+def ranks_file(host: str) -> str:
+    return f"{host}.ranks.csv"
+
+
 def jetson_file(host: str) -> str:
     return f"{host}.jetson.csv"
 

@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from hpclaunch.monitors import schema
-from hpclaunch.reports import columnar, events, readers, xid
+from hpclaunch.reports import attempts, columnar, events, readers, xid
 from hpclaunch.reports.gpu_index import gpu_rows, index_gpu_tables
 from hpclaunch.reports.gpu_stats import gpu_stats
 from hpclaunch.reports.hosts import host_stats
@@ -80,8 +80,11 @@ def build(run_dir, engine: str = "auto", bins: int = SERIES_BINS, logs_final: bo
     warnings.extend(met_warnings)
     ranks, med_all = rank_rows(run_dir, gpus, met, warnings)
     nodes = node_rows(gpus, hosts, per_gpu.node_peak, duration, warnings)
+    history = attempts.attempts(run_dir)
+    job["attempts"] = len(history)
+    job["elapsed_s"] = rounded(attempts.total_elapsed(history, running=not run_ended(run_dir)), 3)
     data = {"schema": REPORT_SCHEMA, "job": job, "window": {"start_unix": t0, "end_unix": t1},
-            "duration_s": rounded(duration, 3)}
+            "duration_s": rounded(duration, 3), "attempt_history": history}
     data.update(totals(gpus, hosts, met, duration, per_gpu.gpu_peak, warnings))
     data.update(throttle_total_s=throttle_totals(gpus), nodes=nodes, gpus=gpus, ranks=ranks,
                 stragglers=stragglers(met, ranks, med_all),
@@ -294,8 +297,25 @@ def rank_rows(run_dir, gpus: List[dict], met, warnings: List[str]) -> Tuple[List
         else:
             rd.update(steps=None, samples=None, median_step_time_s=None, slowdown_vs_median=None,
                       final_loss=None, energy_per_sample_j=None)
+        rd["memory"] = rank_memory(mr.get("memory") if mr else None, gl)
         ranks.append(rd)
     return ranks, med_all
+
+
+def rank_memory(mem: Optional[dict], gl: List[dict]) -> Optional[Dict[str, Any]]:
+    """A rank's memory in MiB: what it holds of parameters, gradients and optimizer state (its
+    ``memory`` records: from the tensors, ZeRO's saving), its peak RSS and torch's peak CUDA
+    allocation (the rank's own view), and the monitor's peak memory use of its GPU where the GPU is
+    the rank's alone (a shared GPU's use is not one rank's)."""
+    gpu = gl[0]["max_mem_used_mib"] if len(gl) == 1 and len(gl[0]["ranks"]) == 1 else None
+    if mem is None and gpu is None:
+        return None
+    mib = (lambda v: rounded(v / 1048576.0, 3) if v is not None else None)
+    mem = mem or {}
+    return {"state_mib": mib(mem.get("state_bytes")), "params_mib": mib(mem.get("params_bytes")),
+            "grads_mib": mib(mem.get("grads_bytes")), "optimizer_mib": mib(mem.get("optimizer_bytes")),
+            "peak_rss_mib": mib(mem.get("peak_rss_bytes")), "cuda_peak_mib": mib(mem.get("cuda_peak_bytes")),
+            "gpu_mem_used_mib": gpu}
 
 
 def node_rows(gpus: List[dict], hosts: Dict[str, dict], node_peak: Dict[str, float], duration,

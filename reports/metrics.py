@@ -44,6 +44,7 @@ def metrics_summary(run_dir, warnings, copies: Optional[columnar.Policy] = None)
             "first_unix": float(tt.min()) if tt.size else None,
             "last_unix": float(tt.max()) if tt.size else None,
             "final_loss": float(lo_ok[-1]) if lo_ok.size else None,
+            "memory": _memory(a),
         }
         sv = a["step"][st]
         okv = ~np.isnan(sv)
@@ -73,6 +74,25 @@ def metrics_summary(run_dir, warnings, copies: Optional[columnar.Policy] = None)
             loss = [(int(s_), float(a_ / k_)) for s_, a_, k_ in zip(u.tolist(), ls.tolist(), lk.tolist()) if k_]
             tput = [(int(s_), float(a_)) for s_, a_, k_ in zip(u.tolist(), ts.tolist(), tk.tolist()) if k_]
     return {"per_rank": per_rank, "loss": loss, "throughput": tput, "val": sorted(val), "files": len(files)}
+
+
+def _memory(a) -> Optional[dict]:
+    """What the rank held, from its last ``memory`` record (train_entry): bytes of parameters,
+    gradients and optimizer state (from the tensors), its peak resident memory and, on CUDA, the peak
+    torch allocated; None for metrics without memory records (another trainer, an older one)."""
+    mem = a.get("is_memory")
+    if mem is None or not mem.any():
+        return None
+    last = int(np.flatnonzero(mem)[-1])
+
+    def value(name, how="last"):
+        col = a[name][mem] if how == "max" else a[name][last:last + 1]
+        col = col[~np.isnan(col)]
+        return float(col.max()) if col.size else None
+
+    return {"state_bytes": value("state_bytes"), "params_bytes": value("params_bytes"),
+            "grads_bytes": value("grads_bytes"), "optimizer_bytes": value("optimizer_bytes"),
+            "peak_rss_bytes": value("peak_rss_bytes", "max"), "cuda_peak_bytes": value("cuda_peak_bytes", "max")}
 
 
 # ---------------------------------------------------------------------------- job info

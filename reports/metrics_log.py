@@ -1,5 +1,5 @@
 """A rank's metrics file (``metrics/rank<R>.jsonl``, docs/run-directory.md) read into arrays: ``is_step`` /
-``is_epoch`` masks and one float column per METRIC_FLOATS name (NaN = absent).
+``is_epoch`` / ``is_memory`` masks and one float column per METRIC_FLOATS name (NaN = absent).
 
 pyarrow's JSON reader where it is installed; the json module line by line otherwise, or for a part of
 the file pyarrow refuses (e.g. a field changing type). A line counts only once it ends in a newline
@@ -19,9 +19,12 @@ import numpy as np
 from hpclaunch.reports import columnar, csv_arrow, readers
 
 METRIC_FLOATS = ("time_unix", "step", "epoch", "loss", "samples_per_s", "step_time_s", "samples",
-                 "val_loss", "val_accuracy", "steps")
+                 "val_loss", "val_accuracy", "steps",
+                 # train_entry's memory records (what a rank holds: ZeRO's saving, docs/train-entry.md)
+                 "state_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "peak_rss_bytes", "cuda_peak_bytes")
+KINDS = ("step", "epoch", "memory")   # a mask is_<kind> each
 # The file's records in file order: its copy and the copy of its first part are of one kind.
-KIND = json.dumps(["metrics", list(METRIC_FLOATS)])
+KIND = json.dumps(["metrics", list(METRIC_FLOATS), list(KINDS)])
 
 Metrics = Tuple[Dict[str, np.ndarray], int]  # (arrays, lines skipped: unparsable or cut)
 
@@ -78,10 +81,7 @@ def _parse(data: bytes, engine: str) -> Metrics:
     # As readers.read_jsonl reads a file: text mode, the locale's encoding, errors replaced.
     recs, bad = readers.parse_jsonl(io.TextIOWrapper(io.BytesIO(data), errors="replace"))
     kinds = [r.get("kind") for r in recs]
-    out: Dict[str, np.ndarray] = {
-        "is_step": np.array([k == "step" for k in kinds], dtype=bool),
-        "is_epoch": np.array([k == "epoch" for k in kinds], dtype=bool),
-    }
+    out: Dict[str, np.ndarray] = {f"is_{kind}": np.array([k == kind for k in kinds], dtype=bool) for kind in KINDS}
     for c in METRIC_FLOATS:
         vals = []
         for r in recs:
@@ -102,8 +102,8 @@ def _parse_pyarrow(data: bytes) -> Dict[str, np.ndarray]:
     kind = tbl.column("kind")
     codes, values = csv_arrow.codes_column(pa.chunked_array([ch.dictionary_encode() for ch in kind.chunks],
                                                             pa.dictionary(pa.int32(), pa.string())), tbl.num_rows)
-    for name, value in (("is_step", "step"), ("is_epoch", "epoch")):
-        out[name] = codes == values.index(value) if value in values else np.zeros(tbl.num_rows, bool)
+    for value in KINDS:
+        out[f"is_{value}"] = codes == values.index(value) if value in values else np.zeros(tbl.num_rows, bool)
     for c in METRIC_FLOATS:
         out[c] = csv_arrow.float_column(tbl.column(c), tbl.num_rows)
     return out

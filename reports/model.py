@@ -137,3 +137,9 @@ def crosscheck_text(xc: Optional[Dict[str, float]]) -> str:
     if not xc or xc.get("min") is None or xc.get("max") is None:
         return "n/a"
     return f"{xc['min']:+.2f}..{xc['max']:+.2f} %"
+
+
+# The per-rank memory view (text and HTML): heading, key of a rank's "memory" (document.rank_memory).
+MEMORY_COLUMNS = (("params+grads+optim MiB", "state_mib"), ("params", "params_mib"), ("grads", "grads_mib"),
+                  ("optimizer", "optimizer_mib"), ("peak RSS MiB", "peak_rss_mib"),
+                  ("CUDA peak MiB", "cuda_peak_mib"), ("GPU used MiB", "gpu_mem_used_mib"))

@@ -16,7 +16,9 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from hpclaunch.reports import xid as report_xid
-from hpclaunch.reports.model import (SLOWDOWN_REASONS, crosscheck_text, duration_text, energy_text, reasons_text,
+from hpclaunch.reports.attempts import duration_text as attempt_duration
+from hpclaunch.reports.model import (MEMORY_COLUMNS, SLOWDOWN_REASONS, crosscheck_text, duration_text, energy_text,
+                                     reasons_text,
                                      sources_text, throttle_by_reason_cell)
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -266,6 +268,17 @@ def _xids(d) -> str:
             + (_table(headers, rows, left=2) if rows else ""))
 
 
+def _attempts_table(history: list) -> str:
+    """One row per attempt: when, how long, where, and why it ended."""
+    import time
+
+    def at(t):
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t is not None else ""
+    rows = [(str(a["attempt"]), a.get("job_id") or "", at(a.get("start_unix")), at(a.get("end_unix")) or "running",
+             attempt_duration(a.get("elapsed_s")), a.get("nodes") or "", a.get("cause") or "") for a in history]
+    return "<h2>Attempts</h2>" + _table(("attempt", "job", "start", "end", "elapsed", "nodes", "cause"), rows, left=7)
+
+
 def render_html(report) -> str:
     d = report.data
     job = d["job"]
@@ -287,11 +300,16 @@ def render_html(report) -> str:
         ("Throttled power / thermal", f"{_n(d['throttle_total_s'].get('power'), 0)} / "
                                       f"{_n(d['throttle_total_s'].get('thermal'), 0)} GPU·s"),
     ]
+    history = d.get("attempt_history") or []
+    if len(history) > 1:
+        cards.insert(1, ("Attempts", f"{len(history)} in {attempt_duration(job.get('elapsed_s'))}"))
     st = d.get("stragglers")
     if st:
         cards.append(("Slowest rank", f"{st['slowest_rank']} ({_n(st['slowest_ratio'], 3)}× median)"))
     parts.append('<div class="cards">' + "".join(f"<div class=\"card\"><span>{_e(k)}</span><b>{_e(v)}</b></div>"
                                                  for k, v in cards) + "</div>")
+    if len(history) > 1:
+        parts.append(_attempts_table(history))
     if d["warnings"]:
         parts.append(f"<details open><summary class=\"warn\">{len(d['warnings'])} warning(s)</summary><ul>"
                      + "".join(f"<li class=\"warn\">{_e(w)}</li>" for w in d["warnings"][:200]) + "</ul></details>")
@@ -374,6 +392,14 @@ def render_html(report) -> str:
                             [(r["rank"], r["host"] or "n/a", " ".join(r["gpus"]), _energy(r["energy_j"]),
                               r["energy_split"] or "n/a", _n(r["steps"]), _n(r["median_step_time_s"], 4),
                               _n(r["slowdown_vs_median"], 3), _n(r["energy_per_sample_j"], 4)) for r in rk[:200]], left=2))
+        mem = [r for r in sorted(d["ranks"], key=lambda r: r["rank"]) if r.get("memory")]
+        if mem:
+            parts.append("<h3>Memory per rank</h3><p class=\"note\">parameters, gradients and optimizer state the "
+                         "rank holds (its shards under ZeRO), from the tensors; peaks from the rank and, for a GPU of "
+                         "its own, from the monitor</p>")
+            parts.append(_table(("rank", "host", *(h for h, _ in MEMORY_COLUMNS)),
+                                [(r["rank"], r["host"] or "n/a", *(_n(r["memory"].get(k), 2) for _, k in MEMORY_COLUMNS))
+                                 for r in mem[:200]], left=2))
     cov = d["coverage"]
     mo = d["monitor_overhead"]
     parts.append("<h2>Coverage and honesty</h2><ul class=\"note\">"

@@ -8,7 +8,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from hpclaunch.reports import xid as report_xid
-from hpclaunch.reports.model import crosscheck_text, duration_text, energy_text, sources_text, throttle_by_reason_cell
+from hpclaunch.reports.attempts import attempt_line, duration_text as attempt_duration
+from hpclaunch.reports.model import (MEMORY_COLUMNS, crosscheck_text, duration_text, energy_text, sources_text,
+                                     throttle_by_reason_cell)
 
 SPARK = "▁▂▃▄▅▆▇█"
 MAX_GPU_ROWS = 24
@@ -174,6 +176,22 @@ def _gpu_table(con, gpus, ser, Table, box) -> None:
         con.print(f"... {len(gpus) - MAX_GPU_ROWS} more GPUs (see --format json/html)")
 
 
+def _memory_table(con, d, Table, box) -> None:
+    """What each rank holds (train_entry's memory records; the GPU's use from the monitor): the
+    saving of ZeRO stages shows in the first column."""
+    rows = [r for r in d["ranks"] if r.get("memory")]
+    if not rows:
+        return
+    cols = [(h, k) for h, k in MEMORY_COLUMNS if any(r["memory"].get(k) is not None for r in rows)]
+    t = Table(title="Memory per rank (parameters, gradients, optimizer state held; peaks)", title_justify="left",
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    for c in ("rank", "host", *(h for h, _ in cols)):
+        t.add_column(c, justify="right")
+    for r in rows[:64]:
+        t.add_row(str(r["rank"]), str(r["host"] or "n/a"), *(_n(r["memory"].get(k), 2) for _, k in cols))
+    con.print(t)
+
+
 def render_text(report, width: int = 120, color: bool = False) -> str:
     from rich.console import Console
     from rich import box
@@ -190,6 +208,11 @@ def render_text(report, width: int = 120, color: bool = False) -> str:
     con.print(f"[bold]{title}[/bold]")
     con.print(f"run dir {job.get('run_dir')}   duration {duration_text(d['duration_s'])}   "
               f"{len(d['nodes'])} node(s), {len(d['gpus'])} GPU(s), {len(d['ranks'])} rank(s)")
+    history = d.get("attempt_history") or []
+    if len(history) > 1:
+        con.print(f"Attempts {len(history)}, {attempt_duration(job.get('elapsed_s'))} in all:", markup=False)
+        for a in history:
+            con.print(f"  {attempt_line(a)}", markup=False)
     pw = d["power_w"]
     lines = [
         f"Energy  total {_energy(e['total'])}{'' if e['complete'] else ' (incomplete, see warnings)'}"
@@ -247,6 +270,7 @@ def render_text(report, width: int = 120, color: bool = False) -> str:
         for r in st["ranks"][:10]:
             t.add_row(str(r["rank"]), str(r["host"]), _n(r["median_step_time_s"], 4), _n(r["ratio"], 3))
         con.print(t)
+    _memory_table(con, d, Table, box)
     if any((r.get("gpu_shared_by") or 0) > 1 for r in d["ranks"]):
         con.print("note: some GPUs are shared by several ranks; their energy is split evenly between those ranks",
                   markup=False)

@@ -45,10 +45,12 @@ LEAVES: Dict[str, Tuple[str, ...]] = {
     "hpclaunch.reports": ("hpclaunch.monitors.schema",),
     "hpclaunch.train_entry": ("hpclaunch.common", "hpclaunch.spec.train", "hpclaunch.spec.typedload"),
     "hpclaunch.runtime": ("hpclaunch.common.atomic", "hpclaunch.common.checkpoint_interval"),
+    # the trial side of a study (hpclaunch tune): the agent and the helper run beside the program
+    "hpclaunch.tune": ("hpclaunch.common",),
 }
 # Which core layer may import a leaf (the leaf's users are above it).
-LEAF_USERS = {"hpclaunch.monitors": "top", "hpclaunch.reports": "runs", "hpclaunch.train_entry": "top",
-              "hpclaunch.runtime": "backends"}
+LEAF_USERS = {"hpclaunch.monitors": "runs", "hpclaunch.reports": "runs", "hpclaunch.train_entry": "top",
+              "hpclaunch.runtime": "backends", "hpclaunch.tune": "runs"}
 
 
 def _within(module: str, prefix: str) -> bool:
@@ -206,6 +208,7 @@ SLURM_WORDS: Dict[str, str] = {
     "hpclaunch.monitors.ranks": "the monitor's reader of the job's GPUs and ranks",
     "hpclaunch.monitors.daemon": "the monitor's record of its job and step",
     "hpclaunch.monitors.prometheus": "the exporter's job labels",
+    "hpclaunch.monitors.alerts": "an alert's job id and whether this node is the job's first",
 }
 _SLURM_WORD = re.compile(r"SBATCH|(?<![\w-])--(?:dependency|exclude)(?![\w-])|(?<![A-Za-z0-9_])SLURM_")
 

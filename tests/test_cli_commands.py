@@ -26,6 +26,9 @@ def test_init_writes_a_valid_file_and_refuses_to_clobber(run_cli, tmp_path):
     before = open(path).read()
     code, out, err = run_cli("init", path)
     assert code == 2 and "already exists" in err and open(path).read() == before
+    # where the command is written: a snapshot in the submit folder is the previous job's (issue 45)
+    above = before.split("\ncommand:")[0]
+    assert "resumes the previous job's" in above and "$HPCLAUNCH_RUN_DIR" in above, above
 
 
 def test_schema_is_json_schema(run_cli):

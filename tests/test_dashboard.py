@@ -327,3 +327,28 @@ def test_a_rank_s_attempt_comes_from_its_header_when_steps_leave_it_out(tmp_path
         f.write("".join(json.dumps(r) + "\n" for r in (dict(header, attempt=1), dict(step, step=4))))
     msg, _ = view.payload(None)
     assert [(r["rank"], r["step"], r["attempt"], r["records"]) for r in msg["ranks"]] == [(3, 4, 1, 2)]
+
+
+def test_a_pending_job_s_row_says_why_it_waits_and_until_when(hpc_home, tmp_path, monkeypatch):
+    """Slurm's reason in words and the start it expects, on the job list and the job page (issue 45, item 7)."""
+    import time
+
+    from hpclaunch.dashboard.board import Board
+    from hpclaunch.launchers.backends.base import JobStatus, State
+    from hpclaunch.runs import jobs
+    from hpclaunch.runs.registry import Registry
+
+    rec = Registry().add(backend="slurm", cluster="c", job_id="77", name="behind", run_dir=str(tmp_path))
+    soon = time.time() + 600
+
+    class Fake:
+        def statuses(self, refs):
+            return [JobStatus(State.PENDING, None, "0:00", "", "Priority", 1, "squeue", expected_start=soon)
+                    for _ in refs]
+
+    monkeypatch.setattr(jobs, "get_backend", lambda name: Fake())
+    board = Board(since_s=86400, refresh_s=3600)
+    (row,) = board.rows()["jobs"]
+    assert row["reason"] == "Priority" and row["expected_start"] == soon
+    assert row["waiting"].startswith("Priority: jobs of higher priority are ahead of it; expected to start ")
+    assert board.job(rec.key)["waiting"] == row["waiting"]

@@ -224,3 +224,56 @@ def test_tensorflow_worker_ports_are_checked_free_on_every_node(slurm, hpc_home,
         holder.wait()
     out = open(os.path.join(run_dir, "logs", "slurm.out")).read()
     assert f"ports from {port} are taken on some node; using {port + 1}" in out, out
+
+
+# Ray's Slurm guide (doc/source/cluster/doc_code/simple-trainer.py, which its slurm-basic.sh runs after
+# exporting ip_head=<head ip>:<port>) joins the cluster through `ray.init(address=os.environ["ip_head"])`.
+# This is that program's behaviour in this project's words (its text is Ray's, not ours to copy): the
+# CPU count as its argument, the cluster's nodes, rounds of one-second tasks counted by address. Set
+# HPCLAUNCH_RAY_DOC_SCRIPT to a copy of Ray's own file to run it unchanged instead (done by hand for issue 45).
+RAY_DOC_TRAINER = r"""
+import os, socket, sys, time
+from collections import Counter
+import ray
+
+num_cpus = int(sys.argv[1])
+ray.init(address=os.environ["ip_head"])
+print("Nodes in the Ray cluster:")
+print(ray.nodes())
+
+@ray.remote
+def f():
+    time.sleep(1)
+    return socket.gethostbyname("localhost")
+
+for i in range(5):
+    start = time.time()
+    print(Counter(ray.get([f.remote() for _ in range(num_cpus)])))
+    print(time.time() - start)
+"""
+
+
+def test_rays_slurm_guide_program_runs_as_its_docs_write_it(slurm, hpc_home, tmp_path):
+    """launcher: ray exports the variable Ray's Slurm guide reads (ip_head), as well as RAY_ADDRESS;
+    the job runs on both nodes, and says so when it ends."""
+    script = os.environ.get("HPCLAUNCH_RAY_DOC_SCRIPT") or str(tmp_path / "simple-trainer.py")
+    if "HPCLAUNCH_RAY_DOC_SCRIPT" not in os.environ:
+        (tmp_path / "simple-trainer.py").write_text(RAY_DOC_TRAINER)
+    proc, run_dir = submit_wait(tmp_path, f"""
+name: ray-docs
+profile: testcluster
+launcher: ray
+command: [python, {script}, "4"]
+resources: {{nodes: 2, tasks_per_node: 1, cpus_per_task: 2, time: "00:05:00"}}
+monitor: {{interval: 0}}
+""")
+    log = rank_log(run_dir, 0)
+    assert "Nodes in the Ray cluster:" in log and log.count("'Alive': True") == 2, log[-3000:]
+    assert re.search(r"^Counter\(\{'127\.0\.0\.1': 4\}\)$", log, re.M), log[-3000:]
+    assert "COMPLETED on c[1-2] attempt 0" in proc.stderr, proc.stderr      # every node of the allocation
+    job_id = json.loads(hl("status", run_dir, "--json").stdout)["job_id"]
+    mine = f"hpclaunch-ray-{os.getuid()}-{job_id}-"   # the machine is shared: other jobs' Ray is not this one's
+    deadline = time.time() + 10
+    while [p for p in ray_left() if mine in p] and time.time() < deadline:
+        time.sleep(0.5)
+    assert not [p for p in ray_left() if mine in p]

@@ -299,11 +299,11 @@ def test_the_requeue_signal_reaches_each_running_rank_of_this_host_once(tmp_path
 
 @pytest.mark.parametrize("mode,attempt,says,not_says", [
     ("signal_ranks=no by=hpclaunch", 0,
-     ["the ranks get no signal (requeue.signal_ranks: false)", "hpclaunch requeues the job (attempt 2 of 3)"],
+     ["the ranks get no signal (requeue.signal_ranks: false)", "hpclaunch requeues the job: attempt 1 comes next (attempts are numbered from 0"],
      ["passing it on"]),
     ("signal_ranks=yes by=hpclaunch", 2,
      ["passing it on to every rank process (requeue.signal_ranks)", "no rank process has started yet",
-      "this is the last attempt (requeue.max_attempts: 3)"], ["the ranks get no signal"]),
+      "attempt 2 is the last (attempts are numbered from 0; requeue.max_attempts: 3)"], ["the ranks get no signal"]),
     ("signal_ranks=yes by=program", 0,
      ["passing it on", "requeue is the program's (requeue.by: program): hpclaunch will not requeue"],
      ["hpclaunch requeues"]),
@@ -395,7 +395,7 @@ def test_the_requeue_decision(tmp_path, rc, signalled, terminated, by, attempt, 
 
 
 @pytest.mark.parametrize("rc,by,code,words,state", [
-    (75, "hpclaunch", 0, "requeueing (step exit code 75): attempt 2 of 3", "outcome=requeued"),
+    (75, "hpclaunch", 0, "requeueing (step exit code 75): attempt 1 comes next (numbered from 0", "outcome=requeued"),
     (3, "hpclaunch", 3, "the job step failed with exit code 3; rank logs in", "outcome=failed"),
 ])
 def test_the_end_of_an_attempt_on_the_local_backend(tmp_path, rc, by, code, words, state):

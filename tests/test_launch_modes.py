@@ -42,6 +42,26 @@ def test_ray_on_the_local_backend_ends_with_the_driver(hpc_home, tmp_path):
     assert not [line for line in left.splitlines() if "pgrep" not in line], left
 
 
+def test_ray_runs_where_the_user_has_a_ray_token_of_their_own(hpc_home, tmp_path):
+    """Ray (2.5x+) turns token authentication on where it finds ~/.ray/auth_token (any local ray.init()
+    leaves one): the job's head, workers and driver then disagreed and Ray never came up. The job's Ray
+    has a token of its own, in its private run directory."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("0" * 32)
+    os.chmod(home / ".ray" / "auth_token", 0o600)
+    (tmp_path / "job.yaml").write_text(f"name: ray token\nlauncher: ray\ncommand: [python, {EXAMPLES}/ray_hosts.py, '2']\n"
+                                       "resources: {nodes: 1, tasks_per_node: 1, cpus_per_task: 2}\n"
+                                       "monitor: {interval: 0}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env["HOME"] = str(home)
+    done = hl("submit", "job.yaml", "--backend", "local", "--wait", "--json", cwd=str(tmp_path), timeout=240, env=env)
+    run_dir = json.loads(done.stdout)["run_dir"]
+    token = os.path.join(run_dir, ".hpclaunch", "ray-auth-token")
+    assert os.stat(token).st_mode & 0o077 == 0 and len(open(token).read()) == 64
+    assert (home / ".ray" / "auth_token").read_text() == "0" * 32  # the user's own, untouched
+
+
 def test_pyxis_needs_slurm_and_the_local_backend_says_so(hpc_home, tmp_path):
     (tmp_path / "pyx.yaml").write_text("name: pyx\nextends: local\ncontainer: {runtime: pyxis}\n")
     (tmp_path / "job.yaml").write_text(f"name: boxed\nprofile: {tmp_path}/pyx.yaml\nlauncher: srun\n"

@@ -24,7 +24,7 @@ ELSEWHERE = {
     # the test suite itself: CI (.ci/run) runs `make test` on a fresh machine
     "make test": ".ci/run (CI)",
     # installs into the current Python: `make venv` runs pip install -e
-    # '.[train,mpi,report,test,frameworks,export,monitor,dashboard]' (the extras together; tests/test_deps.py
+    # '.[train,mpi,report,test,frameworks,export,monitor,dashboard,alerts,tune]' (the extras together; tests/test_deps.py
     # checks when it does), tests/test_wheel.py installs the built wheel
     "pip install .": "make venv, tests/test_wheel.py",
     "pip install '.[train]'": "make venv",
@@ -36,6 +36,8 @@ ELSEWHERE = {
     # with --remote to the test cluster's node c1 (real sshd), then runs status, logs and report through it
     "hpclaunch submit job.yaml --remote mycluster": "tests/test_remote_cluster.py",
     "pip install '.[dashboard]'": "make venv",
+    "pip install '.[alerts]'": "make venv",
+    "pip install '.[tune]'": "make venv",
     # a server that runs until Ctrl-C: tests/test_dashboard.py reads these lines from the README and runs
     # each as written (the first driven in headless Chromium, the second for its token), stops it with SIGINT
     "hpclaunch dashboard": "tests/test_dashboard.py",

@@ -43,14 +43,14 @@ def one_squeue(name, job):
 
 def test_recorded_jobs_and_commands_are_listed():
     assert list(JOBS) == ["held", "begin", "running", "completed", "failed", "signalled", "timeout",
-                          "requeued", "array", "twonode"]
+                          "requeued", "array", "twonode", "wall", "behind"]
     assert all(j.isdigit() for j in JOBS.values())
     commands = read("commands.txt")
     # record.sh used the code's own command lines: the files name them.
     assert f"squeue-held.txt: squeue_cmd {JOBS['held']}\n" in commands
-    assert slurm_status.squeue_cmd(["1"]) == ["squeue", "-h", "-r", "-j", "1", "-o", "%i|%T|%M|%N|%r"]
+    assert slurm_status.squeue_cmd(["1"]) == ["squeue", "-h", "-r", "-j", "1", "-o", "%i|%T|%M|%N|%r|%S"]
     assert slurm_status.sacct_cmd(["1"]) == ["sacct", "-n", "-P", "-X", "-D", "-j", "1", "-o",
-                                             "JobID,State,ExitCode,Elapsed,NodeList,End"]
+                                             "JobID,State,ExitCode,Elapsed,NodeList,End,Start"]
     # record.sh writes the code's field lists out: they must not drift apart
     script = read("record.sh")
     assert f'SACCT_FIELDS="{slurm_status.SACCT_FIELDS}"' in script
@@ -88,12 +88,35 @@ def test_squeue_one_job(name, job, state, nodes, reason):
     assert re.fullmatch(r"\d+:\d\d", st.elapsed), st.elapsed
 
 
+def test_squeue_a_job_waiting_behind_another_has_its_reason_and_expected_start():
+    """Job `behind` needs every CPU of both nodes while `wall` holds them: squeue's %r says why it
+    waits (Resources, or Priority once the backfill scheduler has planned it) and %S when it should start."""
+    st = slurm_status.from_squeue(one_squeue("squeue-behind.txt", "behind"), 0)
+    assert st.state is State.PENDING and st.reason in ("Resources", "Priority"), st
+    assert st.expected_start is not None and st.start_time is None
+    (rec,) = records("scontrol-show-job-behind.txt")
+    assert slurm_status.time_of(rec["StartTime"]) == st.expected_start
+    held = slurm_status.from_squeue(one_squeue("squeue-held.txt", "held"), 0)
+    assert held.expected_start is None and held.reason == "JobHeldUser"   # %S: N/A
+    running = slurm_status.from_squeue(one_squeue("squeue-running.txt", "running"), 0)
+    assert running.expected_start is None and running.start_time is not None
+
+
+def test_squeue_of_a_recording_without_start_still_parses():
+    """A row of the format before %S was added: five columns."""
+    row = slurm_status.parse_squeue("12|PENDING|0:00||Priority\n")["12"]
+    st = slurm_status.from_squeue(row, 0)
+    assert (st.state, st.reason, st.expected_start) == (State.PENDING, "Priority", None)
+    rows = slurm_status.parse_sacct("12|REQUEUED|0:0|00:00:07|c2|2026-11-29T00:00:09\n")["12"]
+    assert slurm_status.from_sacct(rows, "12").history[0].start_time is None
+
+
 def test_squeue_all_jobs_in_one_call():
     rows = slurm_status.parse_squeue(read("squeue-all-early.txt"))
     want = {JOBS["held"]: State.PENDING, JOBS["begin"]: State.PENDING, JOBS["twonode"]: State.PENDING,
             JOBS["running"]: State.RUNNING, JOBS["timeout"]: State.RUNNING, JOBS["requeued"]: State.RUNNING,
             f"{ARR}_0": State.RUNNING, f"{ARR}_1": State.RUNNING, f"{ARR}_2": State.PENDING,
-            f"{ARR}_3": State.PENDING}
+            f"{ARR}_3": State.PENDING, JOBS["wall"]: State.PENDING, JOBS["behind"]: State.PENDING}
     assert {jid: slurm_status.state_of(row[0]) for jid, row in rows.items()} == want
     assert rows[JOBS["held"]][3] == "JobHeldUser" and rows[f"{ARR}_2"][3] == "JobArrayTaskLimit"
     # Later only the two never-started jobs are left.
@@ -155,8 +178,14 @@ def test_sacct_words_and_times():
 def test_sacct_requeued_job_counts_attempts():
     rows = slurm_status.parse_sacct(read("sacct-requeued.txt"))[JOBS["requeued"]]
     assert [r[0] for r in rows] == ["REQUEUED", "COMPLETED"]
-    st = slurm_status.from_sacct(rows)
+    st = slurm_status.from_sacct(rows, JOBS["requeued"])
     assert (st.state, st.exit_code, st.attempts) == (State.COMPLETED, 0, 2)
+    # every attempt, as the scheduler saw it: its state, start, end, elapsed and nodes
+    first, second = st.history
+    assert (first.job_id, first.state, second.state) == (JOBS["requeued"], State.REQUEUED, State.COMPLETED)
+    assert first.start_time < first.end_time <= second.start_time < second.end_time == st.end_time
+    assert first.elapsed_s == first.end_time - first.start_time and second.elapsed_s == 20   # `sleep 20`
+    assert re.fullmatch(r"c[12]", first.nodes) and re.fullmatch(r"c[12]", second.nodes)
     running = slurm_status.from_sacct(slurm_status.parse_sacct(read("sacct-requeued-running.txt"))[JOBS["requeued"]])
     assert (running.state, running.attempts, running.final) == (State.RUNNING, 2, False)
 
@@ -225,6 +254,18 @@ def test_array_from_scontrol_while_sacct_lags():
         {State.COMPLETED: 3, State.FAILED: 1}
     assert _counts("squeue-array-ended.txt", "sacct-array.txt", "scontrol-show-job-array-running.txt") == \
         {State.COMPLETED: 3, State.FAILED: 1}
+
+
+def test_array_cancelled_while_tasks_waited_ends():
+    # Tasks that never started are only in the cancelled range row: they count, so the array ends
+    # (it stayed RUNNING, "4/6 tasks seen", for ever: `hpclaunch tune --resume` waited on it).
+    ended = slurm_status.parse_sacct(read("sacct-array-cancelled.txt"))
+    counts = slurm_status.array_counts("264", {}, ended, [])
+    assert counts == {State.COMPLETED: 2, State.CANCELLED: 4}
+    assert JobStatus(State.UNKNOWN, tasks=counts).final
+    # a range still pending says nothing of its tasks
+    assert slurm_status.array_counts(ARR, {}, slurm_status.parse_sacct(read("sacct-array-running.txt")), []) == \
+        {State.RUNNING: 2}
 
 
 def test_array_counts_ignore_other_jobs():
@@ -458,3 +499,24 @@ def test_preflight_refuses_account_and_qos_without_association(tmp_path):
     assert "slurm.account: you have no association with account 'nope'" in lines[0]
     assert lines[0].endswith("use one of: hpclaunch, root")
     assert "slurm.qos: this QOS is not allowed for you ('high') \u2014 use one of: normal" in lines[1]
+
+
+def test_statuses_of_a_running_job_that_restarted_read_its_attempts(monkeypatch):
+    """A live job with Restarts=1: the same poll asks sacct -D for it (once, with the ended jobs), so
+    its status carries the attempt before this one (REQUEUED, with its nodes and times)."""
+    asked = []
+
+    def run(cmd, check=True, **kw):
+        asked.append(cmd[0])
+        name = "squeue-requeued-running.txt" if cmd[0] == "squeue" else "sacct-requeued-running.txt"
+        return subprocess.CompletedProcess(cmd, 0, read(name), "")
+
+    monkeypatch.setattr(slurmcli, "run", run)
+    monkeypatch.setattr(slurmcli, "show", lambda kind, name=None, pending=None: records(
+        "scontrol-show-job-requeued-running.txt"))
+    (st,) = slurm_backend.SlurmBackend().statuses([JobRef(JOBS["requeued"], "/nowhere")])
+    assert asked == ["squeue", "sacct"]
+    assert (st.state, st.attempts, st.source) == (State.RUNNING, 2, "squeue")
+    assert [h.state for h in st.history] == [State.REQUEUED, State.RUNNING]
+    assert st.history[0].end_time is not None and st.history[1].end_time is None
+    assert st.start_time == st.history[1].start_time

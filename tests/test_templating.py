@@ -20,7 +20,7 @@ JOB = os.path.join(HERE, "golden", "job.yaml")
 PROFILES = ["local", "a100-hpc", "testcluster", "jetson-orin", "workstation",
             os.path.join(HERE, "golden", "profiles", "ctr-pyxis.yaml"),
             os.path.join(HERE, "golden", "profiles", "ctr-apptainer.yaml")]
-LAUNCHERS = ["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow", "jax", "lightning"]
+LAUNCHERS = ["torchrun", "horovod", "mpi", "srun", "ray", "tensorflow", "accelerate", "jax", "lightning"]
 VARIANTS = [[], ["monitor.interval=0"], ["requeue.max_attempts=1"], ["slurm.extra=[--reservation=maint]"],
             ["container={image: 'img:1', mounts: ['/data:/data:ro'], env: [WANDB_MODE]}"]]
 

@@ -46,6 +46,11 @@ def test_valid(run_cli, write):
     (GOOD + "env: {'1X': a}\n", "env.1X", "not a valid environment variable name"),
     (GOOD + "env: {A: [1, 2]}\n", "env.A", "expected a string, got a list"),
     (GOOD + "train: {epochs: 5000}\n", "train.epochs", "at most 1000 epochs"),
+    (GOOD + "train: {zero: 4}\n", "train.zero", "choose one of: 0, 1, 2, 3"),
+    (GOOD + "train: {zero: 3, offload: optimizer}\n", "train.offload", "PyTorch offers no optimizer-only offload"),
+    (GOOD + "train: {zero: 1, offload: params}\n", "train.offload", "set zero: 2 or 3"),
+    (GOOD + "train: {model: 'os; rm'}\n", "train.model", "is not mlp, transformer or module:factory"),
+    (GOOD + "train: {model: transformer, model_size: huge}\n", "train.model_size", "choose one of"),
     ("name: j\n", "command", "is required"),
     ("name: j\ncommand: python train.py\n", "command", "expected a list"),
     ("name: j\ncommand: []\n", "command", "is empty"),
@@ -183,7 +188,7 @@ def test_wrong_type_cases_cover_every_top_level_key():
     # the derivation from the schema sorts the sections right (a slip would test them as words)
     mappings = {key for key, _, words in WRONG_TYPES if words.startswith("expected a mapping")}
     assert mappings == {"resources", "slurm", "env", "monitor", "requeue", "rendezvous", "train", "sweep", "container",
-                        "kubernetes"}
+                        "kubernetes", "alerts"}
     assert [key for key, _, words in WRONG_TYPES if words.startswith("expected a list")] == ["command"]
 
 

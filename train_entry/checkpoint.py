@@ -10,15 +10,17 @@ Write protocol, in three phases so that training waits only for the first:
      fsync of the directory, rename to ``step-<N>``, fsync of ``checkpoints/``, prune to the
      newest K. ``PendingSave.wait`` joins it; nothing exits before it.
 ``CheckpointStore.save`` runs the three phases back to back. A directory counts as a checkpoint
-only if its manifest parses and every listed file exists with the listed size and sha256
-(``verify``); anything else (no manifest, a temp dir, a hash mismatch) is never chosen for resume.
+only if it is a real folder named ``step-<N>``, its manifest is of step N, and every listed file
+is a regular file with the listed size and sha256 (``manifest.check``, which reads the run
+directory as hostile input); anything else (no manifest, a temp dir, a hash mismatch, a FIFO, a
+checkpoint copied in under another step's name) is never chosen for resume.
 
 This module's file layer does not import torch (the crash test's writer starts fast); the
 state (de)serialisation helpers at the bottom import it lazily.
 """
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import io
 import json
 import logging
@@ -29,16 +31,14 @@ import threading
 import time
 from typing import Callable, Dict, Optional, Union
 
+from hpclaunch.common.atomic import fsync_dir as _fsync_dir  # one implementation for the project
+
+from . import manifest as mf
+from .manifest import MANIFEST, SCHEMA, check, sha256_file, step_of, verify  # noqa: F401 - this module's API
+
 log = logging.getLogger("hpclaunch.train_entry")
 
-SCHEMA = "hpclaunch.checkpoint/1"
-MANIFEST = "manifest.json"
-_STEP_RE = re.compile(r"^step-(\d+)$")
-
 Payload = Union[bytes, Callable[[str], None]]   # bytes, or a function that writes the file at a path
-
-
-from hpclaunch.common.atomic import fsync_dir as _fsync_dir  # noqa: E402 - one implementation for the project
 
 
 class CheckpointError(RuntimeError):
@@ -73,44 +73,6 @@ def write_file(path: str, payload: Payload) -> None:
     fsync_file(path)
 
 
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def verify(path: str) -> tuple[bool, str, Optional[dict]]:
-    """(ok, reason, manifest) for one checkpoint directory."""
-    mpath = os.path.join(path, MANIFEST)
-    if not os.path.isfile(mpath):
-        return False, "no manifest (partial write)", None
-    try:
-        with open(mpath) as f:
-            manifest = json.load(f)
-        files = manifest["files"]
-        if manifest.get("schema") != SCHEMA:
-            return False, f"unknown schema {manifest.get('schema')!r}", None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return False, f"unreadable manifest ({exc.__class__.__name__})", None
-    for name, meta in files.items():
-        fpath = os.path.join(path, name)
-        try:
-            size = os.path.getsize(fpath)
-        except OSError:
-            return False, f"missing file {name}", None
-        if size != meta.get("size"):
-            return False, f"size mismatch in {name} ({size} != {meta.get('size')})", None
-        try:
-            digest = sha256_file(fpath)
-        except OSError as exc:
-            return False, f"unreadable {name} ({exc})", None
-        if digest != meta.get("sha256"):
-            return False, f"sha256 mismatch in {name}", None
-    return True, "ok", manifest
-
-
 class CheckpointStore:
     def __init__(self, root: str, keep: int = 3, rank: int = 0, barrier: Callable[[], None] = lambda: None):
         self.root = root
@@ -138,7 +100,8 @@ class CheckpointStore:
             for name, payload in {**per_rank, **(shared if self.rank == 0 else {})}.items():
                 path = os.path.join(tmp, name)
                 write_unsynced(path, payload)
-                paths.append(path)
+                if not callable(payload) or os.path.exists(path):  # a DCP shard: none for a rank with nothing to save
+                    paths.append(path)
         except OSError as exc:  # disk full, quota: every rank learns of it at the commit, together
             if exc.filename is None:  # a failed write() names no file; the message should
                 exc.filename = path
@@ -189,26 +152,32 @@ class CheckpointStore:
         """Keep the newest ``keep`` checkpoints that verify; drop valid ones older than those, and
         invalid directories older than the oldest kept. A directory that does not verify (a torn
         or tampered one, another run's) never counts toward ``keep``, so the newest valid
-        checkpoint is never deleted to make room for it."""
+        checkpoint is never deleted to make room for it; a foreign one (a checkpoint whose manifest
+        names another step than its folder) is not this run's and is left alone."""
         kept: list = []
         for step in self.list_steps():
             path = self.step_dir(step)
+            verdict = self._verified(path)
+            if verdict.foreign:
+                continue
             if len(kept) < self.keep:
-                if self._verified(path):
+                if verdict.ok:
                     kept.append(step)
                 continue
             shutil.rmtree(path, ignore_errors=True)
             self._checked.pop(path, None)
 
-    def _verified(self, path: str) -> bool:
-        """verify(), remembered per state of the directory (name, size and mtime of each file): a
-        published checkpoint is hashed once, not at every prune, and any change is hashed again."""
+    def _verified(self, path: str) -> mf.Verdict:
+        """check(), remembered per state of the directory (name, size and mtime of each entry, links
+        not followed): a published checkpoint is hashed once, not at every prune, and any change is
+        hashed again."""
         try:
-            key = tuple(sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(path)))
+            key = tuple(sorted((e.name, e.stat(follow_symlinks=False).st_size,
+                                e.stat(follow_symlinks=False).st_mtime_ns) for e in os.scandir(path)))
         except OSError:
-            return False
+            return mf.Verdict(False, "unreadable", None)
         if self._checked.get(path, (None,))[0] != key:
-            self._checked[path] = (key, verify(path)[0])
+            self._checked[path] = (key, check(path))
         return self._checked[path][1]
 
     def start_new_lineage(self) -> Optional[str]:
@@ -239,36 +208,56 @@ class CheckpointStore:
 
     # -- reading ------------------------------------------------------------------------------
     def list_steps(self) -> list:
-        if not os.path.isdir(self.root):
-            return []
-        steps = []
-        for name in os.listdir(self.root):
-            m = _STEP_RE.match(name)
-            if m and os.path.isdir(os.path.join(self.root, name)):
-                steps.append(int(m.group(1)))
-        return sorted(steps, reverse=True)
+        """Steps of the folders named ``step-<N>`` as the writer names them (real folders, not links), newest first."""
+        return [step for step, _ in self._scan()[0]]
+
+    def _scan(self) -> tuple[list, list]:
+        """([(step, path)] of the checkpoint folders, [(path, why)] of the names that look like one but
+        are not: step-007, a link; nothing here ever moves or deletes those)."""
+        found, strays = [], []
+        try:
+            entries = list(os.scandir(self.root))
+        except OSError:
+            return [], []
+        for e in entries:
+            if not e.name.startswith("step-"):
+                continue
+            step = step_of(e.name)
+            try:
+                is_dir = e.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if step is not None and is_dir:
+                found.append((step, e.path))
+            elif e.is_symlink():
+                strays.append((e.path, "a symbolic link, not a checkpoint folder: ignored"))
+            elif is_dir:
+                strays.append((e.path, "not a checkpoint folder name (step-<N>, N without leading zeros): ignored"))
+        found.sort(reverse=True)
+        return found, sorted(strays)
 
     def valid_checkpoints(self) -> tuple[list, list]:
-        """([(path, manifest)] newest first, skipped [(path, reason)]) of every checkpoint that verifies."""
+        """([(path, manifest)] newest first of every checkpoint that verifies, [(path, reason)] of the
+        rest: torn, tampered and foreign ones, and the strays of ``_scan``)."""
         found, skipped = [], []
-        for step in self.list_steps():
-            path = self.step_dir(step)
-            ok, reason, manifest = verify(path)
-            if ok:
-                found.append((path, manifest))
+        steps, strays = self._scan()
+        for step, path in steps:
+            verdict = check(path, step)
+            if verdict.ok:
+                found.append((path, verdict.manifest))
             else:
-                skipped.append((path, reason))
-        return found, skipped
+                skipped.append((path, verdict.reason + ("; ignored, never pruned" if verdict.foreign else "")))
+        return found, skipped + strays
 
     def latest_valid(self) -> tuple[Optional[str], Optional[dict], list]:
         """(path, manifest, skipped) of the newest valid checkpoint; skipped = [(path, reason)]."""
         skipped = []
         for step in self.list_steps():
             path = self.step_dir(step)
-            ok, reason, manifest = verify(path)
-            if ok:
-                return path, manifest, skipped
-            skipped.append((path, reason))
+            verdict = check(path, step)
+            if verdict.ok:
+                return path, verdict.manifest, skipped
+            skipped.append((path, verdict.reason))
         return None, None, skipped
 
 
@@ -359,19 +348,47 @@ class UnsafeCheckpoint(CheckpointError):
     """A checkpoint file that cannot be loaded without running code from it, or does not fit."""
 
 
+def printable(text: str, limit: int = 200) -> str:
+    """``text`` cut to ``limit`` with what a terminal would act on escaped: names and messages
+    from a checkpoint's files reach a log line."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text[:limit])
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, printable (a library may quote bytes of the file)."""
+    text = str(exc).strip()
+    return printable(text.splitlines()[0] if text else type(exc).__name__)
+
+
+@contextlib.contextmanager
+def checked_file(path: str):
+    """``path``, a file of a checkpoint folder, as ``/proc/self/fd/N`` of the regular file opened
+    without following a link or blocking (manifest.open_member): a library that then opens it
+    reads that file, not a FIFO or device swapped in under its name since it was verified.
+    UnsafeCheckpoint for anything but a regular file; FileNotFoundError passes through."""
+    folder, name = os.path.split(path)
+    try:
+        fd = mf.open_member(folder, name)
+    except mf.BadCheckpoint as exc:
+        raise UnsafeCheckpoint(f"{folder}: {exc}") from None
+    try:
+        yield f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else path
+    finally:
+        os.close(fd)
+
+
 def torch_load(path: str):
     """Tensors, numbers, strings and containers only (``weights_only=True``): a checkpoint is data,
     and a pickle that would run code (anyone who can write the run directory can also rewrite the
     manifest's hashes) is refused, never executed."""
-    import pickle
-
     import torch
 
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UnsafeCheckpoint(f"{path}: not loadable as plain data ({first[:200]}); it was not executed") from None
+    with checked_file(path) as readable:
+        try:
+            return torch.load(readable, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - garbled bytes fail in any way (IndexError, EOFError, ...)
+            raise UnsafeCheckpoint(f"{path}: not loadable as plain data ({first_line(exc)}); it was not "
+                                   "executed") from None
 
 
 def rng_state() -> dict:
@@ -426,28 +443,51 @@ def save_weights_payload(model) -> Callable[[str], None]:
 
 
 def load_weights(model, path: str) -> None:
+    """The safetensors file at ``path`` into ``model`` (strict: RuntimeError when it does not fit);
+    UnsafeCheckpoint when it is no regular file or no safetensors file (a header too large, offsets
+    past its end, shapes that overflow: the library checks them all before allocating)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_model
 
-    load_model(model, path)
+    with checked_file(path) as readable:
+        try:
+            load_model(model, readable)
+        except SafetensorError as exc:
+            raise UnsafeCheckpoint(f"{path}: not a usable safetensors file ({first_line(exc)})") from None
 
 
-def weights_mismatch(model, path: str) -> Optional[str]:
-    """The first way a weights file does not fit ``model``, in words (torch's own message is one
-    line per tensor); None when no shape or name differs, or the file cannot be read."""
+def weights_shapes(path: str) -> dict:
+    """{tensor name: shape} from a safetensors file's header (no tensor is read); UnsafeCheckpoint
+    when it cannot be read as one."""
+    from safetensors import SafetensorError, safe_open
+
+    with checked_file(path) as readable:
+        try:
+            with safe_open(readable, framework="pt") as f:
+                return {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
+        except SafetensorError as exc:
+            raise UnsafeCheckpoint(f"{path}: not a usable safetensors file ({first_line(exc)})") from None
+
+
+def weights_mismatch(model, path: str, this: str = "this model") -> Optional[str]:
+    """The first way a weights file does not fit ``model`` (which may live on the meta device), in
+    words (torch's own message is one line per tensor); None when no shape or name differs, or the
+    file cannot be read."""
     try:
-        from safetensors import safe_open
-
-        with safe_open(path, framework="pt") as f:
-            saved = {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
-    except Exception:  # a damaged file: the caller's message stands
+        saved = weights_shapes(path)
+    except (UnsafeCheckpoint, OSError):  # a damaged file: the caller's message stands
         return None
-    own = {k: list(v.shape) for k, v in model.state_dict().items()}
+    return shapes_mismatch(saved, {k: list(v.shape) for k, v in model.state_dict().items()}, this)
+
+
+def shapes_mismatch(saved: dict, own: dict, this: str = "this model") -> Optional[str]:
+    """weights_mismatch on {name: shape} of the file (``saved``) and of the model (``own``)."""
     for name in sorted(saved.keys() & own.keys()):
         if saved[name] != own[name]:
-            return f"{name} is {saved[name]} in the checkpoint but {own[name]} in this model"
+            return f"{printable(name, 100)} is {saved[name]} in the checkpoint but {own[name]} in {this}"
     extra, missing = sorted(saved.keys() - own.keys()), sorted(own.keys() - saved.keys())
-    for names, has, lacks in ((extra, "the checkpoint", "this model"), (missing, "this model", "the checkpoint")):
+    for names, has, lacks in ((extra, "the checkpoint", this), (missing, this, "the checkpoint")):
         if names:
             more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
-            return f"{has} has {names[0]}{more}, which {lacks} lacks"
+            return f"{has} has {printable(names[0], 100)}{more}, which {lacks} lacks"
     return None

@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 
-from hpclaunch.spec.train import EXPORT_FORMATS, EXPORT_PRECISIONS, LR_SCALINGS, PRECISIONS
+from hpclaunch.spec.train import EXPORT_FORMATS, EXPORT_PRECISIONS, LR_SCALINGS, MODEL_SIZES, OFFLOADS, PRECISIONS, ZERO_STAGES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
                                   "built in; python -m hpclaunch.train_entry.digits FILE.csv writes them as CSV)")
     g.add_argument("--label-column", help="label column name (default: label)")
     g.add_argument("--val-fraction", type=float, help="validation share, seeded split (default 0.2)")
-    g.add_argument("--model", help="module:factory returning an nn.Module (default: built-in MLP)")
+    g.add_argument("--model", help="mlp (the default), transformer (built in, sized by --size), or module:factory "
+                                   "returning an nn.Module")
+    g.add_argument("--size", dest="model_size", choices=MODEL_SIZES,
+                   help="size of the built-in transformer (default small; docs/train-entry.md lists them)")
     g.add_argument("--hidden", help="MLP hidden widths, comma-separated (default 256,256)")
     g.add_argument("--dropout", type=float, help="MLP dropout (default 0.1)")
     g.add_argument("--workers", type=int, help="DataLoader workers (default 0: data is in memory)")
@@ -44,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, help="job seed; each rank uses seed + rank (default 0)")
     g.add_argument("--deterministic", action="store_true", default=None,
                    help="torch.use_deterministic_algorithms, 0 workers: bitwise-reproducible resume")
+    g.add_argument("--zero", type=int, choices=ZERO_STAGES,
+                   help="ZeRO stage: 0 DDP (default), 1 optimizer state sharded, 2 + gradients, 3 + parameters")
+    g.add_argument("--offload", choices=OFFLOADS,
+                   help="params: keep the sharded parameters, gradients and optimizer state in host memory "
+                        "(FSDP2 CPUOffloadPolicy; --zero 2 or 3)")
     g = p.add_argument_group("run / checkpoints / distributed")
     g.add_argument("--run-dir", help="run directory (default $HPCLAUNCH_RUN_DIR, else ./runs/<name>-local)")
     g.add_argument("--name", help="run name for the local run directory")

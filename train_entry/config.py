@@ -13,8 +13,8 @@ import dataclasses
 import os
 from typing import Any, Mapping, Optional
 
-from hpclaunch.spec.train import (DEFAULTS, EXPORT_FORMATS, EXPORT_PRECISIONS, LR_SCALINGS, PRECISIONS, Train,
-                                  scaled_lr, train_problems)
+from hpclaunch.spec.train import (DEFAULTS, EXPORT_FORMATS, EXPORT_PRECISIONS, LR_SCALINGS, MODEL_SIZES, OFFLOADS,
+                                  PRECISIONS, ZERO_STAGES, Train, scaled_lr, train_problems)
 
 
 class ConfigError(ValueError):
@@ -57,7 +57,8 @@ class TrainConfig:
     clip_grad: float = 0.0                   # max global grad norm; 0 = no clipping
     precision: str = DEFAULTS["precision"]   # fp32 | bf16 | fp16
     seed: int = DEFAULTS["seed"]
-    model: Optional[str] = None              # module:factory; default the built-in MLP
+    model: Optional[str] = None              # mlp (default), transformer, or module:factory
+    model_size: str = DEFAULTS["model_size"]  # the built-in transformer's size (model.TRANSFORMER_SIZES)
     hidden: str = "256,256"
     dropout: float = 0.1
     workers: int = 0
@@ -79,6 +80,8 @@ class TrainConfig:
     mlflow: bool = True
     export: list = dataclasses.field(default_factory=list)  # formats rank 0 writes to exports/ at the end
     export_precision: str = "fp32"           # the exported graph's dtype, whatever --precision trained with
+    zero: int = DEFAULTS["zero"]             # ZeRO stage 0-3 (sharding.py: what each maps to)
+    offload: str = DEFAULTS["offload"]       # none | params (FSDP2 CPUOffloadPolicy, zero 2-3)
     limits: Limits = dataclasses.field(default_factory=Limits)
 
 
@@ -92,7 +95,8 @@ _KEYMAP = {
     "label_column": "label_column", "val_fraction": "val_fraction", "model": "model",
     "deterministic": "deterministic", "dist_timeout": "dist_timeout", "workers": "workers",
     "log_every": "log_every", "async_checkpoint": "async_checkpoint",
-    "export": "export", "export_precision": "export_precision",
+    "export": "export", "export_precision": "export_precision", "zero": "zero", "offload": "offload",
+    "model_size": "model_size",
 }
 
 
@@ -263,6 +267,12 @@ def derive(cfg: TrainConfig, world_size: int) -> Derived:
         raise ConfigError(f"--export {bad[0]}: not a format hpclaunch exports; use {_either(EXPORT_FORMATS)}")
     if cfg.export_precision not in EXPORT_PRECISIONS:
         raise ConfigError(f"--export-precision must be {_either(EXPORT_PRECISIONS)}, got {cfg.export_precision!r}")
+    if cfg.zero not in ZERO_STAGES:
+        raise ConfigError(f"--zero must be {_either(tuple(map(str, ZERO_STAGES)))}, got {cfg.zero!r}")
+    if cfg.offload not in OFFLOADS:
+        raise ConfigError(f"--offload must be {_either(OFFLOADS)}, got {cfg.offload!r}")
+    if cfg.model_size not in MODEL_SIZES:
+        raise ConfigError(f"--size must be {_either(MODEL_SIZES)}, got {cfg.model_size!r}")
     if cfg.lr_scaling not in LR_SCALINGS:
         raise ConfigError(f"--lr-scaling must be {_either(LR_SCALINGS)}, got {cfg.lr_scaling!r}")
     if cfg.epochs < 1:
@@ -272,11 +282,12 @@ def derive(cfg: TrainConfig, world_size: int) -> Derived:
     if cfg.global_batch is not None and cfg.global_batch < 1:
         raise ConfigError(f"--global-batch must be >= 1, got {cfg.global_batch}")
     # the rules `hpclaunch validate` applied at submit, on the settings and world of this run
-    train = Train(epochs=cfg.epochs, batch_per_gpu=cfg.batch_size, global_batch=cfg.global_batch, lr=cfg.lr)
+    train = Train(epochs=cfg.epochs, batch_per_gpu=cfg.batch_size, global_batch=cfg.global_batch, lr=cfg.lr,
+                  zero=cfg.zero, offload=cfg.offload)
     found = train_problems(train, world_size, cfg.limits, cfg.lr_scaling, cfg.limits.profile or "")
     if found:
-        raise ConfigError("\n".join(f"{path} ({_FLAGS[path]}) {value:g}: {message} \u2014 {fix}"
-                                     for path, message, value, fix in found))
+        raise ConfigError("\n".join(f"{path} ({_FLAGS[path]}) {value if isinstance(value, str) else format(value, 'g')}: "
+                                     f"{message} \u2014 {fix}" for path, message, value, fix in found))
     per_step = cfg.batch_size * world_size
     if cfg.global_batch is not None:
         accum = cfg.global_batch // per_step
@@ -294,7 +305,7 @@ def derive(cfg: TrainConfig, world_size: int) -> Derived:
 
 # train: key path (as train_problems names it) -> the flag that also sets it
 _FLAGS = {"train.epochs": "--epochs", "train.batch_per_gpu": "--batch-size", "train.global_batch": "--global-batch",
-          "train.lr": "--lr"}
+          "train.lr": "--lr", "train.offload": "--offload", "train.zero": "--zero"}
 
 
 def _either(choices: tuple) -> str:

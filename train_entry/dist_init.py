@@ -220,8 +220,10 @@ class Dist:
 
 
 def init_distributed(env: Mapping[str, str] | None = None, backend: str = "auto",
-                     timeout_s: float = 600.0, seed: int = 0) -> Dist:
-    """Detect the launch, initialise the process group, bind the device, seed, log one line."""
+                     timeout_s: float = 600.0, seed: int = 0, group_of_one: bool = False) -> Dist:
+    """Detect the launch, initialise the process group, bind the device, seed, log one line.
+    ``group_of_one``: a process started alone still gets a process group, of one rank (ZeRO
+    stages 1-3 shard over one; DCP checkpoints the same way)."""
     env = dict(os.environ if env is None else env)
     d = detect(env)
     if backend == "horovod" and d.launcher != "horovod":
@@ -245,8 +247,14 @@ def init_distributed(env: Mapping[str, str] | None = None, backend: str = "auto"
 
     if d.launcher == "horovod":
         chosen = "horovod"
-    elif not d.distributed:
+    elif not d.distributed and not group_of_one:
         chosen = "none"
+    elif not d.distributed:
+        import torch.distributed as dist
+
+        chosen = backend if backend not in ("auto", "horovod") else ("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(backend=chosen, store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=datetime.timedelta(seconds=timeout_s))
     else:
         chosen = backend if backend not in ("auto", "horovod") else ("nccl" if device.type == "cuda" else "gloo")
         if chosen == "nccl" and device.type != "cuda":

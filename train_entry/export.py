@@ -21,12 +21,15 @@ import hashlib
 import json
 import os
 import re
+import stat
 import time
 from typing import Optional
 
 from hpclaunch.common.atomic import write_atomic
 
 from . import checkpoint as ckpt
+from . import manifest as mf
+from . import sharded_checkpoint as sharded
 from .config import ConfigError
 
 SCHEMA = "hpclaunch.export/1"
@@ -81,8 +84,9 @@ def choose_checkpoint(run_dir: str, step: Optional[int] = None) -> tuple[str, di
                               f"{listed} \u2014 pick one of them with --step")
         ok, reason, manifest = ckpt.verify(store.step_dir(step))
         if not ok:
+            others = ", ".join(str(s) for s in steps if s != step) or "none here"
             raise ExportError(f"{store.step_dir(step)}: does not verify ({reason}) \u2014 export another step "
-                              f"({listed})")
+                              f"({others})")
         return store.step_dir(step), manifest
     found, skipped = store.valid_checkpoints()
     if not found:
@@ -91,51 +95,119 @@ def choose_checkpoint(run_dir: str, step: Optional[int] = None) -> tuple[str, di
     return found[0]
 
 
-def _model_info(run_dir: str, manifest: dict) -> dict:
-    """What rebuilds the model: the manifest's ``model`` (written by train_entry), else (checkpoints
-    from before it did) the run's configuration in metrics/rank0.jsonl and its data file."""
-    if isinstance(manifest.get("model"), dict):
-        return manifest["model"]
+def _model_info(run_dir: str, path: str, manifest: dict) -> dict:
+    """What rebuilds the model, checked (manifest.model_info): the manifest's ``model`` (written by
+    train_entry), else (checkpoints from before it did) the run's configuration in
+    metrics/rank0.jsonl and its data file."""
+    where, info = os.path.join(path, ckpt.MANIFEST), manifest.get("model")
+    if info is None:
+        where, info = _legacy_model_info(run_dir, manifest)
+    try:
+        return mf.model_info(info)
+    except mf.BadCheckpoint as exc:
+        raise ExportError(f"{where}: {exc} \u2014 export a checkpoint written by train_entry") from None
+
+
+def _legacy_model_info(run_dir: str, manifest: dict) -> tuple[str, dict]:
     from .metrics import read_metrics
 
     path = os.path.join(run_dir, "metrics", "rank0.jsonl")
     headers = [r for r in read_metrics(path) if r.get("kind") == "header"] if os.path.isfile(path) else []
     config = headers[-1].get("config") if headers else None
-    if not isinstance(config, dict) or not config.get("data"):
-        raise ExportError(f"{run_dir}: step {manifest.get('step')}'s manifest does not describe the model, nor "
+    data = config.get("data") if isinstance(config, dict) else None
+    if not isinstance(data, str) or not data:
+        raise ExportError(f"{run_dir}: step {manifest['step']}'s manifest does not describe the model, nor "
                           f"does {path} \u2014 export a checkpoint written by this hpclaunch")
     from .data import load_data
+    from .digits import BUILTIN_DATA
 
+    label = config.get("label_column") or "label"
     try:
-        data = load_data(config["data"], config.get("label_column") or "label")
+        if not (data in BUILTIN_DATA and not os.path.exists(data)) and not stat.S_ISREG(os.stat(data).st_mode):
+            raise OSError(f"{data} is not a regular file")  # a FIFO or a device would block or never end
+        loaded = load_data(data, label if isinstance(label, str) else "label")
     except (OSError, ValueError) as exc:
-        raise ExportError(f"{run_dir}: the model's shape comes from its data {config['data']!r}, which cannot be "
+        raise ExportError(f"{run_dir}: the model's shape comes from its data {data!r}, which cannot be "
                           f"read ({exc}) \u2014 export a checkpoint written by this hpclaunch") from None
-    return {"spec": config.get("model"), "hidden": config.get("hidden", "256,256"),
-            "dropout": config.get("dropout", 0.1), "in_features": data.num_features,
-            "num_classes": data.num_classes, "feature_names": data.feature_names, "classes": data.classes,
-            "data": config["data"], "label_column": config.get("label_column"), "precision": config.get("precision")}
+    return path, {"spec": config.get("model"), "hidden": config.get("hidden", "256,256"),
+                  "dropout": config.get("dropout", 0.1), "in_features": loaded.num_features,
+                  "num_classes": loaded.num_classes, "feature_names": loaded.feature_names,
+                  "classes": loaded.classes, "data": data, "label_column": config.get("label_column"),
+                  "precision": config.get("precision")}
 
 
-def load_model(path: str, info: dict):
-    """The checkpoint's model in eval mode, on CPU, fp32 (its weights from model.safetensors)."""
+def _factory(path: str, info: dict, factory: Optional[str]) -> Optional[str]:
+    """The module:factory to import: only one the caller names (the trainer's own --model, or
+    export's --model). A factory the manifest names is the run directory's code, and a run
+    directory may be a colleague's: export does not import it unless told to (the built-in
+    models, by name, are train_entry's own)."""
+    if factory is not None and factory not in mf.BUILTIN_MODELS:
+        if not mf.FACTORY.fullmatch(factory):
+            raise ExportError(f"--model {factory!r}: expected module:factory (e.g. my_models:make)")
+        return factory
+    if info["spec"] and info["spec"] not in mf.BUILTIN_MODELS:
+        raise ExportError(f"{os.path.join(path, ckpt.MANIFEST)}: the model is made by {info['spec']}, code "
+                          "of the run's own, and export imports no module a run directory names \u2014 if you "
+                          f"trust that code, name it: hpclaunch export ... --model {info['spec']}")
+    return None
+
+
+def _saved_shapes(path: str, manifest: dict) -> dict:
+    """{name: shape} of the checkpoint's weights, from file headers only (no tensor is read)."""
+    if sharded.is_sharded(manifest):
+        return sharded.saved_shapes(path, manifest)
+    return ckpt.weights_shapes(os.path.join(path, "model.safetensors"))
+
+
+def load_model(path: str, info: dict, factory: Optional[str] = None, manifest: Optional[dict] = None):
+    """The checkpoint's model in eval mode, on CPU, fp32: a built-in model (the MLP, the transformer)
+    of ``info``'s shape, or what ``factory`` (module:factory, trusted by the caller) makes; its
+    weights from model.safetensors, or assembled whole from the ranks' shards of a sharded (ZeRO)
+    checkpoint."""
     import sys
 
-    from .model import build_model
+    import torch
 
-    if info.get("spec") and "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as under `python -m hpclaunch.train_entry`: module:factory from here
+    from .model import build_builtin, build_model
+
+    manifest = manifest or {}
+    weights = os.path.join(path, "model.safetensors")
+    shape = (info["in_features"], info["num_classes"], info["hidden"], info["dropout"])
+    builtin = info["spec"] or "mlp"
+    if factory is None:
+        # shapes first, the model's on the meta device: a manifest's absurd widths take no memory, and
+        # the model is then built only as large as its (verified) weights
+        try:
+            saved = _saved_shapes(path, manifest)
+            with torch.device("meta"):
+                own = {k: list(v.shape) for k, v in build_builtin(builtin, *shape, info.get("size")).state_dict().items()}
+        except ckpt.UnsafeCheckpoint as exc:
+            raise ExportError(str(exc)) from None
+        except OSError as exc:
+            raise ExportError(f"{weights}: cannot be read ({exc.strerror or exc})") from None
+        except RuntimeError as exc:  # sizes past int64
+            raise ExportError(f"{path}: the manifest's model is too large to build ({ckpt.first_line(exc)})") from None
+        why = ckpt.shapes_mismatch(saved, own, "the manifest's model")
+        if why:
+            raise ExportError(f"{path}: the weights do not fit the model ({why})")
+        model = build_builtin(builtin, *shape, info.get("size"))
+    else:
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as under `python -m hpclaunch.train_entry`: module:factory from here
+        try:
+            model = build_model(factory, *shape)
+        except (ImportError, AttributeError, ValueError, TypeError) as exc:
+            raise ExportError(f"{path}: cannot rebuild the model {factory!r} ({exc}) \u2014 run where its "
+                              "module imports (PYTHONPATH)") from None
     try:
-        model = build_model(info.get("spec"), int(info["in_features"]), int(info["num_classes"]),
-                            info.get("hidden") or "", float(info.get("dropout") or 0.0))
-    except (ImportError, AttributeError, ValueError, TypeError) as exc:
-        raise ExportError(f"{path}: cannot rebuild the model {info.get('spec') or 'MLP'!r} ({exc}) \u2014 run "
-                          "where its module imports (PYTHONPATH)") from None
-    try:
-        ckpt.load_weights(model, os.path.join(path, "model.safetensors"))
+        if sharded.is_sharded(manifest):
+            sharded.assemble(path, manifest, model)
+        else:
+            ckpt.load_weights(model, weights)
+    except ckpt.UnsafeCheckpoint as exc:
+        raise ExportError(str(exc)) from None
     except (RuntimeError, ValueError, KeyError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ExportError(f"{path}: the weights do not fit the model ({first[:200]})") from None
+        raise ExportError(f"{path}: the weights do not fit the model ({ckpt.first_line(exc)})") from None
     return model.float().eval()
 
 
@@ -219,12 +291,19 @@ def ort_check(onnx_bytes: bytes, model, in_features: int, dtype) -> dict:
 
 
 def export_run(run_dir: str, step: Optional[int] = None, fmt: str = "onnx", precision: str = "fp32",
-               out_dir: Optional[str] = None) -> dict:
-    """Write ``model.onnx`` and ``model.json`` into ``out_dir`` (default RUN_DIR/exports); returns model.json's content."""
+               out_dir: Optional[str] = None, factory: Optional[str] = None) -> dict:
+    """Write ``model.onnx`` and ``model.json`` into ``out_dir`` (default RUN_DIR/exports); returns
+    model.json's content. ``factory``: the module:factory that makes the model, when it is not the
+    built-in MLP (see ``_factory``)."""
     require_extra(fmt)
     run_dir = os.path.abspath(run_dir)
+    out = os.path.abspath(out_dir) if out_dir else os.path.join(run_dir, "exports")
+    if not out_dir and os.path.islink(out):  # the run directory's own folder, not where a link in it points
+        raise ExportError(f"{out}: a symbolic link, not the run's exports folder \u2014 export into a folder "
+                          "of your own (-o DIR)")
     path, manifest = choose_checkpoint(run_dir, step)
-    info = _model_info(run_dir, manifest)
+    info = _model_info(run_dir, path, manifest)
+    factory = _factory(path, info, factory)
     try:
         import torch
     except ImportError:
@@ -233,12 +312,11 @@ def export_run(run_dir: str, step: Optional[int] = None, fmt: str = "onnx", prec
     if precision not in dtypes:
         raise ExportError(f"--precision {precision}: use one of {', '.join(dtypes)}")
     dtype = dtypes[precision]
-    model = load_model(path, info).to(dtype)
+    model = load_model(path, info, factory, manifest).to(dtype)
     example = torch.zeros(2, int(info["in_features"]), dtype=dtype)
     onnx_bytes = to_onnx(model, example, path)
     import onnx
 
-    out = os.path.abspath(out_dir) if out_dir else os.path.join(run_dir, "exports")
     dtype_name = str(dtype).replace("torch.", "")
     desc = {
         "schema": SCHEMA, "format": fmt, "file": "model.onnx", "size": len(onnx_bytes),
@@ -273,4 +351,4 @@ def _val_from_metrics(run_dir: str, step: int) -> Optional[float]:
     if not os.path.isfile(path):
         return None
     found = [r.get("val_accuracy") for r in read_metrics(path) if r.get("kind") == "epoch" and r.get("step") == step]
-    return found[-1] if found else None
+    return found[-1] if found and isinstance(found[-1], (int, float)) and not isinstance(found[-1], bool) else None

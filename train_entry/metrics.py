@@ -123,13 +123,13 @@ def read_metrics(path: str) -> list:
     a last line without one (a killed writer's, or one still being written) is skipped even when
     it parses, since a cut can leave valid JSON (a number cut short), as the monitors' readers do."""
     out = []
-    with open(path) as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             if not line.endswith("\n"):
                 continue
             try:
                 rec = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: a line nested a thousand deep
                 continue
             if isinstance(rec, dict):
                 out.append(rec)

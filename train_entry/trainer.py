@@ -19,17 +19,21 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from . import checkpoint as ckpt
 from hpclaunch.common.checkpoint_interval import interval_s as daly_interval
 
+from . import checkpoint as ckpt
+from . import sharded_checkpoint as sharded
 from .config import (ConfigError, TrainConfig, TrainingDiverged, build_config, checkpoint_interval, checkpoint_mtbf,
                      derive, load_run_job)
 from .data import TrainLoader, load_data, make_tensors, split, val_shard
+from .evaluate import VAL_BATCH, validate
+from .memory import memory_fields
 from .dist_init import Dist, init_distributed, set_deterministic
 from .metrics import MetricsWriter
 from .model import build_model
 from .optim import grad_norm_, lr_lambda
 from .resume import resume_newest
+from .sharding import Sharding, plain
 from .signals import StopRequest, requeue_exit_code, write_finished, write_requeue_marker
 
 log = logging.getLogger("hpclaunch.train_entry")
@@ -103,7 +107,8 @@ class _Run:
         if cfg.deterministic:
             set_deterministic()
             cfg.workers = 0
-        dist = init_distributed(backend=cfg.backend, timeout_s=cfg.dist_timeout, seed=cfg.seed)
+        dist = init_distributed(backend=cfg.backend, timeout_s=cfg.dist_timeout, seed=cfg.seed,
+                                group_of_one=cfg.zero > 0)
         self.dist = dist
         try:
             result = self._run(dist)
@@ -114,17 +119,19 @@ class _Run:
 
             for fmt in cfg.export:
                 try:
-                    desc = export_run(result.run_dir, step=result.step, fmt=fmt, precision=cfg.export_precision)
+                    desc = export_run(result.run_dir, step=result.step, fmt=fmt, precision=cfg.export_precision,
+                                      factory=cfg.model)  # this run's own --model, already imported
                 except ExportError as exc:
                     raise ExportError(f"training finished at step {result.step}, but the export failed: {exc}; "
-                                      f"`hpclaunch export {result.run_dir}` retries it") from None
+                                      f"`hpclaunch export {result.run_dir}"
+                                      f"{' --model ' + cfg.model if cfg.model else ''}` retries it") from None
                 log.info("exported step %d to %s (%s)", desc["step"], os.path.join(result.run_dir, "exports",
                                                                                  desc["file"]), desc["check"])
         return result
 
     def _run(self, dist: Dist) -> TrainResult:
         cfg, rank, world = self.cfg, dist.rank, dist.world_size
-        der = derive(cfg, world)
+        der = self._der = derive(cfg, world)
         run_dir = resolve_run_dir(cfg)
         if rank == 0:
             os.makedirs(run_dir, exist_ok=True)
@@ -153,6 +160,7 @@ class _Run:
         tr_idx, va_idx = split(len(data.labels), cfg.val_fraction, cfg.seed)
         x_tr, y_tr = make_tensors(data, tr_idx)
         x_va, y_va = make_tensors(data, va_idx)
+        self._val_batches = -(-len(val_shard(len(y_va), 0, world)) // VAL_BATCH)  # the same on every rank
         shard = torch.from_numpy(val_shard(len(y_va), rank, world))
         x_va, y_va = x_va[shard].to(device), y_va[shard].to(device)
         loader = TrainLoader(x_tr, y_tr, cfg.batch_size, rank, world, cfg.seed, workers=cfg.workers,
@@ -167,18 +175,22 @@ class _Run:
             total_steps = min(total_steps, cfg.max_steps)
 
         # -- model / optimizer / schedule / precision --------------------------------------------
-        torch.manual_seed(cfg.seed)  # same init on every rank (DDP/horovod broadcast anyway)
-        model = build_model(cfg.model, data.num_features, data.num_classes, cfg.hidden, cfg.dropout).to(device)
+        self.sharding = sharding = Sharding(cfg.zero, cfg.offload, dist, cfg.precision)
+        torch.manual_seed(cfg.seed)  # same init on every rank (DDP/horovod broadcast anyway; FSDP2 shards it)
+        model = sharding.shard(build_model(cfg.model, data.num_features, data.num_classes, cfg.hidden, cfg.dropout,
+                                           cfg.model_size).to(device))
         # in every manifest: what `hpclaunch export` needs to rebuild the model and describe its input
         self._model_info = {"spec": cfg.model, "hidden": cfg.hidden, "dropout": cfg.dropout,
+                            **({"size": cfg.model_size} if cfg.model == "transformer" else {}),
                             "in_features": data.num_features, "num_classes": data.num_classes,
                             "feature_names": data.feature_names, "classes": data.classes,
                             "data": cfg.data, "label_column": cfg.label_column, "precision": cfg.precision}
         torch.manual_seed(cfg.seed + rank)  # back to the per-rank stream (dropout)
         if cfg.optimizer == "adamw":
-            opt = torch.optim.AdamW(model.parameters(), lr=der.lr, weight_decay=cfg.weight_decay)
+            opt = sharding.optimizer(model, torch.optim.AdamW, lr=der.lr, weight_decay=cfg.weight_decay)
         elif cfg.optimizer == "sgd":
-            opt = torch.optim.SGD(model.parameters(), lr=der.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+            opt = sharding.optimizer(model, torch.optim.SGD, lr=der.lr, momentum=cfg.momentum,
+                                     weight_decay=cfg.weight_decay)
         else:
             raise ConfigError(f"--optimizer must be adamw or sgd, got {cfg.optimizer!r}")
         opt = dist.wrap_optimizer(opt, model, der.accum_steps)  # horovod: before loading any state
@@ -202,9 +214,10 @@ class _Run:
                     log.info("--no-resume: the checkpoints already here were moved to %s (a new run)", aside)
         dist.barrier()
         if cfg.resume:
-            resumed_from = resume_newest(self.dist, store, model, opt, sched, scaler, state)
+            resumed_from = resume_newest(self.dist, store, model, opt, sched, scaler, state, stage=cfg.zero,
+                                         global_batch=der.global_batch, accum_steps=der.accum_steps)
 
-        dmodel = dist.wrap_model(model)
+        dmodel = sharding.wrap(model)
         dist.broadcast_initial_state(model, opt)
 
         header = {"world_size": world, "local_rank": dist.local_rank, "host": socket.gethostname(),
@@ -228,6 +241,7 @@ class _Run:
         self._iv = iv = [0, 0, 0.0, 0.0]  # since the last step record: steps, samples, busy seconds, loss sum
         self._last_lr = der.lr
         self._pending = None
+        self._state_bytes = None  # parameters, gradients, optimizer state held here (at the first step)
         try:
             while state["epoch"] < cfg.epochs and state["step"] < total_steps:
                 epoch = state["epoch"]
@@ -241,7 +255,7 @@ class _Run:
                     for j in range(der.accum_steps):
                         x, y = next(it)
                         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                        with dist.no_sync(dmodel, j == der.accum_steps - 1):
+                        with sharding.no_sync(dmodel, j == der.accum_steps - 1):
                             with (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()):
                                 out = dmodel(x)
                                 loss = F.cross_entropy(out.float(), y)
@@ -258,6 +272,9 @@ class _Run:
                     with dist.optimizer_step_context(opt):
                         scaler.step(opt)
                     scaler.update()
+                    if self._state_bytes is None:  # gradients and optimizer state all exist now
+                        self._state_bytes = sharding.state_bytes(model, opt)
+                        mw.event("memory", step=state["step"] + 1, **memory_fields(self._state_bytes, device))
                     opt.zero_grad()  # horovod 0.28's optimizer takes no arguments; None grads are torch's default
                     self._last_lr = sched.get_last_lr()[0]
                     sched.step()
@@ -266,7 +283,7 @@ class _Run:
                     # the weights' L2 norm, in the same sync: NaN/inf once training has diverged (a NaN
                     # loss makes NaN gradients, then NaN weights). The weights are the same on every rank,
                     # so every rank stops at the same step. (The inf-norm is 7x slower on CPU.)
-                    wnorm = torch.nn.utils.get_total_norm(weights, 2.0).float()
+                    wnorm = plain(torch.nn.utils.get_total_norm(weights, 2.0)).float()
                     step_loss, step_correct, wnorm = torch.stack([loss_sum.float(), correct.float(), wnorm]).tolist()
                     if not math.isfinite(wnorm):
                         self._stop_diverged(step_loss / n, wnorm)
@@ -281,7 +298,7 @@ class _Run:
                     iv[2] += dt
                     iv[3] += step_loss
                     if log_now:  # one record for the steps since the last one
-                        self._record_steps(epoch, float(gnorm))
+                        self._record_steps(epoch, float(plain(gnorm)))
 
                     if self._inflight is not None and state["step"] >= self._commit_at:
                         self._inflight.commit(dist.any)
@@ -302,9 +319,13 @@ class _Run:
                 # -- end of epoch (or of max_steps) -------------------------------------------
                 del it
                 self._record_steps(epoch)  # records cover every step and never span two epochs
-                val = self._validate(dmodel, x_va, y_va, amp_dtype, device)
+                val = validate(self.dist, sharding.forward_module(dmodel), x_va, y_va, amp_dtype, device,
+                               self._val_batches, VAL_BATCH)
+                sharding.reshard(dmodel)
                 tot = dist.sum([state["ep_loss"], state["ep_correct"], state["ep_count"]])
                 mw.epoch(epoch, state["step"], tot[0] / max(tot[2], 1), tot[1] / max(tot[2], 1), val[0], val[1])
+                if self._state_bytes is not None:
+                    mw.event("memory", step=state["step"], epoch=epoch, **memory_fields(self._state_bytes, device))
                 if rank == 0:
                     log.info("epoch %d step %d loss %.4f acc %.4f val_loss %s val_acc %s", epoch, state["step"],
                              tot[0] / max(tot[2], 1), tot[1] / max(tot[2], 1),
@@ -381,23 +402,6 @@ class _Run:
         self.dist.barrier()
         raise RequeueExit(code)
 
-    @torch.no_grad()
-    def _validate(self, dmodel, x, y, amp_dtype, device, batch: int = 4096):
-        model = dmodel.module if hasattr(dmodel, "module") else dmodel
-        model.eval()
-        loss_sum, correct = 0.0, 0.0
-        for i in range(0, len(y), batch):
-            xb, yb = x[i:i + batch], y[i:i + batch]
-            with (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()):
-                out = model(xb)
-            loss_sum += F.cross_entropy(out.float(), yb, reduction="sum").item()
-            correct += (out.argmax(1) == yb).sum().item()
-        model.train()
-        tot = self.dist.sum([loss_sum, correct, float(len(y))])
-        if tot[2] == 0:
-            return None, None
-        return tot[0] / tot[2], tot[1] / tot[2]
-
     def _complete_save(self) -> None:
         """Collective: the checkpoint in flight (if any) committed and, on rank 0, published."""
         pending, self._inflight = self._inflight, None
@@ -445,19 +449,23 @@ class _Run:
 
     def _save_now(self, val=None) -> str:
         self._complete_save()  # at most one in flight: checkpoints are published in step order
-        s, rank = self.state, self.dist.rank
-        shared = {}
-        if rank == 0:
-            shared = {
-                "model.safetensors": ckpt.save_weights_payload(self.model),
-                "trainer.pt": ckpt.torch_bytes({"optimizer": self.opt.state_dict(),
-                                                "scheduler": self.sched.state_dict(),
-                                                "scaler": self.scaler.state_dict(),
-                                                "state": dict(s)}),
-            }
-        per_rank = {f"rng-rank{rank}.pt": ckpt.torch_bytes(ckpt.rng_state())}
+        s, rank, der = self.state, self.dist.rank, self._der
+        # the epoch's running sums over every rank, which a resume at any world size shares out again
+        tot = self.dist.sum([s["ep_loss"], s["ep_correct"], s["ep_count"]])
+        st = {**s, "ep_loss": tot[0], "ep_correct": tot[1], "ep_count": tot[2], "ep_sums": "global"}
         meta = {"epoch": s["epoch"], "batch_in_epoch": s["batch_in_epoch"], "world_size": self.dist.world_size,
-                "model": self._model_info}
+                "global_batch": der.global_batch, "accum_steps": der.accum_steps, "model": self._model_info}
+        if self.cfg.zero:   # every rank its shard (DCP), no pickle: sharded_checkpoint.py
+            shared, per_rank = sharded.save_payloads(self.model, self.opt, self.sched, self.scaler, st, rank,
+                                                     self.cfg.zero)
+            meta.update(format=sharded.FORMAT, zero=self.cfg.zero)
+        else:
+            shared = {"model.safetensors": ckpt.save_weights_payload(self.model),
+                      "trainer.pt": ckpt.torch_bytes({"optimizer": self.opt.state_dict(),
+                                                      "scheduler": self.sched.state_dict(),
+                                                      "scaler": self.scaler.state_dict(), "state": st}),
+                      } if rank == 0 else {}
+            per_rank = {f"rng-rank{rank}.pt": ckpt.torch_bytes(ckpt.rng_state())}
         if val is not None and val[1] is not None:
             meta.update(val_loss=val[0], val_accuracy=val[1])
         if not self.cfg.async_checkpoint:

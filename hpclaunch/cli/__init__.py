@@ -25,7 +25,7 @@ _COMMANDS = {
     "init": "make_commands", "schema": "schema_commands",
     "submit": "submit_commands", "status": "run_commands", "list": "run_commands", "logs": "run_commands",
     "cancel": "run_commands", "report": "report_commands", "export": "export_commands",
-    "dashboard": "dashboard_commands",
+    "dashboard": "dashboard_commands", "alerts": "alerts_commands", "tune": "tune_commands",
 }
 _PARSER = "parser"
 

@@ -20,7 +20,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
         run_dir = find_job(args.job).run_dir
     try:
-        desc = export_run(run_dir, step=args.step, fmt=args.format, precision=args.precision, out_dir=args.output)
+        desc = export_run(run_dir, step=args.step, fmt=args.format, precision=args.precision, out_dir=args.output,
+                          factory=args.model)
     except ExportError as exc:
         task0 = os.path.join(run_dir, "task0")
         hint = f" (a sweep: export one task's run directory, e.g. {task0})" if os.path.isdir(task0) else ""

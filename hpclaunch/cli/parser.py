@@ -82,6 +82,26 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
                    help="submit from this machine over ssh: copy the project to the cluster of profile NAME "
                         "(default: the job's profile) and submit it there (docs/remote.md)")
 
+    c = add_command("tune", help="run a study: a search over the sweep's parameters, trials as array tasks "
+                    "(or `tune status|report STUDY`)",
+                    description="Start a study (a job whose sweep has a metric: docs/tune.md) and follow its trials; "
+                                "--resume continues one after a cancel or a crash. `tune status STUDY` prints its "
+                                "trials, `tune report STUDY` its trials, best job file and energy as text, JSON or "
+                                "HTML. Needs hpclaunch[tune].")
+    c.add_argument("what", metavar="JOB.yaml|status|report", help="the study's job file, or status / report")
+    c.add_argument("study", nargs="?", metavar="STUDY", help="status / report: the study's name (its job's name)")
+    c.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a job key, e.g. -o sweep.trials=60 (repeatable)")
+    c.add_argument("--resume", action="store_true",
+                   help="continue the study: trials interrupted by a cancel or a crash run again, none twice")
+    c.add_argument("--backend", default=None, metavar="NAME", help="where the trials run: slurm or local (as submit)")
+    c.add_argument("--no-preflight", action="store_true", help="skip the checks against the live cluster")
+    c.add_argument("--detach", action="store_true", help="submit and return: the study runs on without this command")
+    c.add_argument("--format", "-f", choices=["text", "json", "html"], default=None,
+                   help="report: default text, or from the --output suffix (.json, .html)")
+    c.add_argument("--output", metavar="FILE", help="report: write to FILE (atomically) instead of stdout")
+    c.add_argument("--json", action="store_true", help="status / a start: print JSON")
+
     c = add_command("status", help="state of a job (or of your active jobs and those ended in the last hour)")
     c.add_argument("job", nargs="?", metavar="JOB", help="job id, name or run directory")
     c.add_argument("--json", action="store_true")
@@ -133,6 +153,9 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32",
                    help="dtype of the graph (default fp32, whatever the run trained in)")
     c.add_argument("-o", "--output", metavar="DIR", help="write into DIR (it must exist) instead of RUN_DIR/exports")
+    c.add_argument("--model", metavar="MODULE:FACTORY", default=None,
+                   help="import this factory to rebuild the model (a run trained with --model): export never "
+                   "imports what a run directory names, only what you name here")
     c.add_argument("--json", action="store_true", help="print model.json's content")
 
     c = add_command("dashboard", help="a local web page of your jobs, live: state, ranks' progress, power, heat",
@@ -149,6 +172,21 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--token", action="store_true",
                    help="require the printed URL's token on 127.0.0.1 too (on a shared login node, every "
                    "user of the node can reach its 127.0.0.1)")
+
+    c = add_command("alerts", help="alerts a job raised; undelivered ones sent again; Prometheus rules",
+                    description="list: the alerts raised (critical, warning, info), from the run directories and "
+                                "the registry, with what each sink got. send: send a finished job's undelivered "
+                                "alerts again. prometheus-rules: Prometheus alerting rules for the monitor's "
+                                "exporter metrics, with a job file's thresholds (default: hpclaunch's) "
+                                "(docs/alerts.md).")
+    c.add_argument("action", choices=["list", "send", "prometheus-rules"])
+    c.add_argument("job", nargs="?", metavar="JOB",
+                   help="list/send: a job id, name or run directory; prometheus-rules: a job file (JOB.yaml)")
+    c.add_argument("--since", default="7d", metavar="AGE", help="list without JOB: jobs submitted within AGE")
+    c.add_argument("-O", "--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="prometheus-rules: override a key of the job file, e.g. -O alerts.rules.memory.threshold=90")
+    c.add_argument("-o", "--output", metavar="FILE", help="prometheus-rules: write the rules to FILE (atomically)")
+    c.add_argument("--json", action="store_true", help="list: as JSON")
 
     c = add_command("schema", help="print the JSON Schema of job files (or profiles), for editors")
     c.add_argument("--profile", action="store_true", help="the schema of profile files instead")

@@ -23,10 +23,18 @@ def cmd_report(args: argparse.Namespace) -> int:
             from hpclaunch.cli.remote_commands import cmd_report as remote_report
             return remote_report(args, job.record, fmt)
         run_dir = job.run_dir
+        _refresh_attempts(job)
+    else:
+        try:
+            job = find_job(run_dir)
+        except HpclaunchError:   # a run directory no registry here knows: the files alone
+            job = None
+        if job is not None and job.record.backend != "remote":
+            _refresh_attempts(job)
     if args.goodput:
         from hpclaunch.reports.goodput_render import render as render_goodput
         from hpclaunch.runs import goodput
-        doc = goodput.run_dir_report(run_dir) if os.path.isdir(args.job) else goodput.job_report(job.record)
+        doc = goodput.job_report(job.record) if job is not None else goodput.run_dir_report(run_dir)
         emit_report(render_goodput(doc, fmt), args.output)
         return 0
     if not os.path.isdir(os.path.join(run_dir, "monitor")) and not os.path.isdir(os.path.join(run_dir, "metrics")):
@@ -34,3 +42,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     color = args.output is None and sys.stdout.isatty()
     emit_report(render(build_report(run_dir), fmt, color=color), args.output)
     return 0
+
+
+def _refresh_attempts(job) -> None:
+    """Ask the backend once, so that the scheduler's record of each attempt (a node failure Slurm
+    requeued) is in the run directory the report is built from; a backend that cannot answer here
+    leaves the record as it was."""
+    try:
+        job.status()
+    except (HpclaunchError, OSError):
+        pass

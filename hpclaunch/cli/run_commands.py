@@ -10,7 +10,9 @@ from hpclaunch.cli import remote_commands as remote
 from hpclaunch.cli.output import counts, parse_age, print_json
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import state_of
+from hpclaunch.runs import attempts as run_attempts
 from hpclaunch.runs.jobs import Job, copy_text, find_job, hosts_of, ordered_logs, refresh, tail_text
+from hpclaunch.runs.progress import pending_text
 from hpclaunch.runs.registry import Registry
 from hpclaunch.runs.summary import batch_log
 
@@ -42,24 +44,52 @@ def cmd_status(args: argparse.Namespace) -> int:
         job = Job(rec, reg)
         st = job.status()
         hosts = {} if job.record.array_size else hosts_of(job.run_dir)
+        past = job.history()
+        total = run_attempts.elapsed_s(past, st)
         rows.append({"job_id": job.id, "name": job.name, "backend": job.record.backend, "state": st.state,
-                     "exit_code": st.exit_code, "elapsed": st.elapsed, "nodes": st.nodes, "reason": st.reason,
-                     "attempt": max(st.attempts - 1, 0), "attempts": st.attempts, "tasks": st.tasks,
-                     "source": st.source, "run_dir": job.run_dir, "hosts": hosts})
+                     "exit_code": st.exit_code, "elapsed": st.elapsed,
+                     "elapsed_s": round(total, 1) if total is not None else None, "nodes": st.nodes,
+                     "reason": st.reason, "waiting": pending_text(st), "expected_start": st.expected_start,
+                     "attempt": max(st.attempts - 1, 0), "attempts": st.attempts, "attempt_history": past,
+                     "tasks": st.tasks, "source": st.source, "run_dir": job.run_dir, "hosts": hosts})
     if args.json:
         print_json(rows if not args.job else rows[0])
         return 0
     if not rows:
         print("no active jobs and none ended in the last hour (hpclaunch list --all shows older ones)")
     for r in rows:
-        extra = f" tasks: {counts(r['tasks'])}" if r.get("tasks") else ""
-        code = f" exit {r['exit_code']}" if r.get("exit_code") is not None else ""
-        reason = f" ({r['reason']})" if r.get("reason") and r["reason"] != "None" else ""
-        ranks = f" ranks on {_hosts_text(r['hosts'])}" if r.get("hosts") else ""
-        where = f" on remote {r['remote']}" if r.get("remote") else ""
-        print(f"{r['job_id']:>8} {r['name'][:30]:<30} {r['state']:<11}{code} attempt {r.get('attempt', 0)} "
-              f"elapsed {r.get('elapsed') or '-'} nodes {r.get('nodes') or '-'}{reason}{extra}{ranks}{where}")
+        for line in _status_lines(r):
+            print(line)
     return 0
+
+
+def _status_lines(r: dict) -> list:
+    """A job's line, and one line per attempt when it has had more than one. Its elapsed time is the
+    whole job's (first start to end, or now), the current attempt's beside it."""
+    extra = f" tasks: {counts(r['tasks'])}" if r.get("tasks") else ""
+    code = f" exit {r['exit_code']}" if r.get("exit_code") is not None else ""
+    if r.get("waiting") or r.get("state") == "PENDING":
+        reason = f" ({r['waiting']})" if r.get("waiting") else ""
+    else:
+        reason = f" ({r['reason']})" if r.get("reason") and r["reason"] != "None" else ""
+    ranks = f" ranks on {_hosts_text(r['hosts'])}" if r.get("hosts") else ""
+    where = f" on remote {r['remote']}" if r.get("remote") else ""
+    past = r.get("attempt_history") or []
+    if r.get("elapsed_s") is not None:
+        elapsed = run_attempts.duration_text(r["elapsed_s"])
+    else:   # not started (Slurm's "0:00" would say it ran no time), or a remote row of an older hpclaunch
+        elapsed = "-" if r.get("state") == "PENDING" else (r.get("elapsed") or "-")
+    if len(past) > 1:
+        last = past[-1]
+        now = last["elapsed_s"] if last.get("elapsed_s") is not None else (
+            _time.time() - last["start_unix"] if last.get("start_unix") else None)
+        elapsed += f" ({len(past)} attempts; this one {run_attempts.duration_text(now)})"
+    lines = [f"{r['job_id']:>8} {r['name'][:30]:<30} {r['state']:<11}{code} attempt {r.get('attempt', 0)} "
+             f"elapsed {elapsed} nodes {r.get('nodes') or '-'}{reason}{extra}{ranks}{where}"]
+    if len(past) > 1:
+        lines += [f"{'':>8}   {run_attempts.attempt_line(a)}" for a in past]
+    return lines
+
 
 
 

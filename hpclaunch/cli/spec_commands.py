@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from hpclaunch.common.errors import HpclaunchError
@@ -16,6 +17,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"{display_path(args.job)}: valid \u2014 job '{r.job.name}', profile '{r.profile.profile.name}', "
           f"{r.job.launcher}, {j.nodes} node(s) x {j.tasks_per_node} rank(s), time {j.time}")
     for line in literal_dollar_warnings(r.job.env, "env"):
+        print(line, file=sys.stderr)
+    from hpclaunch.spec.program_warnings import program_warnings
+
+    for line in program_warnings(r.to_document(), os.getcwd()):
         print(line, file=sys.stderr)
     return 0
 

@@ -7,6 +7,7 @@ cli/__init__ routes to.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time as _time
@@ -15,8 +16,12 @@ from hpclaunch.cli.output import counts, no_job_file, print_json
 from hpclaunch.common import envknobs
 from hpclaunch.launchers.backends.base import State, exit_code_for
 from hpclaunch.runs.jobs import hosts_of
-from hpclaunch.runs.submission import submit, test_only
-from hpclaunch.runs.summary import batch_log, failure_summary, last_lines
+from hpclaunch.common.errors import HpclaunchError
+from hpclaunch.runs.submission import IsStudy, submit, test_only
+from hpclaunch.runs.attempts import node_count
+from hpclaunch.runs.progress import pending_text
+from hpclaunch.runs.summary import alone_warning, attempts_summary, batch_log, failure_summary, last_lines
+from hpclaunch.spec.program_warnings import program_warnings
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -30,10 +35,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print(f"preflight passed; nothing queued. sbatch --test-only: {verdict}")
         return 0
     heartbeat_s = _heartbeat_s() if args.wait else None  # a bad value refused before anything is queued
-    job = submit(args.job, args.override, backend=args.backend, after=args.after,
-                 preflight=not args.no_preflight)
+    try:
+        job = submit(args.job, args.override, backend=args.backend, after=args.after,
+                     preflight=not args.no_preflight)
+    except IsStudy:  # a sweep with a metric: a study, as `hpclaunch tune` runs it (--wait follows it)
+        if args.after:
+            raise HpclaunchError("submit --after: a study's trials wait on nothing \u2014 submit it without --after") \
+                from None
+        from hpclaunch.cli.tune_commands import start
+        return start(args.job, args.override, backend=args.backend, preflight=not args.no_preflight,
+                     detach=not args.wait, as_json=args.json)
     rec = job.record
     logs = os.path.join(rec.run_dir, "logs")
+    for line in program_warnings(json.loads(rec.resolved or "{}"), os.getcwd()):
+        print(line, file=sys.stderr)
     if args.json:
         print_json({"job_id": rec.job_id, "name": rec.name, "backend": rec.backend, "cluster": rec.cluster,
                      "run_dir": rec.run_dir, "logs": logs})
@@ -54,29 +69,50 @@ def _follow(job, heartbeat_s: float, quiet: bool = False) -> int:
     seen = [None]
 
     def show(st) -> None:
-        seen[0] = st
+        before, seen[0] = seen[0], st
         if quiet:
             return
         extra = f" tasks {counts(st.tasks)}" if st.tasks else ""
         where = _where(job, st)
-        print(f"  [{_time.monotonic() - start:6.0f} s] {st.state}{where} attempt {st.attempts - 1}{extra}",
+        waiting = pending_text(st)
+        said = f" ({waiting})" if waiting else ""
+        if before is not None and st.attempts > before.attempts and not st.tasks:
+            # a new attempt: say why the one before it ended (the scheduler's cause when it requeued it)
+            ended = [a for a in job.history() if a["attempt"] == st.attempts - 2 and a.get("cause")]
+            said += f"; attempt {st.attempts - 2} ended: {ended[0]['cause']}" if ended else ""
+        print(f"  [{_time.monotonic() - start:6.0f} s] {st.state}{where} attempt {st.attempts - 1}{extra}{said}",
               file=sys.stderr, flush=True)
 
     said = [start]
 
     def heartbeat(st) -> None:
-        # A long RUNNING stretch is not silent: every minute, the time and the newest log line.
+        # A long RUNNING stretch is not silent: every minute, the time and the newest log line; a long
+        # wait in the queue, why and until when.
         now = _time.monotonic()
-        if quiet or st.state != State.RUNNING or now - said[0] < heartbeat_s:
+        if quiet or st.state not in (State.RUNNING, State.PENDING) or now - said[0] < heartbeat_s:
             return
         said[0] = now
-        line = _newest_line(job)
+        line = _newest_line(job) if st.state == State.RUNNING else pending_text(st)
         print(f"  [{now - start:6.0f} s] {st.state}, attempt {st.attempts - 1}" + (f": {line}" if line else ""),
               file=sys.stderr, flush=True)
 
+    alerts = AlertLines(job.run_dir, job.record.resolved) if not quiet else None
+
+    def poll(st) -> None:
+        heartbeat(st)
+        if alerts is not None:
+            alerts.show(_time.monotonic() - start)
+
+    def change(st) -> None:
+        said[0] = _time.monotonic()
+        show(st)
+        if alerts is not None:
+            alerts.show(_time.monotonic() - start)
+
     try:
-        st = job.wait(poll=1.0, on_change=lambda st: (said.__setitem__(0, _time.monotonic()), show(st)),
-                      on_poll=heartbeat)
+        st = job.wait(poll=1.0, on_change=change, on_poll=poll)
+        if alerts is not None:
+            alerts.show(_time.monotonic() - start)  # the job's own, raised as it ended
     except KeyboardInterrupt:
         last = f" (last seen {seen[0].state})" if seen[0] is not None else ""
         print(f"\ninterrupted: stopped following; {job.record.backend} job {job.id} ({job.name}) goes on{last}.\n"
@@ -86,7 +122,36 @@ def _follow(job, heartbeat_s: float, quiet: bool = False) -> int:
     if st.state != State.COMPLETED:
         for line in failure_summary(job, st):
             print(line, file=sys.stderr)
+    else:
+        for line in ([] if quiet else attempts_summary(job, st)) + alone_warning(job, st):
+            print(line, file=sys.stderr)
     return st.exit_code if st.exit_code is not None else exit_code_for(st.state)
+
+
+class AlertLines:
+    """`submit --wait`'s terminal sink: each new alert record of the run directory, one line on stderr
+    (followed by offset: the files are append-only). Off with `alerts.terminal: false`."""
+
+    def __init__(self, run_dir: str, resolved: str | None):
+        import json
+        try:
+            conf = (json.loads(resolved or "{}").get("alerts") or {})
+        except (ValueError, AttributeError):
+            conf = {}
+        self.on = bool(conf.get("enabled")) and conf.get("terminal", True)
+        self.run_dir, self.offsets = run_dir, {}
+
+    def show(self, elapsed: float) -> None:
+        if not self.on:
+            return
+        from hpclaunch.monitors.alert_log import alert_files, read_jsonl
+        for path in alert_files(self.run_dir):
+            recs, self.offsets[path] = read_jsonl(path, self.offsets.get(path, 0))
+            for r in recs:
+                sev = "resolved" if r.get("event") == "resolved" else str(r.get("severity"))
+                print(f"  [{elapsed:6.0f} s] ALERT {sev.upper()} {r.get('rule')}: {r.get('message')}"
+                      + (f"  ({r['report']})" if r.get("report") and sev == "critical" else ""),
+                      file=sys.stderr, flush=True)
 
 
 def _heartbeat_s() -> float:
@@ -109,10 +174,14 @@ def _newest_line(job) -> str:
 
 
 def _where(job, st) -> str:
-    """" on c1,c2": the hosts the ranks of this attempt run on (ranks.tsv), else the scheduler's node list."""
+    """" on c1,c2": the hosts the ranks of this attempt run on (ranks.tsv), else the scheduler's node
+    list; the node list too when the ranks ran on fewer nodes than the attempt had (Ray: one driver
+    process, every node of the allocation working)."""
     if st.state in (State.PENDING, State.REQUEUED) or job.record.array_size:
         return f" on {st.nodes}" if st.nodes and st.state != State.PENDING else ""
     hosts = hosts_of(job.run_dir)
+    if hosts and st.nodes and len(hosts) < node_count(job.run_dir):
+        return f" on {st.nodes}"
     if hosts:
         return " on " + ",".join(sorted(hosts, key=lambda h: min(hosts[h])))
     return f" on {st.nodes}" if st.nodes else ""

@@ -16,6 +16,7 @@ from hpclaunch.launchers.backends.base import JobStatus, state_of
 from hpclaunch.launchers.backends.choice import relayed
 from hpclaunch.runs import remote
 from hpclaunch.runs.jobs import hosts_of, refresh
+from hpclaunch.runs.progress import pending_text
 from hpclaunch.runs.registry import JobRecord, Registry
 
 REFRESH_S = 10.0   # a controller's squeue/sacct at most this often, whatever the number of pages open
@@ -96,6 +97,9 @@ class Board:
             "run_dir": rec.run_dir, "local": os.path.isdir(rec.run_dir),
             "nodes": st.nodes if st else "", "elapsed": st.elapsed if st else "",
             "reason": st.reason if live and st.reason not in ("", "None") else "",
+            # a pending job: Slurm's reason in words and the start it expects (runs/progress.py)
+            "waiting": pending_text(st) if live else "",
+            "expected_start": st.expected_start if live else None,
             "source": st.source if st else "registry",
         }
 

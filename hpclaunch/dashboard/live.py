@@ -1,6 +1,7 @@
 """What a job's page shows of its run directory, kept current by reading only what the logs appended
-(reports.follow): GPU power and temperature and host CPU and memory as time series, and each rank's
-latest step record (metrics/rank<R>.jsonl, docs/run-directory.md).
+(reports.follow): GPU power and temperature and host CPU and memory as time series, each rank's
+latest step record (metrics/rank<R>.jsonl, docs/run-directory.md), and the job's alerts (alerts/*.jsonl,
+docs/alerts.md): each episode's newest record.
 
 Each series keeps at most MAX_POINTS points: past that, neighbouring points are averaged in pairs and
 the generation changes, so every open page is sent the whole (thinned) series again; otherwise a
@@ -16,6 +17,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from hpclaunch.monitors.alert_log import alert_files, read_jsonl
 from hpclaunch.reports import events, readers
 from hpclaunch.reports.follow import CsvFollower, JsonlFollower
 from hpclaunch.reports.metrics import rank_hosts
@@ -23,6 +25,8 @@ from hpclaunch.reports.metrics import rank_hosts
 MAX_POINTS = 2000        # per series, what a browser draws without effort
 UPDATE_S = 1.0           # the logs are read at most this often, however many pages follow the job
 NOTES_S = 10.0           # the events logs (why a source is missing) at most this often
+MAX_ALERTS = 100         # alert episodes a page shows, the newest
+ALERT_FIELDS = ("time_unix", "event", "severity", "rule", "node", "gpu", "rank", "message", "first_seen", "last_seen")
 RANK_FIELDS = ("step", "epoch", "loss", "samples_per_s", "step_time_s", "time_unix", "attempt")
 CHARTS = {  # chart -> (log kind, column, scale)
     "power": ("gpu", "power_w", 1.0),
@@ -68,6 +72,8 @@ class JobLive:
         self.bad_lines = 0
         self.notes: list = []
         self._followers: Dict[str, object] = {}
+        self.alerts: "OrderedDict[tuple, dict]" = OrderedDict()   # the newest record of each episode
+        self._alert_offsets: Dict[str, int] = {}
         self._lock = threading.Lock()
         self._updated = self._noted = float("-inf")
 
@@ -88,7 +94,7 @@ class JobLive:
             hosts = rank_hosts(self.run_dir)
             ranks = [dict(rec, rank=r, host=hosts.get(r, "")) for r, rec in sorted(self.ranks.items())]
             msg = {"full": full, "charts": charts, "ranks": ranks, "notes": self.notes,
-                   "bad_lines": self.bad_lines}
+                   "bad_lines": self.bad_lines, "alerts": sorted(self.alerts.values(), key=lambda a: a.get("time_unix") or 0)}
             return msg, {"gen": self.generation, "counts": counts}
 
     def _update(self) -> None:
@@ -110,6 +116,14 @@ class JobLive:
             records, bad, _ = follower.read()
             self.bad_lines += bad
             self._add_metrics(path.name, records)
+        for path in alert_files(self.run_dir):  # the alert logs, append-only: read on from the last offset
+            records, self._alert_offsets[path] = read_jsonl(path, self._alert_offsets.get(path, 0))
+            for rec in records:  # an episode's resolved record takes its raised one's place
+                key = (rec.get("id"), rec.get("rule"))
+                self.alerts.pop(key, None)
+                self.alerts[key] = {k: rec.get(k) for k in ALERT_FIELDS}
+            while len(self.alerts) > MAX_ALERTS:
+                self.alerts.popitem(last=False)
         if now - self._noted >= NOTES_S:
             self._noted = now
             self.notes = self._why_missing(files)

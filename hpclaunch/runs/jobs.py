@@ -12,6 +12,8 @@ from hpclaunch.common.errors import HpclaunchError
 from dataclasses import dataclass, replace
 from hpclaunch.launchers.backends.choice import get_backend, relayed
 from hpclaunch.launchers.backends.base import FINAL_STATES, Capability, JobRef, JobStatus, State, exit_code_for
+from hpclaunch.runs import attempts as run_attempts
+from hpclaunch.runs.alerts import on_final
 from hpclaunch.runs.registry import JobRecord, Registry
 from hpclaunch.runs import goodput
 from hpclaunch.runs.resubmit import resubmit
@@ -30,6 +32,7 @@ class Job:
     def __init__(self, record: JobRecord, registry: Optional[Registry] = None):
         self.record = record
         self.registry = registry or Registry()
+        self.alerts: list = []  # the alerts its end raised, when this handle saw it end
 
     def __repr__(self) -> str:
         return f"Job({self.record.backend}:{self.record.job_id} {self.record.name!r})"
@@ -79,13 +82,27 @@ class Job:
         if outcome and outcome.get("outcome") == "gave_up" and st.final:
             st.state = State.GAVE_UP
         attempts = max(st.attempts, int(outcome.get("attempt", -1)) + 1 if outcome else 1)
+        if st.state in (State.COMPLETING, State.REQUEUED) and outcome.get("attempt", "").isdigit():
+            # Slurm counts the restart as soon as the job is requeued, while the attempt that asked
+            # for it is still completing: that attempt is the batch script's newest, not the next.
+            attempts = int(outcome["attempt"]) + 1
         st.attempts = attempts
+        if st.history and not self.record.array_size:
+            run_attempts.record(self.record.run_dir, st.history)
         if st.final:
             st.exit_code = exit_code_for(st.state, self._failing_rank_code(), st.exit_code)
         if st.state not in ("UNKNOWN", ""):
-            self.registry.update_state(self.record.key, st.state, exit_code=st.exit_code, attempts=attempts,
-                                       end_time=st.end_time)
+            if self.registry.update_state(self.record.key, st.state, exit_code=st.exit_code, attempts=attempts,
+                                          end_time=st.end_time) and st.final:
+                try:
+                    self.alerts = on_final(self, st)  # once, by whichever command sees the end first
+                except Exception as e:  # noqa: BLE001 - an alert never costs the state (alerts list says more)
+                    self.alerts = [{"rule": "error", "message": f"alerts: {type(e).__name__}: {e}"}]
         return st
+
+    def history(self) -> list[dict]:
+        """Every attempt so far, oldest first (runs/attempts.py): start, end, elapsed, cause, nodes."""
+        return [] if self.record.array_size else run_attempts.history(self.record.run_dir)
 
     def _failing_rank_code(self) -> Optional[int]:
         """The exit code of the first rank to fail in the last attempt (of the first task to fail, for a sweep)."""

@@ -316,15 +316,17 @@ class Registry:
                                       "why": "the cluster gave the same id to a newer job"})))
 
     def update_state(self, key: int, state: str, *, exit_code: int | None = None,
-                     attempts: int | None = None, end_time: float | None = None, detail: Any = None) -> None:
+                     attempts: int | None = None, end_time: float | None = None, detail: Any = None) -> bool:
+        """Record a state change; True when it is the job's first final state (its alerts are due)."""
         with self._tx():
             row = self._db.execute("SELECT state, attempts, exit_code FROM jobs WHERE key = ?", (key,)).fetchone()
             if row is None:
-                return
+                return False
             changed = (row["state"] != state or (attempts is not None and attempts != row["attempts"])
                        or (exit_code is not None and exit_code != row["exit_code"]))
             if not changed:
-                return
+                return False
+            first_final = state in FINAL_STATES and row["state"] not in FINAL_STATES
             self._db.execute(
                 "UPDATE jobs SET state = ?, exit_code = COALESCE(?, exit_code), attempts = COALESCE(?, attempts),"
                 " end_time = COALESCE(?, end_time) WHERE key = ?",
@@ -334,6 +336,21 @@ class Registry:
                              (key, time.time(), current_user(), f"state:{state}",
                               json.dumps(detail if detail is not None else
                                          {"exit_code": exit_code, "attempts": attempts})))
+        return first_final
+
+    def event_once(self, key: int, kind: str, detail: Any, once: str) -> bool:
+        """Record an event unless one of this kind with the same ``once`` key was recorded for the job
+        (in one transaction: two commands that see the same thing record it once); True if recorded."""
+        with self._tx():
+            for row in self._db.execute("SELECT detail FROM events WHERE job_key = ? AND kind = ?", (key, kind)):
+                try:
+                    if json.loads(row[0] or "null").get("once") == once:
+                        return False
+                except (ValueError, AttributeError):
+                    continue
+            self._db.execute("INSERT INTO events (job_key, time, user, kind, detail) VALUES (?,?,?,?,?)",
+                             (key, time.time(), current_user(), kind, json.dumps(dict(detail, once=once), default=str)))
+        return True
 
     def event(self, key: int, kind: str, detail: Any = None) -> None:
         with self._tx():

@@ -16,12 +16,17 @@ from hpclaunch.common.errors import HpclaunchError, InvalidInput, Problem
 from hpclaunch.launchers.backends.choice import job_backend, names
 from hpclaunch.launchers.backends.base import Capability, JobRef
 from hpclaunch.launchers.plan import DEPENDENCY_KINDS, Plan, build_plan
+from hpclaunch.runs import alerts
 from hpclaunch.runs.goodput import failure_rate
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.loading import Resolved, resolve_job
-from hpclaunch.spec.typedload import SourceMap
+from hpclaunch.spec.typedload import SourceMap, to_plain
 from hpclaunch.spec.yamlio import display_path, dump_yaml
+
+class IsStudy(HpclaunchError):
+    """submit() of a study, which runs through runs/tuning.py (the CLI's submit sends it there)."""
+
 
 def dependencies(after: Sequence[str], registry: Registry, be) -> tuple:
     """`--after` as the plan's dependencies, on a backend that declares them."""
@@ -135,23 +140,31 @@ def _registry_meta(resolved: Resolved, document: dict, plan: Plan, cwd: str) -> 
 
 def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optional[str] = None,
            after: Sequence[str] = (), preflight: bool = True, cwd: Optional[str] = None,
-           registry: Optional[Registry] = None) -> Job:
+           registry: Optional[Registry] = None, study_dir: Optional[str] = None, tasks: Optional[int] = None) -> Job:
     """Submit a job file (or a resolved job); returns a Job handle.
 
     The same steps for every backend: check, queue held, make the run directory and the registry
-    rows, release. Anything failing before the release abandons what was queued."""
+    rows, release. Anything failing before the release abandons what was queued. A study (a sweep
+    with a metric) is submitted by runs/tuning.py, which makes its folder first: `study_dir`, and
+    `tasks`, the trials it still owes."""
     be = job_backend(backend)
     be.prefetch(preflight)  # a cluster answers while the job loads and renders
     resolved = job if isinstance(job, Resolved) else resolve_job(job, overrides)
     cwd = os.path.abspath(cwd or os.getcwd())
     reg = registry or Registry()
     reg.check()  # a damaged registry is refused before anything is queued or a run directory made
-    plan = build_plan(resolved)
+    sweep = resolved.job.sweep
+    if sweep is not None and sweep.study and study_dir is None:
+        raise IsStudy(f"{display_path(resolved.job_path)}: the sweep has a metric, so it is a study — "
+                      "run it with `hpclaunch tune`, which keeps the study its trials ask")
+    plan = build_plan(resolved, study_dir=study_dir, tasks=tasks)
     if after:
         plan = replace(plan, after=dependencies(after, reg, be))
     if plan.checkpoint_interval == "auto":   # the partition's failure rate: the cadence's start (docs/recovery.md)
         plan = replace(plan, failure_rate=failure_rate(reg, plan.placement.partition))
     request = be.prepare(plan)
+    alert_conf = alerts.settings({"alerts": to_plain(resolved.job.alerts)})
+    alerts.check_secrets(alert_conf)  # a secret that cannot be had: the user's one line, nothing queued
     root = plan.runs_root if os.path.isabs(plan.runs_root) else os.path.join(cwd, plan.runs_root)
     sources = sources_of(resolved)
     be.check(request, sources)
@@ -164,6 +177,7 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
         run_dir = os.path.join(root, f"{plan.slug}-{ids[0]}")
         document = resolved.to_document()  # once: job.yaml and every registry row (~3 ms each)
         make_run_dir(run_dir, document, request.script)
+        alerts.write_config(run_dir, alert_conf)
         meta = _registry_meta(resolved, document, plan, cwd)
         first = None
         for job_id, count in queued:

@@ -4,10 +4,13 @@ Read from the run directory only (the script writes rank<R>.log/.exit and ranks.
 from __future__ import annotations
 
 import os
-from typing import Optional
+import time
+from typing import List, Optional
 
 from hpclaunch.launchers.backends.base import JobStatus, State
-from hpclaunch.runs.jobs import Job
+from hpclaunch.runs import attempts as run_attempts
+from hpclaunch.runs.jobs import Job, RankLog, attempts_of
+from hpclaunch.runs.rank_progress import KILLED, behind, never_connected, rank_progress, stop_time
 
 # One line on what each state means and where to look; FAILED speaks through its rank.
 HINTS = {
@@ -95,6 +98,36 @@ def last_traceback(lines: list[str], limit: int = 12) -> tuple[list[str], int]:
     return block, end
 
 
+# States in which something outside the program stopped every rank at once (Slurm sends SIGTERM to
+# every process of the job): which rank ended first is chance, and its SIGTERM is no failure.
+STOPPED = {State.TIMEOUT: "the time limit", State.DEADLINE: "the deadline", State.CANCELLED: "the cancellation",
+           State.PREEMPTED: "the preemption"}
+
+
+def attempts_summary(job: Job, st: JobStatus) -> list[str]:
+    """Each attempt with its cause and nodes, when the job had more than one."""
+    past = job.history()
+    if len(past) < 2:
+        return []
+    total = run_attempts.elapsed_s(past, st)
+    return [f"  {len(past)} attempts, {run_attempts.duration_text(total)} in all:"] + \
+        [f"    {run_attempts.attempt_line(a)}" for a in past]
+
+
+def alone_warning(job: Job, st: JobStatus) -> list[str]:
+    """A job of several ranks that completed although its ranks never held a socket: they never talked
+    to each other (each a world of one, e.g. an Accelerate program under launcher: srun)."""
+    if st.state != State.COMPLETED or job.record.array_size:
+        return []
+    attempts = attempts_of(job.run_dir)
+    ranks = len(job.rank_logs())
+    if not attempts or not never_connected(job.run_dir, attempts[-1], ranks):
+        return []
+    return [f"warning: the {ranks} ranks of job {job.id} never held a socket while they ran: they never talked to "
+            "each other, each a world of its own (the same training run once per rank?). An Accelerate program "
+            "needs launcher: torchrun, and ACCELERATE_USE_CPU on CPU nodes (docs/launch-modes.md, \"Accelerate\")"]
+
+
 def failure_summary(job: Job, st: JobStatus, tail: int = 10) -> list[str]:
     """Lines for a job that did not complete (none for one that did)."""
     if st.state == State.COMPLETED:
@@ -105,6 +138,7 @@ def failure_summary(job: Job, st: JobStatus, tail: int = 10) -> list[str]:
         lines.append(f"  {st.reason}")
     if st.state in HINTS:
         lines.append(f"  {HINTS[st.state]}")
+    lines += attempts_summary(job, st)
     task = None
     where = f"hpclaunch logs {job.id}"
     if job.record.array_size:
@@ -114,6 +148,10 @@ def failure_summary(job: Job, st: JobStatus, tail: int = 10) -> list[str]:
             lines.append(f"  sweep: {len(failed)} task(s) failed; the first to fail: task {task}")
             where += f" --task {task}"
     first = job.first_failure(task)
+    if st.state in STOPPED and not job.record.array_size:
+        stopped = _stopped(job, st, tail, where)
+        if stopped:
+            return lines + stopped
     if first is not None:
         lines.append(f"  first failing rank: rank {first.rank} on {first.host or 'an unrecorded host'}, "
                      f"exit code {first.exit_code}")
@@ -139,5 +177,72 @@ def failure_summary(job: Job, st: JobStatus, tail: int = 10) -> list[str]:
                      "the batch log says:")
     lines.append(f"  ({path})")
     lines += [f"    | {line}" for line in last_lines(path, tail)] or ["    | (nothing)"]
+    lines.append(f"  more: {where}")
+    return lines
+
+
+def _rank_lines(rank: RankLog, tail: int) -> list[str]:
+    window = _window(rank.path)
+    lines = [f"  its last lines ({rank.path}):"]
+    lines += [f"    | {line}" for line in window[-tail:]] or ["    | (nothing)"]
+    return lines
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _stopped(job: Job, st: JobStatus, tail: int, where: str) -> List[str]:
+    """What a job stopped from outside says: a rank that failed before the stop, as any failure;
+    else that the stop ended every rank (no failure), and which ranks had stopped making progress
+    long before the others. [] when no rank ended."""
+    attempts = attempts_of(job.run_dir)
+    logs = job.rank_logs()
+    stop = stop_time([(lg.exit_code, lg.exit_time) for lg in logs])
+    if not attempts or not logs or stop is None:
+        return []
+    what = STOPPED[st.state]
+    early = sorted((lg for lg in logs if lg.exit_code not in (None, 0, *KILLED) and lg.exit_time is not None
+                    and lg.exit_time < stop - 1), key=lambda lg: (lg.exit_time, lg.rank))
+    if early:  # a rank failed before the stop: that is the failure (the others may have waited for it)
+        first = early[0]
+        return [f"  first failing rank, {stop - first.exit_time:.0f} s before {what}: rank {first.rank} on "
+                f"{first.host or 'an unrecorded host'}, exit code {first.exit_code}"] + _rank_lines(first, tail) + \
+            [f"  more: {where} --rank {first.rank}    (every rank: {where})"]
+    codes = sorted({lg.exit_code for lg in logs if lg.exit_code is not None})
+    lines = [f"  {what} stopped every rank (SIGTERM; exit code{'s' if len(codes) > 1 else ''} "
+             f"{', '.join(map(str, codes)) or 'unknown'}): no rank failed before it"]
+    record = run_attempts.history(job.run_dir)
+    started = record[-1]["start_unix"] if record else None
+    progress = rank_progress(job.run_dir, attempts[-1], logs, stop)
+    late, gap = behind(progress, stop, started)
+    known = [p for p in progress if p.last is not None]
+    by_rank = {lg.rank: lg for lg in logs}
+    if late:
+        others = len(known) - len(late)
+        for p in late[:5]:
+            lines.append(f"  rank {p.rank} on {p.host or 'an unrecorded host'} stopped making progress "
+                         f"{run_attempts.duration_text(stop - p.last)} before {what} (its last signs: {p.evidence()})")
+        if len(late) > 5:
+            lines.append(f"  ... and {len(late) - 5} more rank(s) like it")
+        lead = max(p.last for p in known)
+        lines.append(f"  the other {others} rank(s) made progress until {run_attempts.duration_text(stop - lead)} "
+                     f"before it: look at rank {late[0].rank} first")
+        lines += _rank_lines(by_rank[late[0].rank], tail)
+        lines.append(f"  more: {where} --rank {late[0].rank}    (every rank: {where})")
+        return lines
+    if len(known) == len(progress) and known:
+        lead = max(p.last for p in known)
+        first = min(known, key=lambda p: (p.last, p.rank))
+        if stop - lead >= gap:
+            lines.append(f"  no rank made progress in its last {run_attempts.duration_text(stop - lead)} before "
+                         f"{what} (all waited: a hang?); the first to stop: rank {first.rank} on "
+                         f"{first.host or 'an unrecorded host'} at {_clock(first.last)}")
+        else:
+            lines.append(f"  every rank made progress until {run_attempts.duration_text(stop - lead)} "
+                         f"before {what}, within {run_attempts.duration_text(lead - first.last)} of each other")
+    else:
+        lines.append("  which rank stopped making progress first cannot be told: no monitor rows of the ranks "
+                     "(monitor.interval: 0?) nor metrics, and their logs were written as they ended")
     lines.append(f"  more: {where}")
     return lines

@@ -201,9 +201,9 @@ hl_on_requeue_signal() {
   if [ "$hl_requeue_by" = program ]; then
     hl_log "requeue is the program's (requeue.by: program): hpclaunch will not requeue; unless the program does, the job ends when its ranks do or at the time limit"
   elif [ $((HPCLAUNCH_ATTEMPT + 1)) -lt "$HPCLAUNCH_MAX_ATTEMPTS" ]; then
-    hl_log "if the step then fails, hpclaunch requeues the job (attempt $((HPCLAUNCH_ATTEMPT + 2)) of $HPCLAUNCH_MAX_ATTEMPTS); if every rank exits 0 it completes; a step still running at the limit ends TIMEOUT"
+    hl_log "if the step then fails, hpclaunch requeues the job: attempt $((HPCLAUNCH_ATTEMPT + 1)) comes next (attempts are numbered from 0; requeue.max_attempts: $HPCLAUNCH_MAX_ATTEMPTS), and the program resumes from its own checkpoint if it keeps one; if every rank exits 0 it completes; a step still running at the limit ends TIMEOUT"
   else
-    hl_log "this is the last attempt (requeue.max_attempts: $HPCLAUNCH_MAX_ATTEMPTS): if the step then fails the job ends GAVE_UP; if every rank exits 0 it completes"
+    hl_log "attempt $HPCLAUNCH_ATTEMPT is the last (attempts are numbered from 0; requeue.max_attempts: $HPCLAUNCH_MAX_ATTEMPTS): if the step then fails the job ends GAVE_UP; if every rank exits 0 it completes"
   fi
 }
 hl_on_term() {
@@ -446,7 +446,7 @@ hl_conclude() {
     stopped)
       hl_log "the step ended with exit code $rc after SIGTERM (cancelled, out of time, preempted$([ "$hl_requeue_by" != program ] || echo ' or requeued by the program'))" ;;
     requeued)
-      hl_log "requeueing (step exit code $rc): attempt $((HPCLAUNCH_ATTEMPT + 2)) of $HPCLAUNCH_MAX_ATTEMPTS resumes from the last checkpoint"
+      hl_log "requeueing (step exit code $rc): attempt $((HPCLAUNCH_ATTEMPT + 1)) comes next (numbered from 0; requeue.max_attempts: $HPCLAUNCH_MAX_ATTEMPTS); the program resumes from its own checkpoint if it keeps one (hpclaunch keeps none for it)"
       if [ -n "${HPCLAUNCH_LOCAL:-}" ]; then
         : >"$HPCLAUNCH_RUN_DIR/.hpclaunch/requeue"
       elif ! scontrol requeue "$SLURM_JOB_ID"; then

@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterable, List, Literal, Optional, Tuple
 from dataclasses import dataclass
 from hpclaunch.common import schedenv
 from hpclaunch.launchers import modes
+from hpclaunch.spec.alerts import Alerts
 from hpclaunch.spec.container import Container
 from hpclaunch.spec.kubernetes import KubernetesOptions
 from hpclaunch.spec.recovery import Recovery
@@ -178,17 +179,55 @@ class Rendezvous:
 
 
 @dataclass
+class Prune:
+    """Early stopping of a study's trials (docs/tune.md): a trial whose intermediate values fall
+    behind the others' is stopped and recorded as pruned."""
+
+    method: Literal["median", "asha"] = field(help="median: stop a trial below the median of the others at the "
+                                              "same step; asha: asynchronous successive halving")
+    warmup_steps: int = field(0, help="steps (a trial's reported steps; train_entry: epochs) a trial runs before "
+                              "it can be pruned (asha: its minimum resource)", minimum=0, maximum=1000000)
+    startup_trials: int = field(5, help="median: trials that finish before any is pruned", minimum=0,
+                                maximum=100000)
+    reduction_factor: int = field(3, help="asha: keep the best 1/N of trials at each rung", minimum=2, maximum=100)
+
+
+@dataclass
 class Sweep:
     """A parameter sweep: one Slurm job array, one task per point. `{name}` in command arguments
-    and env values is replaced by the point's value of parameter `name`."""
+    and env values is replaced by the point's value of parameter `name`. With `metric:` it is a
+    study (`hpclaunch tune`, docs/tune.md): each task asks the search for its trial's point."""
 
     parameters: Dict[str, Any] = field(help="name -> a list of values, {range: [start, stop, step]}, or for "
-                                       "random search {choice: [...]}, {uniform: [a, b]}, {loguniform: [a, b]}",
-                                       example="{lr: [0.1, 0.01]}")
-    method: Literal["grid", "random"] = field("grid", help="every combination, or `samples` random points")
+                                       "random search and tpe {choice: [...]}, {uniform: [a, b]}, "
+                                       "{loguniform: [a, b]}", example="{lr: [0.1, 0.01]}")
+    method: Literal["grid", "random", "tpe"] = field("grid", help="every combination, `samples` random points, or "
+                                                     "(a study, with metric:) tpe: a search that learns from the "
+                                                     "finished trials")
     samples: Optional[int] = field(None, help="points for random search", minimum=1, maximum=1000000)
-    seed: int = field(0, help="seed of random search", minimum=0)
+    seed: int = field(0, help="seed of random search (a study: of its sampler)", minimum=0, maximum=2 ** 31 - 1)
     parallelism: Optional[int] = field(None, help="tasks running at once (--array=...%N)", minimum=1)
+    trials: Optional[int] = field(None, help="a study's number of trials (default for grid: every combination)",
+                                  minimum=1, maximum=10000)
+    metric: Optional[str] = field(None, help="makes the sweep a study: the reported value it optimises, e.g. "
+                                  "val_accuracy (train_entry's epoch records) or a name your program reports",
+                                  check=lambda v: _metric_check(v))
+    mode: Literal["max", "min"] = field("max", help="a study's direction: maximise or minimise the metric")
+    prune: Optional[Prune] = field(None, help="a study's early stopping of trials that fall behind")
+
+    @property
+    def study(self) -> bool:
+        """A study (`hpclaunch tune`): each task asks a search for its point, not one fixed per task."""
+        return self.metric is not None
+
+
+_METRIC = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+def _metric_check(value: str) -> Optional[Tuple[str, str]]:
+    if not _METRIC.fullmatch(value):
+        return ("is not a metric name", "use letters, digits and _ . - (at most 64), e.g. val_accuracy")
+    return None
 
 
 @dataclass
@@ -217,6 +256,7 @@ class Job:
                                      check=lambda v: runs_root_problem(v))
     kubernetes: Optional[KubernetesOptions] = field(None, help="for `hpclaunch render --target kubernetes`: "
                                                     "image, namespace, Kueue queue, volumes (docs/targets.md)")
+    alerts: Alerts = field(default_factory=Alerts, help="alert rules and where alerts go (docs/alerts.md)")
 
 
 def env_name_problem(name: str) -> Optional[Tuple[str, str]]:

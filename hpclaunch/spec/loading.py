@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from hpclaunch.common.errors import InvalidInput, Problem
+from hpclaunch.spec.alerts import user_config
 from hpclaunch.spec.job import Job
 from hpclaunch.spec.merge import copy_plain, merge_into, set_path
 from dataclasses import dataclass
@@ -85,6 +86,9 @@ def resolve_data(data: dict, shown: str, base_dir: str, cwd: str | None = None,
     merged: dict = {}
     origins: dict[str, str] = {}
     merge_into(merged, profile.profile.defaults, origins, display_path(profile.path))
+    mine = user_config()  # the user's alert settings, between the site's and the job's
+    if mine is not None:
+        merge_into(merged, {"alerts": mine[1]}, origins, mine[0])
     merge_into(merged, data, origins, shown)
     origins.update(origins_of)
     loader = Loader(SourceMap(shown, origins))

@@ -34,7 +34,11 @@ def starter_job(profile_ref: str, name: str, where: tuple[str, str] | None = Non
 name: {_y(name)}
 profile: {_y(profile_ref)}           # {p.description or p.name}
 launcher: {_y(launcher)}         # {" | ".join(modes.names())}{note}
-# What each rank runs (a list: no shell parsing, every argument arrives as written).
+# What each rank runs (a list: no shell parsing, every argument arrives as written). It runs in the
+# folder you submit from: a program that resumes from a snapshot it finds there (snapshot.pt,
+# checkpoints/) resumes the previous job's, even a finished one. Keep them per job: under
+# $HPCLAUNCH_RUN_DIR (each job's own folder; it stays the same across requeues), e.g. an argument
+# the program reads, or cd there in a wrapper (docs/requeue.md).
 command: {command}
 
 resources:

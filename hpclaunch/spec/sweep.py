@@ -68,13 +68,13 @@ def check(sweep, command: list[str], env: dict[str, str], bad) -> None:
             _nul_problem(spec) if "." not in name else None
         if found:
             bad_param(name, *found)
-    if not reported and sweep.parameters and sweep.method in ("grid", "random"):
+    if not reported and sweep.parameters and sweep.method in ("grid", "random") and not sweep.study:
         size = script_text(sweep, command, env)
         if size > MAX_SCRIPT_TEXT:
             bad("sweep.parameters", f"its tasks would write about {size >> 20} MiB into the job script (each "
                 "repeats the command with its point filled in); tasks", count(sweep),
                 f"use fewer points or shorter values (at most {MAX_SCRIPT_TEXT >> 20} MiB)")
-    if sweep.method == "random" and sweep.samples is None:
+    if sweep.method == "random" and sweep.samples is None and not sweep.study:
         bad("sweep.samples", "random search needs a number of points", None, "add `samples: 20`")
     used = set()
     for i, arg in enumerate(command):
@@ -206,8 +206,8 @@ def _spec_problem(spec: Any, method: str) -> Optional[tuple[str, str]]:
         if not (isinstance(args, list) and args):
             return ("choice needs a non-empty list", "e.g. {choice: [a, b]}")
         return _values_problem(args)
-    if method != "random":
-        return (f"{kind} draws random values", "use method: random, or a list of values")
+    if method not in ("random", "tpe"):
+        return (f"{kind} draws random values", "use method: random or tpe, or a list of values")
     ok = isinstance(args, list) and len(args) == 2 and all(isinstance(a, (int, float)) and not isinstance(a, bool)
                                                             and abs(a) <= 1e300 and math.isfinite(a) for a in args) \
         and args[0] < args[1]
@@ -304,6 +304,9 @@ def fill(text: str, point: dict[str, str]) -> str:
 
 
 def count(sweep) -> int:
+    """Points of a grid or random sweep; a study's trials (its grid's points when trials is unset)."""
+    if sweep.study and sweep.trials is not None:
+        return sweep.trials
     if sweep.method == "random":
         return sweep.samples or 0
     n = 1

@@ -11,21 +11,25 @@ nothing else of the spec layer (docs/train-entry.md, "Limits: one schema at subm
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, List, Literal, Optional
 
 from dataclasses import dataclass
-from hpclaunch.spec.typedload import field
+from hpclaunch.spec.typedload import field, pattern_check
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCALINGS = ("none", "linear", "sqrt")
 EXPORT_FORMATS = ("onnx",)
 EXPORT_PRECISIONS = ("fp32", "fp16", "bf16")
+ZERO_STAGES = (0, 1, 2, 3)
+OFFLOADS = ("none", "params", "optimizer")
+MODEL_SIZES = ("tiny", "small", "base", "large", "xl")
 
 # What train_entry uses for a key that neither job.yaml nor its command line sets.
 DEFAULTS: dict[str, Any] = {
     "epochs": 10, "batch_per_gpu": 64, "global_batch": None, "lr": 1e-3, "lr_scaling": "linear",
     "precision": "fp32", "seed": 0, "checkpoint_every": 0, "keep_checkpoints": 3,
-    "async_checkpoint": True, "log_every": 10,
+    "async_checkpoint": True, "log_every": 10, "zero": 0, "offload": "none", "model_size": "small",
 }
 
 
@@ -49,6 +53,18 @@ class Train:
                    "directory; needs hpclaunch[export])")
     export_precision: Optional[Literal[EXPORT_PRECISIONS]] = field(
         None, help="dtype of the exported graph (default fp32, also after mixed-precision training)")
+    zero: Optional[Literal[ZERO_STAGES]] = field(
+        None, help="ZeRO stage: 0 DDP (default); 1 optimizer state sharded (ZeroRedundancyOptimizer); 2 also "
+                   "gradients (FSDP2, parameters kept gathered from forward to backward); 3 also parameters (FSDP2)")
+    offload: Optional[Literal[OFFLOADS]] = field(
+        None, help="params: FSDP2's CPUOffloadPolicy keeps the sharded parameters, gradients and optimizer state in "
+                   "host memory (zero 2 or 3); optimizer alone is not offered by PyTorch")
+    model: Optional[str] = field(
+        None, help="the model: mlp (default), transformer, or module:factory (a function returning an nn.Module)",
+        check=pattern_check(re.compile(r"mlp|transformer|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", re.ASCII),
+                            "is not mlp, transformer or module:factory", "e.g. transformer, or my_models:make"))
+    model_size: Optional[Literal[MODEL_SIZES]] = field(
+        None, help="size of the built-in transformer (model: transformer): tiny, small, base, large, xl")
 
 
 def lr_factor(scaling: str, world_size: int) -> float:
@@ -96,6 +112,14 @@ def train_problems(train: Any, world_size: Optional[int], limits: Any, lr_scalin
                         f"effective LR {effective:g} (base {lr:g} x {factor:g}: {scaling} scaling, world size "
                         f"{world}) is outside profile.limits.lr_range; use a base lr in "
                         f"[{lo / factor:g}, {hi / factor:g}]"))
+    zero, offload = getattr(train, "zero", None), getattr(train, "offload", None)
+    if offload == "optimizer":
+        out.append(("train.offload", "PyTorch offers no optimizer-only offload: FSDP2's CPUOffloadPolicy moves the "
+                    "parameters, gradients and optimizer state to host memory together", offload,
+                    "use offload: params (with zero: 2 or 3)"))
+    elif offload == "params" and zero is not None and zero < 2:
+        out.append(("train.offload", f"offload needs FSDP2, which runs ZeRO stages 2 and 3; zero is {zero}", offload,
+                    "set zero: 2 or 3, or leave offload unset"))
     if train.global_batch is not None and batch is not None and world is not None:
         per_step = batch * world
         if train.global_batch % per_step:

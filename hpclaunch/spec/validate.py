@@ -8,8 +8,10 @@ from __future__ import annotations
 from hpclaunch.common.errors import Problem
 from dataclasses import fields
 from hpclaunch.launchers import modes
+from hpclaunch.spec.alerts import alerts_problems
 from hpclaunch.spec.job import _EXTRA, DEFAULT_GRACE_S, SIGNAL_EARLY_S, Job, env_entry_problem, signal_grace
 from hpclaunch.spec.profile import Profile
+from hpclaunch.spec.study import study_problems
 from hpclaunch.spec.sweep import check, count, train_samples
 from hpclaunch.spec.train import Train, train_problems
 from hpclaunch.spec.typedload import SourceMap
@@ -93,9 +95,10 @@ def validate_job(job: Job, profile: Profile, sources: SourceMap) -> list[Problem
     _env_rules(job, bad)
     if job.sweep is not None and job.sweep.parameters is not None:
         check(job.sweep, job.command or [], job.env or {}, bad)
+        study_problems(job, bad)
         _swept_train_rules(job, profile, bad, {p.path for p in out})
         n = count(job.sweep)
-        if n > 100000:
+        if n > 100000 and not job.sweep.study:
             bad("sweep.parameters", f"the sweep has {n} points", n, "use at most 100000 (or random search)")
     for i, opt in enumerate(job.slurm.extra or []):
         name = opt.split("=", 1)[0]
@@ -104,6 +107,8 @@ def validate_job(job: Job, profile: Profile, sources: SourceMap) -> list[Problem
                 "write e.g. \"--constraint=a100\" (no spaces, no shell characters)")
         elif name in _OWNED:
             bad(f"slurm.extra[{i}]", f"{name} is set by hpclaunch", opt, f"set {_OWNED[name]} instead")
+    for path, message, value, fix in alerts_problems(job.alerts):
+        out.append(Problem(sources.of(path), path, message, value, fix, has_value=value is not None))
     return out
 
 

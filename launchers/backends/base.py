@@ -102,6 +102,20 @@ def state_of(word: Optional[str], words: Optional[Dict[str, State]] = None) -> S
 
 
 @dataclass
+class AttemptRecord:
+    """One attempt of a job as its scheduler saw it (Slurm: a row of `sacct -D`, which lists every
+    requeued attempt, whoever requeued it: hpclaunch, the program, or Slurm after a node failure)."""
+
+    job_id: str
+    state: State
+    exit_code: Optional[int] = None
+    start_time: Optional[float] = None
+    end_time: Optional[float] = None
+    elapsed_s: Optional[float] = None
+    nodes: str = ""
+
+
+@dataclass
 class JobStatus:
     state: State
     exit_code: Optional[int] = None
@@ -112,6 +126,9 @@ class JobStatus:
     source: str = ""                # squeue | sacct | scontrol | local | registry
     tasks: Dict[State, int] = field(default_factory=dict)   # an array: state -> count
     end_time: Optional[float] = None  # when a final job ended, where the backend knows (epoch seconds)
+    start_time: Optional[float] = None      # when its current (last) attempt started, where known
+    expected_start: Optional[float] = None  # a pending job: when the scheduler expects it to start
+    history: List["AttemptRecord"] = field(default_factory=list)  # each attempt as the scheduler saw it
 
     def __post_init__(self) -> None:
         self.state = state_of(self.state) if not isinstance(self.state, State) else self.state

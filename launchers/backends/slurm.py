@@ -250,9 +250,13 @@ class SlurmBackend(NodeFailureAware):
         proc = slurmcli.run(slurm_status.squeue_cmd(ids), check=False)
         live = slurm_status.parse_squeue(proc.stdout) if proc.returncode == 0 else {}
         gone = [r.job_id for r in refs if r.array_size or r.job_id not in live]
+        restarts = {r.job_id: self._restarts(r.job_id) for r in refs if not r.array_size and r.job_id in live}
+        # A live job that has restarted: sacct -D in the same call tells each earlier attempt's end,
+        # cause (REQUEUED, NODE_FAIL, PREEMPTED) and nodes, which squeue no longer shows.
+        asked = gone + [j for j, n in restarts.items() if n]
         ended = None
-        if gone:
-            proc = slurmcli.run(slurm_status.sacct_cmd(gone), check=False)
+        if asked:
+            proc = slurmcli.run(slurm_status.sacct_cmd(asked), check=False)
             ended = slurm_status.parse_sacct(proc.stdout) if proc.returncode == 0 else None
         out = []
         for ref in refs:
@@ -264,9 +268,12 @@ class SlurmBackend(NodeFailureAware):
                     counts = slurm_status.array_counts(ref.job_id, live, ended, recs)
                 out.append(JobStatus(State.UNKNOWN, tasks=counts, source="squeue+sacct"))
             elif ref.job_id in live:
-                out.append(slurm_status.from_squeue(live[ref.job_id], self._restarts(ref.job_id)))
+                st = slurm_status.from_squeue(live[ref.job_id], restarts[ref.job_id])
+                if restarts[ref.job_id] and ended and ended.get(ref.job_id):
+                    st.history = slurm_status.attempts_of(ref.job_id, ended[ref.job_id])
+                out.append(st)
             elif ended and ended.get(ref.job_id):
-                out.append(slurm_status.from_sacct(ended[ref.job_id]))
+                out.append(slurm_status.from_sacct(ended[ref.job_id], ref.job_id))
             else:
                 recs = slurmcli.show("job", ref.job_id)
                 out.append(slurm_status.from_scontrol(recs[0]) if recs else JobStatus(State.UNKNOWN, source="none"))

@@ -64,7 +64,7 @@ def directives(plan: Plan) -> Tuple[Tuple[Tuple[str, Optional[str]], ...], Optio
     # runtime fences the node and starts the step again on the healthy ones (docs/recovery.md).
     if plan.spare_nodes or plan.shrink_to:
         d.append(("no-kill", None))
-    d.append(("output", log_path(plan.slug, array=bool(plan.sweep_tasks))))
+    d.append(("output", log_path(plan.slug, array=bool(plan.array_size))))
     d.append(("open-mode", "append"))
     # The signal goes to the batch shell only (B:): Slurm's step-wide signal would also reach
     # torchrun, mpirun and the monitor, which have no handler for it and die, and every process
@@ -82,7 +82,7 @@ def prepare(plan: Plan) -> SlurmRequest:
     found, gpu = directives(plan)
     builder = modes.get(plan.launcher).launch_text
     request = SlurmRequest(plan=plan, directives=found, extra_directives=plan.placement.extra, gpu_directive=gpu,
-                           array=array_spec(plan.array_size, plan.parallelism) if plan.sweep_tasks else None,
+                           array=array_spec(plan.array_size, plan.parallelism) if plan.array_size else None,
                            launch_text=builder(plan).rstrip("\n") if builder else None)
     return replace(request, script=render(request))
 

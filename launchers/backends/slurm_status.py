@@ -11,7 +11,7 @@ from typing import Dict, Iterable, List, Optional
 
 from hpclaunch.launchers.backends import slurmcli
 from hpclaunch.launchers.backends import base
-from hpclaunch.launchers.backends.base import JobStatus, State
+from hpclaunch.launchers.backends.base import AttemptRecord, JobStatus, State
 
 # Every state word squeue (%T), sacct (State) and scontrol (JobState) print, mapped once
 # (TorchX's SLURM_STATES); the rest of hpclaunch speaks State. Words not listed are UNKNOWN.
@@ -35,8 +35,10 @@ def state_of(word: Optional[str]) -> State:
     return base.state_of(word, SLURM_STATES)
 
 
-SQUEUE_FORMAT = "%i|%T|%M|%N|%r"
-SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NodeList,End"
+# %S: a running job's start, a pending one's expected start (the backfill scheduler's, else N/A).
+# Start is last in both: a recording made before it was there still parses.
+SQUEUE_FORMAT = "%i|%T|%M|%N|%r|%S"
+SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NodeList,End,Start"
 
 
 def squeue_cmd(job_ids: Iterable[str]) -> List[str]:
@@ -48,31 +50,54 @@ def sacct_cmd(job_ids: Iterable[str]) -> List[str]:
 
 
 def parse_squeue(text: str) -> Dict[str, List[str]]:
-    """squeue rows by job id (`123`, or `123_4` for an array task): [state, elapsed, nodes, reason]."""
+    """squeue rows by job id (`123`, or `123_4` for an array task): [state, elapsed, nodes, reason,
+    start] (start "" where the output has no %S column)."""
     out: Dict[str, List[str]] = {}
     for cols in slurmcli.columns(text):
-        cols = (cols + [""] * 5)[:5]
+        cols = (cols + [""] * 6)[:6]
         out[cols[0]] = cols[1:]
     return out
 
 
 def parse_sacct(text: str) -> Dict[str, List[List[str]]]:
-    """sacct rows by job id, every attempt (-D) in order: [state, exit code, elapsed, nodes, end]
-    (end "" where the output has no End column)."""
+    """sacct rows by job id, every attempt (-D) in order: [state, exit code, elapsed, nodes, end,
+    start] (end and start "" where the output has no such column)."""
     out: Dict[str, List[List[str]]] = {}
     for cols in slurmcli.columns(text):
         if len(cols) >= 5:
-            out.setdefault(cols[0], []).append((cols[1:6] + [""])[:5])
+            out.setdefault(cols[0], []).append((cols[1:7] + ["", ""])[:6])
     return out
 
 
 def end_time_of(text: str) -> Optional[float]:
-    """sacct's End ("2026-11-24T15:20:01", the cluster's local time) -> epoch seconds; "Unknown",
-    "None" or "" (still running) -> None."""
+    """sacct's End or Start, squeue's %S ("2026-11-24T15:20:01", the cluster's local time) -> epoch
+    seconds; "Unknown", "None", "N/A" or "" (not yet) -> None."""
     try:
         return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()
     except ValueError:
         return None
+
+
+time_of = end_time_of
+
+
+def seconds_of(text: str) -> Optional[float]:
+    """Slurm's elapsed time ("1-02:03:04", "02:03:04", "03:04", "0:04") -> seconds; else None."""
+    days, _, rest = (text or "").strip().rpartition("-")
+    parts = rest.split(":")
+    if not rest or len(parts) > 3 or not all(p.isdigit() for p in parts) or (days and not days.isdigit()):
+        return None
+    total = 0
+    for p in parts:
+        total = total * 60 + int(p)
+    return total + int(days or 0) * 86400
+
+
+def attempts_of(job_id: str, rows: List[List[str]]) -> List[AttemptRecord]:
+    """sacct -D's rows of one job, one per attempt, oldest first."""
+    return [AttemptRecord(job_id, state_of(state), exit_code_of(code), time_of(start), time_of(end),
+                          seconds_of(elapsed), nodes if nodes not in ("None assigned", "(null)") else "")
+            for state, code, elapsed, nodes, end, start in rows]
 
 
 def exit_code_of(text: str) -> Optional[int]:
@@ -86,14 +111,21 @@ def exit_code_of(text: str) -> Optional[int]:
 
 
 def from_squeue(row: List[str], restarts: int) -> JobStatus:
-    state, elapsed, nodes, reason = row
-    return JobStatus(state_of(state), None, elapsed, nodes, reason, restarts + 1, "squeue")
+    state, elapsed, nodes, reason, start = row
+    st = JobStatus(state_of(state), None, elapsed, nodes, reason, restarts + 1, "squeue")
+    if st.state == State.PENDING:
+        st.expected_start = time_of(start)
+    else:
+        st.start_time = time_of(start)
+    return st
 
 
-def from_sacct(rows: List[List[str]]) -> JobStatus:
-    state, code, elapsed, nodes, end = rows[-1]
+def from_sacct(rows: List[List[str]], job_id: str = "") -> JobStatus:
+    state, code, elapsed, nodes, end, start = rows[-1]
     st = JobStatus(state_of(state), exit_code_of(code), elapsed, nodes, "", len(rows), "sacct")
     st.end_time = end_time_of(end) if st.final else None
+    st.start_time = time_of(start)
+    st.history = attempts_of(job_id, rows)
     return st
 
 
@@ -102,8 +134,29 @@ def from_scontrol(rec: Dict[str, str]) -> JobStatus:
         restarts = int(rec.get("Restarts", "0") or 0)
     except ValueError:
         restarts = 0
-    return JobStatus(state_of(rec.get("JobState")), exit_code_of(rec.get("ExitCode", "")), rec.get("RunTime", ""),
-                     rec.get("NodeList", ""), rec.get("Reason", ""), restarts + 1, "scontrol")
+    st = JobStatus(state_of(rec.get("JobState")), exit_code_of(rec.get("ExitCode", "")), rec.get("RunTime", ""),
+                   rec.get("NodeList", ""), rec.get("Reason", ""), restarts + 1, "scontrol")
+    start = time_of(rec.get("StartTime", ""))
+    if st.state == State.PENDING:
+        st.expected_start = start
+    else:
+        st.start_time = start
+        st.end_time = time_of(rec.get("EndTime", "")) if st.final else None
+    return st
+
+
+def _range_tasks(text: str, limit: int = 1_000_000) -> List[int]:
+    """The task indices of a pending range as sacct prints it ("2-5%2", "4,6-7"); [] if malformed."""
+    out: List[int] = []
+    for part in text.split("%", 1)[0].split(","):
+        first, _, last = part.partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            return []
+        lo, hi = int(first), int(last or first)
+        if hi < lo or len(out) + hi - lo >= limit:
+            return []
+        out.extend(range(lo, hi + 1))
+    return out
 
 
 def array_counts(job_id: str, squeue_rows: Dict[str, List[str]], sacct_rows: Optional[Dict[str, List[List[str]]]],
@@ -116,9 +169,18 @@ def array_counts(job_id: str, squeue_rows: Dict[str, List[str]], sacct_rows: Opt
     for rec in scontrol_recs:
         if rec.get("ArrayJobId") == job_id and rec.get("ArrayTaskId", "").isdigit():
             per[f"{job_id}_{rec['ArrayTaskId']}"] = state_of(rec.get("JobState"))
+    ranges = []
     for jid, rows in (sacct_rows or {}).items():
         if jid.startswith(prefix) and "[" not in jid:
             per[jid] = state_of(rows[-1][0])
+        elif jid.startswith(prefix + "["):
+            ranges.append((jid, state_of(rows[-1][0])))
+    for jid, state in ranges:
+        # A range ("ID_[2-5%2]") that ended is the tasks that never started: an array cancelled while
+        # they waited. They have no row of their own, so without this the array never ends.
+        if state in base.FINAL_STATES:
+            for index in _range_tasks(jid[len(prefix) + 1:-1]):
+                per.setdefault(f"{prefix}{index}", state)
     for jid, row in squeue_rows.items():
         if jid.startswith(prefix):
             per[jid] = state_of(row[0])

@@ -6,7 +6,8 @@ NAME = "ray"
 PER_NODE = True
 RANK_ENV = "single"   # the driver is one process; Ray places the work
 STARTER = ("[python, driver.py]", "a Ray head on the first node, a worker on each other node; this command is the "
-           "driver, on the head node, with RAY_ADDRESS set (ray.init() joins). The job ends when the driver does",
+           "driver, on the head node, with RAY_ADDRESS set (ray.init() joins) and ip_head (the variable Ray's "
+           "Slurm guide reads). The job ends when the driver does",
            1)  # one Ray node per node, with the node's devices
 
 

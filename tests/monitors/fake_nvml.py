@@ -33,7 +33,8 @@ names C functions the driver lacks (their binding raises FUNCTION_NOT_FOUND, as 
 ``s`` seconds after the event clock's start raises that error (once each, driver-wide).
 
 ``HPCLAUNCH_FAKE_NVML_SCENARIO`` may name a JSON file with a scenario (used by the
-daemon subprocess tests); :func:`configure` sets one in-process. ``CALLS`` counts calls
+daemon subprocess tests), or with ``{"hosts": {NODE: scenario, ..., "default": scenario}}``: each node of a
+cluster job its own (by ``$SLURMD_NODENAME``, else the host name); :func:`configure` sets one in-process. ``CALLS`` counts calls
 by function name;
 ``FIELDS_ASKED`` lists the field ids of each ``nvmlDeviceGetFieldValues`` call (the first
 FIELDS_ASKED_MAX: a daemon on the fake for hours must not grow without bound).
@@ -267,6 +268,9 @@ def _load():
         if path:
             with open(path) as f:
                 _scenario = json.load(f)
+            if "hosts" in _scenario:  # one scenario per node of a cluster job, by the node's name
+                host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+                _scenario = _scenario["hosts"].get(host) or _scenario["hosts"]["default"]
         else:
             _scenario = default_scenario()
     return _scenario

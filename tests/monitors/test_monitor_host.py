@@ -2,6 +2,7 @@
 
 import os
 import time
+from unittest import mock
 
 from hpclaunch.monitors import schema
 from hpclaunch.monitors.host import HostSampler
@@ -126,6 +127,9 @@ def test_line_is_exactly_the_formatted_row(tmp_path_factory, first, second, tota
     _proc_tree(root, first, total, avail, rss)
     a, b = _pair(root, None if rapl is None else _Const(rapl), None if temp is None else _Const(temp))
     assert a._lean  # the usual layout: line() takes the fields by position
+    # load1 is the machine's own (os.getloadavg): held still, as a busy machine's moves between the two calls
+    hold = mock.patch("os.getloadavg", return_value=(1.25, 1.0, 0.75))
+    hold.start()
     try:
         for fields in (first, second):  # the first row has no cpu_pct, the second one compares
             (root / "stat").write_text(_STAT.format(" ".join(map(str, fields))))
@@ -136,6 +140,7 @@ def test_line_is_exactly_the_formatted_row(tmp_path_factory, first, second, tota
             got[C["monitor_cpu_s"]] = "0.0"
             assert ",".join(got) == format_rows((row,))
     finally:
+        hold.stop()
         a.close()
         b.close()
 

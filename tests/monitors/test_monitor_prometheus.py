@@ -39,6 +39,7 @@ GPU_EXPECTED = {
     "hpclaunch_gpu_utilization_ratio": ("util_pct", 0.01),
     "hpclaunch_gpu_sm_clock_hertz": ("sm_clock_mhz", 1e6),
     "hpclaunch_gpu_xid_errors_total": ("xid_count", 1.0),
+    "hpclaunch_gpu_slowdown_temperature_celsius": ("slowdown_temp_c", 1.0),
 }
 HOST_EXPECTED = {
     "hpclaunch_host_cpu_utilization_ratio": ("cpu_pct", 0.01),

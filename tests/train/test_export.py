@@ -208,7 +208,9 @@ def test_an_operator_onnx_cannot_translate_is_named_in_one_line(tmp_path, digits
     assert (run_dir / ".hpclaunch" / "finished").exists() and (run_dir / "checkpoints" / "step-2").is_dir()
     assert not (run_dir / "exports").exists()
 
-    proc = hl("export", str(run_dir), check=False, cwd=str(tmp_path))   # the factory imports from here
+    proc = hl("export", str(run_dir), check=False, cwd=str(tmp_path))   # a manifest's factory is not imported...
+    assert proc.returncode == 2 and "--model odd_model:make" in proc.stderr, proc.stderr
+    proc = hl("export", str(run_dir), "--model", "odd_model:make", check=False, cwd=str(tmp_path))  # ...unless named
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "operator hpclaunch_test::soft_sign_keep has no ONNX translation" in proc.stderr
 

@@ -66,7 +66,8 @@
         var tr = el("tr", {"data-key": j.key, "class": "state-" + j.state.toLowerCase()});
         cell(tr, el("a", {href: root + "job/" + j.key}, j.job_id));
         cell(tr, j.name);
-        cell(tr, j.state + (j.exit_code !== null && j.exit_code !== undefined ? " (exit " + j.exit_code + ")" : ""), "state");
+        cell(tr, j.state + (j.exit_code !== null && j.exit_code !== undefined ? " (exit " + j.exit_code + ")" : "")
+                 + (j.waiting ? " · " + j.waiting : ""), "state");
         cell(tr, j.backend);
         cell(tr, j.cluster);
         cell(tr, j.attempts);
@@ -146,7 +147,7 @@
     var hosts = (job.hosts || []).map(function (h) { return h.host + " (ranks " + h.ranks.join(",") + ")"; }).join(", ");
     var facts = [
       ["state", job.state + (job.exit_code !== null && job.exit_code !== undefined ? " (exit " + job.exit_code + ")" : "")
-                + (job.reason ? " · " + job.reason : "")],
+                + (job.waiting ? " · " + job.waiting : job.reason ? " · " + job.reason : "")],
       ["attempts", job.attempts],
       ["nodes", hosts || job.nodes || (job.nodes_requested ? job.nodes_requested + " requested" : "")],
       ["elapsed", job.elapsed],
@@ -187,10 +188,29 @@
     document.getElementById("no-ranks").hidden = rows.length > 0;
   }
 
+  function drawAlerts(alerts) {
+    var rows = (alerts || []).slice().reverse().map(function (a) {
+      var sev = a.event === "resolved" ? "resolved" : a.severity;
+      var tr = el("tr", {"class": "alert-" + sev, "data-rule": a.rule});
+      cell(tr, sev, "severity");
+      cell(tr, a.rule);
+      cell(tr, [a.node, a.gpu === null || a.gpu === undefined ? "" : "GPU " + a.gpu,
+                a.rank === null || a.rank === undefined ? "" : "rank " + a.rank].filter(Boolean).join(" "));
+      cell(tr, when(a.first_seen));
+      cell(tr, when(a.last_seen));
+      cell(tr, a.message, "message");
+      return tr;
+    });
+    var body = document.querySelector("#alerts tbody");
+    body.replaceChildren.apply(body, rows);
+    document.getElementById("no-alerts").hidden = rows.length > 0;
+  }
+
   function jobPage(key) {
     follow(root + "job/" + key + "/events", "job", function (data) {
       showError(data.job.error);
       drawFacts(data.job);
+      drawAlerts(data.live.alerts);
       drawRanks(data.live.ranks);
       drawCharts(data.live);
       var notes = document.getElementById("notes");
