@@ -32,7 +32,7 @@ venv:
 	$(PY) -m pip install -q --upgrade pip setuptools wheel; \
 	: "Pinned: this version's CPU wheel is on disk; an unpinned torch downloads GBs of CUDA builds."; \
 	$(PY) -m pip install -q torch==2.13.0; \
-	$(PY) -m pip install -q -e '.[train,mpi,report,test,frameworks,export,monitor,dashboard,alerts,tune]'
+	$(PY) -m pip install -q -e '.[train,mpi,report,test,frameworks,export,monitor,dashboard,alerts,tune,recovery]'
 
 # Installs whichever of APT_PACKAGES dpkg does not report as installed, then checks them all again.
 deps:

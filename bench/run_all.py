@@ -64,6 +64,8 @@ def benches(quick: bool) -> list[tuple[str, str, list[str], str]]:
         ("tune", "bench/tune/bench_tune.py",
          ["--trials", "12", "--epochs", "5", "--prune", "median", "--skip-ray"] if quick else ["--prune", "median,asha"],
          py),
+        # the failure simulator's cadence against fixed intervals (docs/recovery.md): ~25 min at 300 jobs a cell
+        ("goodput_cadence", "bench/goodput/bench_cadence.py", ["--runs", "20" if quick else "300"], py),
         # on the test cluster (make bench brings it up); 50 runs each way take 1-2 hours on the shared machine
         ("ddp_teardown", "bench/ddp_teardown/bench_ddp_teardown.py", ["--runs", "3" if quick else "50"], py),
     ]

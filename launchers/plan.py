@@ -17,10 +17,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
+from hpclaunch.common.checkpoint_interval import interval_s, mtbf_s
 from hpclaunch.launchers import modes
 from hpclaunch.launchers.container import ContainerPlan, container_plan
 from hpclaunch.spec.job import DEFAULT_GRACE_S, signal_grace
 from hpclaunch.spec.loading import Resolved
+from hpclaunch.spec.recovery import hang_settings
 from hpclaunch.spec.sweep import count, fill, points
 from hpclaunch.spec.units import parse_time_seconds
 
@@ -110,12 +112,32 @@ class Plan:
     prometheus_textfile_dir: Optional[str] = None
     # The local backend's GPU lease folder shared by the machine's users (the profile's local.gpu_lease_dir).
     gpu_lease_dir: Optional[str] = None
+    # In-allocation recovery (spec/recovery.py, docs/recovery.md): the backend asks for nodes + spare_nodes
+    # and keeps the allocation when one dies; the job runtime watches, fences and restarts.
+    spare_nodes: int = 0
+    recovery: bool = True              # the node watch and the supervisor run
+    hang: Optional[Tuple[float, float, float, float]] = None   # (factor, floor s, ceiling s, idle CPU share)
+    heartbeat_timeout: float = 10.0
+    shrink_to: int = 0                 # the fewest nodes a shrunk step runs on; 0: no shrinking
+    checkpoint_interval: str = "auto"  # auto | off | seconds (HPCLAUNCH_CHECKPOINT_INTERVAL_S)
+    checkpoint_cost: float = 30.0      # seconds, assumed until the job measures its own
     # Submission-time facts: runs/submission.py fills them in (dataclasses.replace)
     after: Tuple[Tuple[str, str], ...] = ()   # (kind, job id): start after those jobs of the same backend
+    failure_rate: Optional[float] = None      # node failures per node-hour on the partition (the fleet's record)
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.tasks_per_node
+
+    @property
+    def checkpoint_words(self) -> str:
+        """What the script says of the cadence: off, seconds, or auto:INTERVAL:MTBF, the first start's
+        interval computed here (the prior cost, the partition's rate: nothing is measured yet), so that
+        the job starts no Python for it; the job runtime retunes later starts (docs/recovery.md)."""
+        if self.checkpoint_interval != "auto":
+            return self.checkpoint_interval
+        mtbf = mtbf_s(self.failure_rate, self.nodes)
+        return f"auto:{interval_s(self.checkpoint_cost, mtbf):.0f}:{mtbf:.0f}"
 
 
 # A study's trial (hpclaunch tune, docs/tune.md): each array task runs its command through the trial
@@ -141,6 +163,7 @@ def build_plan(resolved: Resolved, study_dir: Optional[str] = None, tasks: Optio
     seconds = parse_time_seconds(r.time)
     sweep_tasks, varying = ((), set()) if study else _sweep_tasks(job)
     rq = job.requeue
+    rec = job.recovery
     by_program = rq.by == "program"
     signal_ranks = by_program if rq.signal_ranks is None else bool(rq.signal_ranks)
     grace = signal_grace(rq.grace, seconds)  # None: grace unset and a time limit too short to warn before
@@ -205,7 +228,21 @@ def build_plan(resolved: Resolved, study_dir: Optional[str] = None, tasks: Optio
         prometheus_port=_prometheus_port(job.monitor.prometheus_port, profile.monitor.prometheus_port),
         prometheus_textfile_dir=profile.monitor.prometheus_textfile_dir,
         gpu_lease_dir=profile.local.gpu_lease_dir,
+        spare_nodes=r.spare_nodes,
+        recovery=bool(rec.enabled),
+        hang=hang_settings(rec.hang),
+        heartbeat_timeout=float(rec.heartbeat_timeout),
+        shrink_to=(rec.min_nodes or (r.nodes + 1) // 2) if rec.shrink and r.nodes > 1 else 0,
+        checkpoint_interval=_interval_text(rec.checkpoint_interval),
+        checkpoint_cost=float(rec.checkpoint_cost),
     )
+
+
+def _interval_text(value) -> str:
+    """auto, off, or whole seconds, as the script exports them (YAML's bare off is false, on true)."""
+    if isinstance(value, bool):
+        return "auto" if value else "off"
+    return value if isinstance(value, str) else str(int(round(value)))
 
 
 def _prometheus_port(job_port: Optional[int], profile_port: Optional[int]) -> Optional[int]:

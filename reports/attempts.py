@@ -31,6 +31,7 @@ OUTCOMES = {
     "failed": "failed",
     "requeued": "hpclaunch requeued it",
     "gave_up": "failed on the last attempt (requeue.max_attempts): hpclaunch gave up",
+    "restart": "hpclaunch restarted the step inside the allocation",
 }
 # ... and by the scheduler's state, where the script could not say (it was stopped or never ended).
 STATES = {
@@ -80,7 +81,12 @@ def script_record(run_dir) -> Dict[int, dict]:
                        nodes=int(fields["nodes"]) if fields.get("nodes", "").isdigit() else None)
         elif words[2] == "end":
             rec.update(end=t, outcome=fields.get("outcome", "")[:32] or None,
-                       rc=int(fields["rc"]) if fields.get("rc", "").lstrip("-").isdigit() else None)
+                       rc=int(fields["rc"]) if fields.get("rc", "").lstrip("-").isdigit() else None,
+                       reason=fields.get("reason", "")[:32] or None)
+        elif words[2] == "fence":     # a node the job runtime will not use again (docs/recovery.md)
+            rec.setdefault("fenced", []).append(fields.get("node", "?")[:255])
+        elif words[2] == "verdict" and fields.get("verdict") == "hang":
+            rec["hung"] = (fields.get("rank", "?")[:16], fields.get("node", "?")[:255])
         if len(out) >= MAX_ATTEMPTS:
             break
     return out
@@ -142,6 +148,11 @@ def cause_of(a: dict, later: Optional[dict]) -> str:
         text = OUTCOMES.get(outcome, outcome)
         if outcome in ("failed", "requeued", "gave_up") and a.get("exit_code") is not None:
             text = f"step exit code {a['exit_code']}: {text}"
+        why = _recovery_words(a)
+        if why:
+            text = f"{why}: {text}"
+            if outcome == "requeued" and a.get("fenced"):
+                text += f" without {','.join(a['fenced'])}"
     elif state in STATES:
         text = STATES[state]
     elif outcome == "stopped":
@@ -150,12 +161,21 @@ def cause_of(a: dict, later: Optional[dict]) -> str:
         return ""
     else:
         text = state.lower() or "ended"
-    if later is not None and outcome != "requeued" and state != "REQUEUED":
+    if later is not None and outcome not in ("requeued", "restart") and state != "REQUEUED":
         if later.get("job_id") and a.get("job_id") and later["job_id"] != a["job_id"]:
             text += f"; hpclaunch resubmitted it as job {later['job_id']}"
         else:
             text += "; Slurm requeued it"
     return text
+
+
+def _recovery_words(a: dict) -> str:
+    """What the job runtime's recovery saw end an attempt (a node it fenced, a rank it found hung)."""
+    if a.get("reason") == "node" and a.get("fenced"):
+        return f"node {','.join(a['fenced'])} failed (fenced)"
+    if a.get("reason") == "hang" and a.get("hung"):
+        return f"rank {a['hung']['rank']} on {a['hung']['node']} hung"
+    return ""
 
 
 def attempts(run_dir) -> List[dict]:
@@ -170,20 +190,24 @@ def attempts(run_dir) -> List[dict]:
         s, r = script.get(n, {}), rows.get(n, {})
         start = r.get("start") if r.get("start") is not None else s.get("start")
         end = s.get("end") if s.get("end") is not None else r.get("end")
-        if r.get("elapsed") is not None and r.get("end") is not None:
+        # a step restarted inside the allocation: the scheduler's row is the allocation's, not this attempt's
+        inside = s.get("outcome") == "restart"
+        if r.get("elapsed") is not None and r.get("end") is not None and not inside:
             elapsed = r["elapsed"]
         else:
             elapsed = end - start if end is not None and start is not None else None
         hosts, count = rank_hosts(run_dir, n), s.get("nodes")
-        nodes = r.get("nodes") or ""
+        nodes = "" if inside and hosts else r.get("nodes") or ""
         if not nodes and hosts:
             nodes = ",".join(hosts) if count is None or count <= len(hosts) else \
                 f"{count} nodes (ranks on {','.join(hosts)})"
         out.append({"attempt": n, "job_id": r.get("job_id"), "start_unix": start, "end_unix": end,
                     "elapsed_s": round(max(elapsed, 0.0), 3) if elapsed is not None else None,
-                    "state": r.get("state") or None, "outcome": s.get("outcome"),
+                    "state": None if inside else r.get("state") or None, "outcome": s.get("outcome"),
                     "exit_code": s.get("rc") if s.get("rc") is not None else r.get("exit_code"),
-                    "nodes": nodes or s.get("host") or "", "batch_host": s.get("host") or None})
+                    "nodes": nodes or s.get("host") or "", "batch_host": s.get("host") or None,
+                    "reason": s.get("reason"), "fenced": s.get("fenced", []),
+                    "hung": {"rank": s["hung"][0], "node": s["hung"][1]} if s.get("hung") else None})
     for i, a in enumerate(out):
         a["cause"] = cause_of(a, out[i + 1] if i + 1 < len(out) else None)
     return out

@@ -44,7 +44,7 @@ LEAVES: Dict[str, Tuple[str, ...]] = {
     "hpclaunch.monitors": ("hpclaunch.common.atomic",),
     "hpclaunch.reports": ("hpclaunch.monitors.schema",),
     "hpclaunch.train_entry": ("hpclaunch.common", "hpclaunch.spec.train", "hpclaunch.spec.typedload"),
-    "hpclaunch.runtime": (),
+    "hpclaunch.runtime": ("hpclaunch.common.atomic", "hpclaunch.common.checkpoint_interval"),
     # the trial side of a study (hpclaunch tune): the agent and the helper run beside the program
     "hpclaunch.tune": ("hpclaunch.common",),
 }

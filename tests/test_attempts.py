@@ -56,6 +56,46 @@ def test_every_attempt_with_its_cause_and_nodes_whoever_requeued_it(tmp_path):
     assert json.load(open(os.path.join(run, ".hpclaunch", "attempts.json")))["schema"] == "hpclaunch.attempts/1"
 
 
+def test_restarts_inside_the_allocation_are_attempts_with_their_cause_and_nodes(tmp_path):
+    """Issue 45 item 2 with a spare (docs/recovery.md): a rank hung, then a node died; the job
+    runtime restarted the step inside one allocation each time. Each restart is an attempt whose
+    cause names the hung rank or the dead node and whose nodes are its ranks' hosts, not the
+    allocation's (spare included) that the scheduler's one row names."""
+    run = run_dir_with(tmp_path, [
+        f"{T0:.0f} attempt=0 start host=c1 nodes=2 head=c1 port=1",
+        f"{T0 + 1:.0f} attempt=0 launch nodes=c1,c2 spares=c3 checkpoint_interval=5",
+        f"{T0 + 40:.0f} attempt=0 verdict verdict=hang rank=1 node=c2 bound_s=10 quiet_s=11 state=T since=1 stacks=/x",
+        f"{T0 + 45:.0f} attempt=0 end rc=137 outcome=restart reason=hang",
+        f"{T0 + 45:.0f} attempt=1 start host=c1 nodes=2 head=c1 port=2 restart=1 reason=hang",
+        f"{T0 + 90:.0f} attempt=1 verdict verdict=node node=c2 since=1",
+        f"{T0 + 95:.0f} attempt=1 fence node=c2 reason=node",
+        f"{T0 + 95:.0f} attempt=1 end rc=137 outcome=restart reason=node",
+        f"{T0 + 96:.0f} attempt=2 start host=c1 nodes=2 head=c1 port=3 restart=2 reason=node",
+        f"{T0 + 150:.0f} attempt=2 end rc=0 outcome=completed",
+    ], ranks={0: [(0, "c1"), (1, "c2")], 1: [(0, "c1"), (1, "c2")], 2: [(0, "c1"), (1, "c3")]})
+    run_attempts.record(run, [rec("9", "COMPLETED", T0 - 1, T0 + 152, "c[1-3]")])
+    got = reader.attempts(run)
+    assert [(a["attempt"], a["nodes"], a["cause"]) for a in got] == [
+        (0, "c1,c2", "rank 1 on c2 hung: hpclaunch restarted the step inside the allocation"),
+        (1, "c1,c2", "node c2 failed (fenced): hpclaunch restarted the step inside the allocation"),
+        (2, "c1,c3", "completed")]
+    assert got[0]["elapsed_s"] == 46 and got[0]["state"] is None and got[1]["fenced"] == ["c2"]
+    assert got[0]["hung"] == {"rank": "1", "node": "c2"}
+    assert "on c1,c2: node c2 failed (fenced)" in reader.attempt_line(got[1])
+
+
+def test_too_few_healthy_nodes_left_requeues_without_the_dead_one(tmp_path):
+    run = run_dir_with(tmp_path, [
+        f"{T0:.0f} attempt=0 start host=c1 nodes=2 head=c1 port=1",
+        f"{T0 + 30:.0f} attempt=0 fence node=c2 reason=node",
+        f"{T0 + 30:.0f} attempt=0 end rc=137 outcome=requeued reason=node exclude=c2",
+        f"{T0 + 50:.0f} attempt=1 start host=c1 nodes=2 head=c1 port=1",
+        f"{T0 + 90:.0f} attempt=1 end rc=0 outcome=completed"], ranks={1: [(0, "c1"), (1, "c3")]})
+    got = reader.attempts(run)
+    assert got[0]["cause"] == "node c2 failed (fenced): step exit code 137: hpclaunch requeued it without c2"
+    assert got[1]["nodes"] == "c1,c3"
+
+
 def test_a_resubmission_after_a_node_failure_keeps_the_first_jobs_attempts(tmp_path):
     run = run_dir_with(tmp_path, [f"{T0:.0f} attempt=0 start host=c1 nodes=2 head=c1 port=1",
                                   f"{T0 + 100:.0f} attempt=1 start host=c2 nodes=1 head=c2 port=1",

@@ -111,7 +111,7 @@ def test_make_venv_installs_when_the_packages_do_not_import(tmp_path):
     res = _make("venv", f"VENV={venv}")
     assert res.returncode == 0, res.stdout + res.stderr
     pips = _pip_calls(venv)
-    assert any("-e .[train,mpi,report,test,frameworks,export,monitor,dashboard,alerts,tune]" in c for c in pips), pips
+    assert any("-e .[train,mpi,report,test,frameworks,export,monitor,dashboard,alerts,tune,recovery]" in c for c in pips), pips
     assert any("torch==2.13.0" in c for c in pips), pips
 
 
@@ -133,4 +133,4 @@ def test_make_venv_reinstalls_after_setup_cfg_changes(tmp_path):
     os.utime(dist, (past, past))
     res = _make("venv", f"VENV={venv}")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert any("-e .[train,mpi,report,test,frameworks,export,monitor,dashboard,alerts,tune]" in c for c in _pip_calls(venv)), res.stdout
+    assert any("-e .[train,mpi,report,test,frameworks,export,monitor,dashboard,alerts,tune,recovery]" in c for c in _pip_calls(venv)), res.stdout

@@ -96,7 +96,9 @@ def test_a_launcher_another_package_installs_needs_no_edit_here(tmp_path):
 
     out = hl("render", "job.yaml")
     assert out.returncode == 0, out.stderr
-    assert "export HPCLAUNCH_RANK_ENV=srun\necho 'echoer for it'\"'\"'s mine'\nhl_step 2 " in out.stdout
+    # its text is the launch section the job runtime runs (again, on a restart: docs/recovery.md)
+    assert "hl_launch() {\necho 'echoer for it'\"'\"'s mine'\nhl_step 2 " in out.stdout
+    assert "export HPCLAUNCH_RANK_ENV=srun\n" in out.stdout and "\nhl_supervise hl_launch\n" in out.stdout
     assert subprocess.run(["bash", "-n"], input=out.stdout, text=True).returncode == 0
     bad = hl("validate", "job.yaml", "-o", "resources.nodes=3")
     assert bad.returncode == 2 and "resources.nodes: echoer runs on two nodes at most (3)" in bad.stderr, bad.stderr

@@ -111,7 +111,7 @@ def test_status_reads_active_and_recent_jobs_only(hpc_home):
     ("SELECT * FROM jobs WHERE job_id = ?", ("5",)),
     ("SELECT * FROM jobs WHERE run_dir = ?", ("/runs/x",)),
     ("SELECT * FROM jobs WHERE key = ? UNION SELECT * FROM jobs WHERE parent_key = ?", (1, 1)),
-    ("SELECT * FROM jobs WHERE " + regmod._ACTIVE + " ORDER BY submit_time DESC", ()),
+    ("SELECT * FROM jobs WHERE " + regmod.ACTIVE + " ORDER BY submit_time DESC", ()),
     ("SELECT * FROM jobs WHERE end_time >= ?", (0.0,)),
 ])
 def test_lookups_go_by_index(hpc_home, query, args):

@@ -188,7 +188,7 @@ def test_wrong_type_cases_cover_every_top_level_key():
     # the derivation from the schema sorts the sections right (a slip would test them as words)
     mappings = {key for key, _, words in WRONG_TYPES if words.startswith("expected a mapping")}
     assert mappings == {"resources", "slurm", "env", "monitor", "requeue", "rendezvous", "train", "sweep", "container",
-                        "kubernetes", "alerts"}
+                        "kubernetes", "alerts", "recovery"}
     assert [key for key, _, words in WRONG_TYPES if words.startswith("expected a list")] == ["command"]
 
 

@@ -47,7 +47,7 @@ def test_wheel_from_clean_clone(built, tmp_path):
                  "hpclaunch/templates/job.sbatch.j2", "hpclaunch/templates/torchrun.j2",
                  "hpclaunch/hpc_profiles/a100-hpc.yaml", "hpclaunch/train_entry/__init__.py",
                  "hpclaunch/launchers/templating.py", "hpclaunch/templates/_compiled/MANIFEST",
-                 "hpclaunch/runtime/job.sh", "hpclaunch/runtime/frameworks.sh", "hpclaunch/runtime/__main__.py"]:
+                 "hpclaunch/runtime/job.sh", "hpclaunch/runtime/frameworks.sh", "hpclaunch/runtime/recovery.sh", "hpclaunch/runtime/__main__.py"]:
         assert must in names, f"{must} missing from the wheel"
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])

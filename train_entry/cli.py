@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--run-dir", help="run directory (default $HPCLAUNCH_RUN_DIR, else ./runs/<name>-local)")
     g.add_argument("--name", help="run name for the local run directory")
     g.add_argument("--checkpoint-every", type=int, help="checkpoint every N optimizer steps (0 = epoch ends only)")
+    g.add_argument("--checkpoint-interval", dest="checkpoint_interval_s", type=float,
+                   help="checkpoint every S seconds as well (default $HPCLAUNCH_CHECKPOINT_INTERVAL_S, which the "
+                        "job runtime sets from the failure rate, when --checkpoint-every is 0; 0 = off)")
     g.add_argument("--keep-checkpoints", type=int, help="keep the newest K checkpoints (default 3)")
     g.add_argument("--sync-checkpoints", dest="async_checkpoint", action="store_false", default=None,
                    help="the step waits until each checkpoint is durable (default: fsync and publish "

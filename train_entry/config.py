@@ -63,6 +63,8 @@ class TrainConfig:
     dropout: float = 0.1
     workers: int = 0
     checkpoint_every: int = DEFAULTS["checkpoint_every"]  # optimizer steps; 0 = only at epoch ends
+    # seconds; None: $HPCLAUNCH_CHECKPOINT_INTERVAL_S when checkpoint_every is 0 (checkpoint_interval()); 0: off
+    checkpoint_interval_s: Optional[float] = None
     keep_checkpoints: int = DEFAULTS["keep_checkpoints"]
     async_checkpoint: bool = DEFAULTS["async_checkpoint"]  # fsync + publish beside training (False: the step waits)
     resume: bool = True
@@ -217,6 +219,36 @@ def build_config(cli: Mapping[str, Any] | None = None, job: Mapping | None = Non
         setattr(cfg, key, _coerce(key, value))
     cfg.limits = limits
     return cfg
+
+
+def checkpoint_interval(cfg: TrainConfig, environ: Mapping[str, str]) -> Optional[float]:
+    """Seconds between checkpoints by time, or None: --checkpoint-interval, else the job runtime's
+    $HPCLAUNCH_CHECKPOINT_INTERVAL_S (docs/recovery.md) unless --checkpoint-every chose steps."""
+    value = cfg.checkpoint_interval_s
+    if value is None and not cfg.checkpoint_every:
+        text = environ.get("HPCLAUNCH_CHECKPOINT_INTERVAL_S", "")
+        try:
+            value = float(text) if text else None
+        except ValueError:
+            raise ConfigError(f"HPCLAUNCH_CHECKPOINT_INTERVAL_S={text!r} is not a number of seconds "
+                              "(the job runtime sets it; unset it or give --checkpoint-interval)") from None
+    if value is None or value == 0:
+        return None
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"--checkpoint-interval must be a number of seconds >= 0, got {value}")
+    return value
+
+
+def checkpoint_mtbf(cfg: TrainConfig, environ: Mapping[str, str]) -> Optional[float]:
+    """The MTBF the job runtime's interval assumed (HPCLAUNCH_MTBF_S, recovery.checkpoint_interval: auto),
+    when that interval applies: the rank retunes it with the checkpoint cost it measures itself."""
+    if cfg.checkpoint_interval_s is not None or cfg.checkpoint_every or not environ.get("HPCLAUNCH_CHECKPOINT_INTERVAL_S"):
+        return None
+    try:
+        value = float(environ.get("HPCLAUNCH_MTBF_S", ""))
+    except ValueError:
+        return None
+    return value if 0 < value < float("inf") else None
 
 
 @dataclasses.dataclass(frozen=True)

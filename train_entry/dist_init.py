@@ -120,6 +120,28 @@ class Dist:
         work.wait()
         return bool(value.item())
 
+    def flags_start(self, flags):
+        """any_start for several flags at once: an elementwise "any rank true?" (one all-reduce)."""
+        vals = [1 if f else 0 for f in flags]
+        if self.backend == "none":
+            return tuple(bool(v) for v in vals), None
+        t = torch.tensor(vals, dtype=torch.int32, device=self._coll_device())
+        if self.backend in ("gloo", "nccl"):
+            import torch.distributed as dist
+
+            return t, dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True)
+        return tuple(bool(v) for v in self._reduce(t, "max").tolist()), None   # horovod: synchronous
+
+    def flags_wait(self, handle) -> tuple:
+        value, work = handle
+        if work is None:
+            return tuple(value)
+        work.wait()
+        return tuple(bool(v) for v in value.tolist())
+
+    def flags(self, flags) -> tuple:
+        return self.flags_wait(self.flags_start(flags))
+
     def broadcast_int(self, value: int) -> int:
         """Rank 0's value on every rank."""
         if self.backend == "none":

@@ -19,9 +19,12 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from hpclaunch.common.checkpoint_interval import interval_s as daly_interval
+
 from . import checkpoint as ckpt
 from . import sharded_checkpoint as sharded
-from .config import ConfigError, TrainConfig, TrainingDiverged, build_config, derive, load_run_job
+from .config import (ConfigError, TrainConfig, TrainingDiverged, build_config, checkpoint_interval, checkpoint_mtbf,
+                     derive, load_run_job)
 from .data import TrainLoader, load_data, make_tensors, split, val_shard
 from .evaluate import VAL_BATCH, validate
 from .memory import memory_fields
@@ -231,6 +234,9 @@ class _Run:
 
         last_ckpt = resumed_from
         self._inflight, self._commit_at = None, 0
+        self._interval = checkpoint_interval(cfg, os.environ)   # seconds between checkpoints by time, or None
+        self._mtbf = checkpoint_mtbf(cfg, os.environ)             # auto: retuned with the cost measured here
+        self._saved_at, self._saves, self._costs = time.monotonic(), 0, []
         val = (None, None)
         self._iv = iv = [0, 0, 0.0, 0.0]  # since the last step record: steps, samples, busy seconds, loss sum
         self._last_lr = der.lr
@@ -301,11 +307,13 @@ class _Run:
                     if end_of_epoch:
                         break    # checkpoint / stop check after validation, below
                     hook = cfg.stop_after_step is not None and state["step"] == cfg.stop_after_step
+                    due = False
                     if state["step"] % max(1, cfg.stop_check_every) == 0 or hook:
-                        if self._agree_stop(hook):
+                        stop, due = self._agree(hook)
+                        if stop:
                             last_ckpt = self._save()
                             self._requeue_exit(last_ckpt)
-                    if cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0:
+                    if due or (cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0):
                         last_ckpt = self._save()
 
                 # -- end of epoch (or of max_steps) -------------------------------------------
@@ -328,7 +336,7 @@ class _Run:
                 last_ckpt = self._save(val)
                 done = state["epoch"] >= cfg.epochs or state["step"] >= total_steps
                 hook = cfg.stop_after_step is not None and state["step"] == cfg.stop_after_step
-                if not done and self._agree_stop(hook, sync=True):
+                if not done and self._agree(hook, sync=True)[0]:
                     self._requeue_exit(last_ckpt)
 
             self._drain()
@@ -341,27 +349,33 @@ class _Run:
             mw.close()
 
     # ------------------------------------------------------------------------------------------
-    def _agree_stop(self, local_hook: bool = False, sync: bool = False) -> bool:
-        """True on every rank or on none. Between steps the agreement is pipelined: the flag
-        sampled at one check is all-reduced without blocking and read at the next check (every
-        rank runs the same sequence of checks, so they all stop at the same step). At epoch ends
-        and for the test hook it is synchronous."""
+    def _agree(self, local_hook: bool = False, sync: bool = False) -> tuple:
+        """(stop, checkpoint due), the same on every rank. Stop: a requeue was asked for on some
+        rank; due: rank 0's clock says the checkpoint interval has passed since the last save
+        (docs/recovery.md). Between steps the agreement is pipelined: the flags sampled at one
+        check are all-reduced without blocking and read at the next check (every rank runs the
+        same sequence of checks, so they all act at the same step). At epoch ends and for the
+        test hook it is synchronous."""
         local = self.stop.local()
         if local_hook and not local:   # test hook --stop-after-step: behave like a requeue request
             local, self.stop.reason = True, f"--stop-after-step {self.cfg.stop_after_step}"
-        earlier = False
+        due = self._interval is not None and self.dist.rank == 0 and \
+            time.monotonic() - self._saved_at >= self._interval
+        earlier = (False, False)
         if self._pending is not None:
-            earlier, self._pending = self.dist.any_wait(self._pending), None
+            (stop, was_due), saves = self.dist.flags_wait(self._pending[0]), self._pending[1]
+            # a due flag sent before a save since is answered already (every rank saw that save)
+            earlier, self._pending = (stop, was_due and saves == self._saves), None
         if sync or local_hook:
-            return self.dist.any(local) or earlier
-        if earlier:
-            return True
-        self._pending = self.dist.any_start(local)
-        return False
+            now = self.dist.flags((local, due))
+            return now[0] or earlier[0], now[1] or earlier[1]
+        if not earlier[0]:
+            self._pending = (self.dist.flags_start((local, due)), self._saves)
+        return earlier
 
     def _drain(self) -> None:
         if self._pending is not None:
-            self.dist.any_wait(self._pending)
+            self.dist.flags_wait(self._pending[0])
             self._pending = None
 
     def _record_steps(self, epoch: int, grad_norm: Optional[float] = None) -> None:
@@ -419,6 +433,21 @@ class _Run:
         """Collective. Training stops only while the files are written into the page cache
         (the state is captured at this step); fsync and publishing run beside the next steps.
         ``val`` = (loss, accuracy) of the validation just run at this step, kept in the manifest."""
+        t0 = time.perf_counter()
+        try:
+            return self._save_now(val)
+        finally:
+            # what training stopped for: the cadence (docs/recovery.md) weighs it against failures
+            cost = time.perf_counter() - t0
+            self._saved_at = time.monotonic()
+            self._saves += 1
+            if self.dist.rank == 0:
+                self.mw.event("checkpoint", step=self.state["step"], seconds=round(cost, 4))
+                if self._mtbf is not None:   # Daly's interval for this job's own cost (rank 0's clock decides)
+                    self._costs = (self._costs + [cost])[-5:]
+                    self._interval = daly_interval(sorted(self._costs)[len(self._costs) // 2], self._mtbf)
+
+    def _save_now(self, val=None) -> str:
         self._complete_save()  # at most one in flight: checkpoints are published in step order
         s, rank, der = self.state, self.dist.rank, self._der
         # the epoch's running sums over every rank, which a resume at any world size shares out again

@@ -18,6 +18,11 @@ from hpclaunch.runs.registry import Registry
 def cmd_report(args: argparse.Namespace) -> int:
     fmt = report_format(args.format, args.output)
     since = time.time() - parse_age(args.since)
+    if args.goodput:
+        from hpclaunch.reports.goodput_render import render as render_goodput
+        from hpclaunch.runs.goodput import fleet_report
+        emit_report(render_goodput(fleet_report(Registry(), since, refresh=args.refresh), fmt), args.output)
+        return 0
     limit = FLEET_PAGE if args.limit is None else args.limit
     if limit < 0 or args.offset < 0:
         raise HpclaunchError(f"report --since: --limit {limit} --offset {args.offset}: give whole numbers, 0 or "

@@ -141,6 +141,10 @@ def build(command: str | None = None) -> argparse.ArgumentParser:
                    help="default: text, or from the -o suffix (.json, .html)")
     c.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
     c.add_argument("--since", metavar="AGE", help="fleet view over jobs submitted within AGE, e.g. 7d")
+    c.add_argument("--goodput", action="store_true",
+                   help="where the job's time went: queued, starting, productive, recomputing, checkpointing, "
+                   "detecting and recovering from failures; ETTR and lost GPU-hours by cause (with --since: "
+                   "per partition and month) (docs/recovery.md)")
     c.add_argument("--refresh", action="store_true",
                    help="fleet view: check every job's logs against its ledger summary (by default only "
                    "jobs that ended in the last day are checked)")

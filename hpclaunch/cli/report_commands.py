@@ -35,6 +35,12 @@ def cmd_report(args: argparse.Namespace) -> int:
             job = None
         if job is not None and job.record.backend != "remote":
             _refresh_attempts(job)
+    if args.goodput:
+        from hpclaunch.reports.goodput_render import render as render_goodput
+        from hpclaunch.runs import goodput
+        doc = goodput.job_report(job.record) if job is not None else goodput.run_dir_report(run_dir)
+        emit_report(render_goodput(doc, fmt), args.output)
+        return 0
     if not os.path.isdir(os.path.join(run_dir, "monitor")) and not os.path.isdir(os.path.join(run_dir, "metrics")):
         raise HpclaunchError(f"{run_dir}: no monitor/ or metrics/ folder — is this a run directory?")
     color = args.output is None and sys.stdout.isatty()

@@ -9,12 +9,13 @@ import time
 from typing import Callable, Optional
 
 from hpclaunch.common.errors import HpclaunchError
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from hpclaunch.launchers.backends.choice import get_backend, relayed
 from hpclaunch.launchers.backends.base import FINAL_STATES, Capability, JobRef, JobStatus, State, exit_code_for
 from hpclaunch.runs import attempts as run_attempts
 from hpclaunch.runs.alerts import on_final
 from hpclaunch.runs.registry import JobRecord, Registry
+from hpclaunch.runs import goodput
 from hpclaunch.runs.resubmit import resubmit
 
 
@@ -155,10 +156,22 @@ class Job:
                 on_poll(st)
             last = key
             if st.final:
+                self._remember_goodput(st)
                 return st
             if timeout is not None and time.monotonic() - start > timeout:
                 return st
             time.sleep(poll)
+
+    def _remember_goodput(self, st) -> None:
+        """The ended job's goodput summary in the registry's ledger: the partition's failure rate and
+        the fleet view read it (best effort: a job whose logs cannot be read is summarised later)."""
+        if self.record.array_size:
+            return
+        try:
+            goodput.remember(self.registry, replace(self.record, state=str(st.state),
+                                                    end_time=st.end_time or self.record.end_time or time.time()))
+        except Exception:  # noqa: BLE001 - following a job never fails for its report
+            pass
 
     def _resubmit_if_node_failed(self, st) -> Optional[JobRecord]:
         be = self._backend()

@@ -16,69 +16,7 @@ from hpclaunch.common.atomic import file_in_the_way
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.common.identity import current_user
 from dataclasses import dataclass
-from hpclaunch.launchers.backends.base import FINAL_STATES as _FINAL
-
-SCHEMA_VERSION = 1
-FINAL_STATES = frozenset(s.value for s in _FINAL)  # state words as stored in the registry
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS jobs (
-    key          INTEGER PRIMARY KEY AUTOINCREMENT,
-    backend      TEXT NOT NULL,
-    cluster      TEXT NOT NULL,
-    job_id       TEXT NOT NULL,
-    name         TEXT NOT NULL,
-    user         TEXT NOT NULL,
-    host         TEXT NOT NULL,
-    submit_time  REAL NOT NULL,
-    job_file     TEXT,
-    job_sha256   TEXT,
-    profile      TEXT,
-    partition    TEXT,
-    launcher     TEXT,
-    nodes        INTEGER,
-    array_size   INTEGER,
-    run_dir      TEXT NOT NULL,
-    resolved     TEXT,
-    attempts     INTEGER NOT NULL DEFAULT 1,
-    state        TEXT NOT NULL DEFAULT 'PENDING',
-    exit_code    INTEGER,
-    end_time     REAL,
-    parent_key   INTEGER,
-    UNIQUE (backend, cluster, job_id)
-);
-CREATE INDEX IF NOT EXISTS jobs_name ON jobs(name);
-CREATE INDEX IF NOT EXISTS jobs_time ON jobs(submit_time);
-CREATE INDEX IF NOT EXISTS jobs_job_id ON jobs(job_id);
-CREATE INDEX IF NOT EXISTS jobs_run_dir ON jobs(run_dir);
-CREATE INDEX IF NOT EXISTS jobs_parent ON jobs(parent_key);
-CREATE INDEX IF NOT EXISTS jobs_end ON jobs(end_time);
-CREATE INDEX IF NOT EXISTS jobs_active ON jobs(submit_time) WHERE %(active)s;
-CREATE TABLE IF NOT EXISTS events (
-    id       INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_key  INTEGER NOT NULL REFERENCES jobs(key),
-    time     REAL NOT NULL,
-    user     TEXT NOT NULL,
-    kind     TEXT NOT NULL,
-    detail   TEXT
-);
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS ledger (
-    job_key    INTEGER PRIMARY KEY REFERENCES jobs(key),
-    signature  TEXT NOT NULL,
-    summary    TEXT NOT NULL,
-    made       REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
-# A job that is not final, as SQL: the state words written out, so that the partial index jobs_active
-# (the active jobs, newest first: `status`, `list` and the dashboard ask for them among 100,000 rows)
-# serves the queries that say the same words. (A final state added later leaves an older registry's
-# index unused by the new queries, not wrong: they scan.)
-_ACTIVE = "state NOT IN (%s)" % ",".join(f"'{s}'" for s in sorted(FINAL_STATES))
-_DDL = _DDL % {"active": _ACTIVE}
-# The tables and indexes _DDL makes: a registry that has them all needs no DDL run when opened.
-_DDL_OBJECTS = {part.split()[0] for part in _DDL.split("IF NOT EXISTS ")[1:]}
+from hpclaunch.runs.registry_schema import ACTIVE, DDL, DDL_OBJECTS, FINAL_STATES, SCHEMA_VERSION  # noqa: F401 (FINAL_STATES: re-exported)
 
 
 def home() -> str:
@@ -202,7 +140,7 @@ class Registry:
             return  # made before by this schema: no write transaction (two fsyncs) on every command
         self._db.execute("BEGIN IMMEDIATE")  # SQLite's own errors here are _unusable()'s to explain
         try:
-            for statement in _DDL.split(";"):
+            for statement in DDL.split(";"):
                 if statement.strip():
                     self._db.execute(statement)
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -217,7 +155,7 @@ class Registry:
 
     def _has_every_object(self) -> bool:
         names = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master")}
-        return _DDL_OBJECTS <= names
+        return DDL_OBJECTS <= names
 
     def _check_version(self) -> bool:
         """A registry another hpclaunch wrote: a newer one's is not ours to read or change. True when
@@ -384,7 +322,7 @@ class Registry:
             sql += " AND submit_time >= ?"
             args.append(since)
         if active_only:
-            sql += " AND " + _ACTIVE
+            sql += " AND " + ACTIVE
         return sql, args
 
     def list(self, since: float | None = None, active_only: bool = False, limit: int | None = None,
@@ -399,7 +337,7 @@ class Registry:
     def recent(self, since: float) -> list[JobRecord]:
         """Every active job, and every job that ended (without an end time: was submitted) since `since`,
         newest first: what `status` shows, by index, however long the registry's history."""
-        rows = self._rows("SELECT * FROM jobs WHERE " + _ACTIVE + " UNION SELECT * FROM jobs WHERE end_time >= ?"
+        rows = self._rows("SELECT * FROM jobs WHERE " + ACTIVE + " UNION SELECT * FROM jobs WHERE end_time >= ?"
                           " UNION SELECT * FROM jobs WHERE end_time IS NULL AND submit_time >= ?", (since, since))
         return sorted((_record(r) for r in rows), key=lambda r: (r.submit_time, r.key), reverse=True)
 
@@ -469,6 +407,35 @@ class Registry:
         with self._tx():
             self._db.executemany("INSERT OR REPLACE INTO ledger VALUES (?, ?, ?, ?)",
                                  [(k, sig, summary, now) for k, sig, summary in entries])
+
+    def goodput(self, keys: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """The goodput ledger's entries of these jobs: {key: (signature, summary JSON)} (runs/goodput.py)."""
+        out: dict[int, tuple[str, str]] = {}
+        keys = list(keys)
+        for i in range(0, len(keys), 900):
+            chunk = keys[i:i + 900]
+            for row in self._rows("SELECT job_key, signature, summary FROM goodput WHERE job_key IN (%s)"
+                                  % ",".join("?" * len(chunk)), chunk):
+                out[row[0]] = (row[1], row[2])
+        return out
+
+    def put_goodput(self, entries: Sequence[tuple]) -> None:
+        """Write (key, signature, partition, first start, node-hours, node failures, summary JSON) entries."""
+        if not entries:
+            return
+        now = time.time()
+        with self._tx():
+            self._db.executemany("INSERT OR REPLACE INTO goodput VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                 [tuple(e) + (now,) for e in entries])
+
+    def node_failures(self, partition: str | None, since: float) -> tuple[int, float]:
+        """(node failures, node-hours) the goodput ledger holds for jobs of `partition` (None: no partition
+        named) that started since `since`: the fleet's failure rate (docs/recovery.md)."""
+        where = "partition IS NULL" if partition is None else "partition = ?"
+        args: list[Any] = [] if partition is None else [partition]
+        row = self._rows(f"SELECT COALESCE(SUM(node_failures), 0), COALESCE(SUM(node_hours), 0.0) FROM goodput "
+                         f"WHERE {where} AND first_start >= ?", args + [since])[0]
+        return int(row[0] or 0), float(row[1] or 0.0)
 
     def events(self, key: int) -> Iterator[sqlite3.Row]:
         return iter(self._rows("SELECT * FROM events WHERE job_key = ? ORDER BY id", (key,)))

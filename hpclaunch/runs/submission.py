@@ -17,6 +17,7 @@ from hpclaunch.launchers.backends.choice import job_backend, names
 from hpclaunch.launchers.backends.base import Capability, JobRef
 from hpclaunch.launchers.plan import DEPENDENCY_KINDS, Plan, build_plan
 from hpclaunch.runs import alerts
+from hpclaunch.runs.goodput import failure_rate
 from hpclaunch.runs.jobs import Job
 from hpclaunch.runs.registry import Registry
 from hpclaunch.spec.loading import Resolved, resolve_job
@@ -159,6 +160,8 @@ def submit(job: str | Resolved, overrides: Sequence[str] = (), *, backend: Optio
     plan = build_plan(resolved, study_dir=study_dir, tasks=tasks)
     if after:
         plan = replace(plan, after=dependencies(after, reg, be))
+    if plan.checkpoint_interval == "auto":   # the partition's failure rate: the cadence's start (docs/recovery.md)
+        plan = replace(plan, failure_rate=failure_rate(reg, plan.placement.partition))
     request = be.prepare(plan)
     alert_conf = alerts.settings({"alerts": to_plain(resolved.job.alerts)})
     alerts.check_secrets(alert_conf)  # a secret that cannot be had: the user's one line, nothing queued

@@ -42,6 +42,10 @@ hl_run_dir() {
   [ -z "${HPCLAUNCH_RESUME_DIR:-}" ] || HPCLAUNCH_RUN_DIR=$HPCLAUNCH_RESUME_DIR
   export HPCLAUNCH_RUN_DIR
   export HPCLAUNCH_ATTEMPT=$(( ${HPCLAUNCH_ATTEMPT_BASE:-0} + ${SLURM_RESTART_COUNT:-0} ))
+  # Restarts inside an earlier allocation numbered attempts too (.hpclaunch/attempt: the last launched)
+  local last=''
+  [ ! -f "$HPCLAUNCH_RUN_DIR/.hpclaunch/attempt" ] || read -r last _ <"$HPCLAUNCH_RUN_DIR/.hpclaunch/attempt"
+  case $last in "" | *[!0-9]*) ;; *) [ "$last" -lt "$HPCLAUNCH_ATTEMPT" ] || HPCLAUNCH_ATTEMPT=$((last + 1)) ;; esac
   export HPCLAUNCH_LOG_DIR=$HPCLAUNCH_RUN_DIR/logs/attempt$HPCLAUNCH_ATTEMPT
   mkdir -p -- "$HPCLAUNCH_LOG_DIR" "$HPCLAUNCH_RUN_DIR/monitor" "$HPCLAUNCH_RUN_DIR/metrics" \
     "$HPCLAUNCH_RUN_DIR/checkpoints" "$HPCLAUNCH_RUN_DIR/.hpclaunch" ||
@@ -76,7 +80,11 @@ hl_step() {
   while [ "$1" != "--" ]; do opts+=("$1"); shift; done
   shift
   if [ -z "${HPCLAUNCH_LOCAL:-}" ]; then
-    srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node="$ntasks" "${opts[@]}" "$@"
+    # hl_step_place: the step's nodes (hl_place); after a restart the step overlaps the old one's
+    # CPUs, which Slurm holds until it hears from a dead node (docs/recovery.md)
+    # --ntasks on a subset of the allocation: else srun takes the job's SLURM_NTASKS (all its nodes')
+    srun "${hl_step_place[@]}" ${hl_step_subset:+--ntasks=$((${#hl_nodes[@]} * ntasks))} --ntasks-per-node="$ntasks" \
+      "${opts[@]}" "$@"
     return
   fi
   gtids=$(seq -s, 0 $((ntasks - 1)))
@@ -117,6 +125,16 @@ hl_step() {
   done
   return "$rc"
 }
+# hl_wait_at_most PID SECONDS: until the process has ended (0), or SECONDS have passed (1).
+hl_wait_at_most() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    kill -0 "$1" 2>/dev/null || return 0
+    [ -e "/proc/$1/stat" ] && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" = Z ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
 # Waits for a background pid; a trapped signal interrupts `wait`, so wait again (bash keeps the status).
 hl_wait() {
   local rc
@@ -144,7 +162,8 @@ hl_signal_ranks() {
   elif [ -n "${HPCLAUNCH_LOCAL:-}" ]; then
     bash -c "$hl_signal_body" hpclaunch-signal "$1" "$map"
   else
-    srun --overlap --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 \
+    # the step's nodes (hl_place): a fenced node is dead, a spare runs no rank
+    srun --overlap "${hl_step_place[@]}" --ntasks="${#hl_nodes[@]}" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 \
       bash -c "$hl_signal_body" hpclaunch-signal "$1" "$map"
   fi
 }
@@ -220,8 +239,10 @@ print(port or "")' "$@" 2>/dev/null
 # allocation's first node), else the next free one of the range. Under the local backend the kernel
 # picks a free one: job ids restart in every registry, so two users' (or two HPCLAUNCH_HOMEs') jobs
 # would derive the same port. $HPCLAUNCH_RDZV_PORT wins.
+hl_port_base='' hl_port_span=''
 hl_choose_port() {
   local base=$1 span=$2
+  hl_port_base=$base hl_port_span=$span
   if [ -n "${HPCLAUNCH_RDZV_PORT:-}" ]; then
     hl_port=$HPCLAUNCH_RDZV_PORT
   elif [ -n "${HPCLAUNCH_LOCAL:-}" ]; then
@@ -234,11 +255,40 @@ hl_choose_port() {
 # hl_begin: the allocation's hosts (hl_nodes) and head (hl_head: the first, with the profile's
 # $hl_head_suffix), the rendezvous address exported, the attempt's start in the state file and log.
 hl_begin() {
-  mapfile -t hl_nodes < <(hl_hostnames)
-  hl_head=${hl_nodes[0]}${hl_head_suffix:-}
-  export HPCLAUNCH_MASTER_ADDR=$hl_head HPCLAUNCH_MASTER_PORT=$hl_port
+  mapfile -t hl_alloc < <(hl_hostnames)
+  hl_place
   hl_state "start host=$(hostname) nodes=${#hl_nodes[@]} head=$hl_head port=$hl_port"
-  hl_log "job ${SLURM_JOB_ID} attempt $HPCLAUNCH_ATTEMPT on ${hl_nodes[*]}; rank logs in $HPCLAUNCH_LOG_DIR"
+  hl_log "job ${SLURM_JOB_ID} attempt $HPCLAUNCH_ATTEMPT on ${hl_nodes[*]}${hl_spares[*]:+ (spare: ${hl_spares[*]})}; rank logs in $HPCLAUNCH_LOG_DIR"
+}
+# hl_place: the step's nodes (hl_nodes: the job's node count of the allocation's nodes, the fenced
+# left out, the batch shell's node first) and spares (hl_spares), the head and the srun placement
+# (hl_step_place). Returns 1 when fewer healthy nodes are left than the step needs.
+hl_fenced=() hl_step_subset=''
+hl_place() {
+  local want=${hl_rec_nodes:-0} node me ok=() f
+  me=$(hostname)
+  for node in "${hl_alloc[@]}"; do
+    for f in "${hl_fenced[@]}"; do [ "$f" = "$node" ] && continue 2; done
+    if [ "$node" = "$me" ] || [ "$node" = "${me%%.*}" ]; then
+      ok=("$node" "${ok[@]}")
+      hl_batch_node=$node
+    else
+      ok+=("$node")
+    fi
+  done
+  [ "$want" -gt 0 ] || want=${#hl_alloc[@]}
+  [ "${#ok[@]}" -gt 0 ] || return 1
+  hl_nodes=("${ok[@]:0:$want}")
+  hl_spares=("${ok[@]:$want}")
+  hl_head=${hl_nodes[0]}${hl_head_suffix:-}
+  export HPCLAUNCH_MASTER_ADDR=$hl_head HPCLAUNCH_MASTER_PORT=$hl_port HPCLAUNCH_STEP_NODES=${#hl_nodes[@]}
+  if [ "${#hl_nodes[@]}" -eq "${#hl_alloc[@]}" ]; then
+    hl_step_place=(--nodes="${SLURM_JOB_NUM_NODES:-${#hl_nodes[@]}}") hl_step_subset=''
+  else
+    hl_step_place=(--nodes="${#hl_nodes[@]}" --nodelist="$(IFS=,; echo "${hl_nodes[*]}")") hl_step_subset=1
+  fi
+  [ "$hl_restarts" -eq 0 ] || hl_step_place+=(--overlap)
+  [ "${#ok[@]}" -ge "$want" ]
 }
 
 # --- the rank wrapper ---
@@ -309,6 +359,10 @@ case $hl_x in ""|*[!0-9]*) ;; *) hl_rc=$hl_x ;; esac
 exit "$hl_rc"'
 # Launchers put it before the rank's command: "${hl_rank_log[@]}" "${hl_ctr[@]}" "${hl_cmd[@]}".
 hl_rank_log=(bash -c "$hl_rank_body" hpclaunch-rank)
+# A container's words before the rank's command, and its options to the step: none unless the script
+# (templates/container.j2) sets them.
+hl_ctr=()
+hl_ctr_opts=()
 
 # Ray's and TensorFlow's launches live beside this file (a module of its own, as each does in Python).
 . "${BASH_SOURCE[0]%/*}/frameworks.sh"
@@ -324,7 +378,8 @@ hl_monitor_start() {
     # --ntasks: else srun takes the job's SLURM_NTASKS (nodes x tasks a node) over --ntasks-per-node=1,
     # and runs a monitor per rank, all writing one node's logs.
     # Named: hl_stop_monitor finds the step by its name to stop it (see there).
-    srun --overlap --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 \
+    # --no-kill: a node that dies does not stop the other nodes' monitors (docs/recovery.md).
+    srun --overlap --no-kill --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 \
       --job-name=hpclaunch-monitor "$@" "${hl_monitor[@]}" >>"$HPCLAUNCH_LOG_DIR/monitor.log" 2>&1 &
   fi
   hl_monitor_pid=$!
@@ -341,6 +396,9 @@ hl_stop_monitor() {
   if [ -z "$step" ] || ! scancel -s TERM "$step" 2>/dev/null; then
     kill -TERM "$hl_monitor_pid" 2>/dev/null
   fi
+  # A monitor takes a final sample and stops within seconds; srun waits for a dead node's task until
+  # the scheduler gives up on the node (SlurmdTimeout), so it is not waited for that long.
+  hl_wait_at_most "$hl_monitor_pid" 30 || kill -KILL "$hl_monitor_pid" 2>/dev/null
   hl_wait "$hl_monitor_pid"
   # The logs are final: this step leaves their columnar copies, which the user's reports read instead
   # of parsing every CSV again, and answers the measured energy, for the job's Slurm record
@@ -384,6 +442,12 @@ hl_end() {
   rc=$?
   hl_stop_monitor
   hl_decide "$rc"
+  hl_conclude "$rc"
+}
+# hl_conclude RC: the attempt's end as $hl_outcome says: its state line and log line, the requeue,
+# and the script's exit code.
+hl_conclude() {
+  local rc=$1
   hl_state "end rc=$rc outcome=$hl_outcome"
   case $hl_outcome in
     completed)
@@ -407,4 +471,6 @@ hl_end() {
   esac
   exit "$rc"
 }
-:
+
+# Recovery inside the allocation (hl_recovery, hl_supervise, ...) lives beside this file.
+. "${BASH_SOURCE[0]%/*}/recovery.sh"

@@ -14,6 +14,7 @@ from hpclaunch.launchers import modes
 from hpclaunch.spec.alerts import Alerts
 from hpclaunch.spec.container import Container
 from hpclaunch.spec.kubernetes import KubernetesOptions
+from hpclaunch.spec.recovery import Recovery
 from hpclaunch.spec.train import Train
 from hpclaunch.spec.typedload import Scalar, field
 from hpclaunch.spec.units import TIME_FORMATS, parse_mem_mib, parse_time_seconds
@@ -97,6 +98,9 @@ class Resources:
     mem: Optional[str] = field(None, help="memory per node, Slurm form (e.g. 4G); null leaves it to the site",
                                check=_mem_check)
     time: str = field("00:30:00", help=f"time limit ({TIME_FORMATS})", check=_time_check)
+    spare_nodes: int = field(0, help="extra nodes held for restarts inside the allocation: a dead node's "
+                             "ranks restart on a spare, from the newest checkpoint (docs/recovery.md)",
+                             minimum=0, maximum=1000)
 
 
 @dataclass
@@ -241,6 +245,7 @@ class Job:
     env: Dict[str, Scalar] = field(default_factory=dict, help="exported to every rank")
     monitor: Monitor = field(default_factory=Monitor)
     requeue: Requeue = field(default_factory=Requeue)
+    recovery: Recovery = field(default_factory=Recovery)
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
     train: Train = field(default_factory=Train)
     workdir: Optional[str] = field(None, help="directory the ranks start in (default: the submit directory)",

@@ -28,7 +28,7 @@ _OWNED = {
     "--gpus-per-node": "resources.gpus_per_node", "--gres": "resources.gpus_per_node",
     "--exclusive": "slurm.exclusive", "--constraint": "slurm.constraint", "--requeue": "requeue.max_attempts",
     "--no-requeue": "requeue.max_attempts", "--open-mode": "(hpclaunch appends logs across attempts)",
-    "--chdir": "workdir", "--wrap": "command", "--array": "sweep",
+    "--chdir": "workdir", "--wrap": "command", "--array": "sweep", "--no-kill": "resources.spare_nodes (docs/recovery.md)",
 }
 
 
@@ -90,6 +90,7 @@ def validate_job(job: Job, profile: Profile, sources: SourceMap) -> list[Problem
 
     _launcher_rules(job, profile, bad)
     _requeue_rules(job, seconds, bad)
+    _recovery_rules(job, profile, bad)
     _train_rules(job.train, job.resources, profile, bad)
     _env_rules(job, bad)
     if job.sweep is not None and job.sweep.parameters is not None:
@@ -153,6 +154,34 @@ def _requeue_rules(job: Job, seconds: int | None, bad) -> None:
         bad("requeue.grace", f"{asks}, but with the default grace of {DEFAULT_GRACE_S} s a time limit of "
             f"{seconds} s gets no signal (Slurm may send it up to {SIGNAL_EARLY_S} s early)", DEFAULT_GRACE_S,
             f"set requeue.grace below the time limit (e.g. grace: {max(1, seconds // 2)}), or a longer resources.time")
+
+
+def _recovery_rules(job: Job, profile: Profile, bad) -> None:
+    """Spare nodes and shrinking need a launcher whose step can run again on other nodes; the hang
+    bound's floor is below its ceiling (docs/recovery.md)."""
+    r, rec, launcher = job.resources, job.recovery, job.launcher
+    can = modes.get(launcher).recovery if launcher is not None and modes.known(launcher) else ("spares", "shrink")
+    spares = r.spare_nodes or 0
+    if spares and "spares" not in can:
+        bad("resources.spare_nodes", f"launcher {launcher} cannot run its step again on a spare node", spares,
+            "use 0 (a dead node's job is requeued without it)" + (
+                "; Ray retries a lost worker's tasks itself" if launcher == "ray" else ""))
+    limits = profile.limits
+    if spares and r.nodes is not None and limits.max_nodes is not None and r.nodes + spares > limits.max_nodes:
+        bad("resources.spare_nodes", f"{r.nodes} node(s) and {spares} spare(s): profile '{profile.name}' allows "
+            f"at most {limits.max_nodes} node(s) in all", spares, f"use at most {max(0, limits.max_nodes - r.nodes)}")
+    if rec is None:
+        return
+    if rec.shrink and "shrink" not in can:
+        bad("recovery.shrink", f"launcher {launcher} cannot go on with fewer nodes", rec.shrink,
+            "use false (the job is requeued without the dead node), or launcher torchrun")
+    if rec.min_nodes is not None and r.nodes is not None and rec.min_nodes > r.nodes:
+        bad("recovery.min_nodes", f"is more than the job's {r.nodes} node(s)", rec.min_nodes,
+            f"use at most {r.nodes}")
+    hang = rec.hang
+    if hang is not None and hang.floor is not None and hang.ceiling is not None and hang.floor > hang.ceiling:
+        bad("recovery.hang.floor", f"is above the ceiling ({hang.ceiling:g} s)", hang.floor,
+            "use a floor at or below recovery.hang.ceiling")
 
 
 def _train_rules(t, r, profile: Profile, bad) -> None:

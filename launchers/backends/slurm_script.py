@@ -40,7 +40,7 @@ def directives(plan: Plan) -> Tuple[Tuple[Tuple[str, Optional[str]], ...], Optio
     place = plan.placement
     d: list[tuple[str, Optional[str]]] = [
         ("job-name", plan.slug),
-        ("nodes", str(plan.nodes)),
+        ("nodes", str(plan.nodes + plan.spare_nodes)),
         ("ntasks-per-node", str(plan.step_tasks)),
         ("cpus-per-task", str(plan.step_cpus)),
     ]
@@ -60,6 +60,10 @@ def directives(plan: Plan) -> Tuple[Tuple[Tuple[str, Optional[str]], ...], Optio
             d.append((opt, value))
     if place.exclusive:
         d.append(("exclusive", None))
+    # A dead node ends the job unless it asked otherwise; with spares (or room to shrink) the job
+    # runtime fences the node and starts the step again on the healthy ones (docs/recovery.md).
+    if plan.spare_nodes or plan.shrink_to:
+        d.append(("no-kill", None))
     d.append(("output", log_path(plan.slug, array=bool(plan.array_size))))
     d.append(("open-mode", "append"))
     # The signal goes to the batch shell only (B:): Slurm's step-wide signal would also reach

@@ -17,6 +17,9 @@ of one way to start ranks:
     problems(job, profile)        optional: its own validation, (path, message, value, fix) each
     launch_text(plan) -> str      optional, for a launcher of another package: the launch section's
                 bash lines (every value quoted); without it the section is templates/<NAME>.j2
+    RECOVERY    optional, what in-allocation recovery may do with its step (docs/recovery.md):
+                "spares" (its launch section runs again on other nodes: it places ranks only on
+                hl_nodes and through hl_step), "shrink" (on fewer nodes). Default: neither
 
 The registry feeds the job schema (spec/job.py: `launcher:` values), validation (spec/validate.py),
 `init` (spec/starter.py) and its `--launcher` choices (cli/parser.py), the plan (launchers/plan.py:
@@ -32,17 +35,20 @@ from hpclaunch.common.rankenv import KINDS
 
 BUILT_IN = ("torchrun", "horovod", "mpi", "srun", "ray", "tensorflow", "accelerate", "deepspeed")
 ENTRY_POINTS = "hpclaunch.launchers"
+RECOVERY_KINDS = ("spares", "shrink")
 
 
 class Launcher:
     """A launcher module, its optional parts filled in (a plain class: a dataclass costs ~0.3 ms to
     create, on every render)."""
 
-    __slots__ = ("name", "per_node", "rank_env", "template", "launch_text", "settings", "problems", "starters")
+    __slots__ = ("name", "per_node", "rank_env", "template", "launch_text", "settings", "problems", "starters",
+                 "recovery")
 
     def __init__(self, name: str, per_node: bool, rank_env: str, template: Optional[str],
                  launch_text: Optional[Callable[[Any], str]], settings: Callable[[Any], Dict[str, Any]],
-                 problems: Callable[[Any, Any], Any], starters: Tuple[Tuple[str, str, str, Optional[int]], ...]):
+                 problems: Callable[[Any, Any], Any], starters: Tuple[Tuple[str, str, str, Optional[int]], ...],
+                 recovery: Tuple[str, ...] = ()):
         self.name = name
         self.per_node = per_node                # one scheduler task a node starts the node's ranks
         self.rank_env = rank_env                # one of hpclaunch.common.rankenv.KINDS
@@ -51,6 +57,7 @@ class Launcher:
         self.settings = settings
         self.problems = problems
         self.starters = starters                # (mode, command, note, tasks_per_node or None)
+        self.recovery = recovery                # "spares", "shrink": what in-allocation recovery may do
 
 
 _installed: Optional[dict] = None
@@ -113,10 +120,14 @@ def describe(module: Any) -> Launcher:
     for mode, (cmd, text, tasks) in getattr(module, "RECIPES", {}).items():
         starters.append((mode, cmd, text, tasks))
     text = getattr(module, "launch_text", None)
+    recovery = tuple(getattr(module, "RECOVERY", ()))
+    if not set(recovery) <= set(RECOVERY_KINDS):
+        raise ValueError(f"{where}: RECOVERY {recovery!r} holds more than {', '.join(RECOVERY_KINDS)}")
     return Launcher(name=name, per_node=bool(getattr(module, "PER_NODE", False)), rank_env=rank_env,
                     template=None if text else f"{name}.j2", launch_text=text,
                     settings=getattr(module, "settings", _no_settings),
-                    problems=getattr(module, "problems", _no_problems), starters=tuple(starters))
+                    problems=getattr(module, "problems", _no_problems), starters=tuple(starters),
+                    recovery=recovery)
 
 
 def starters() -> Dict[str, Tuple[str, str, str, Optional[int]]]:

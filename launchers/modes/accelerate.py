@@ -9,6 +9,7 @@ from __future__ import annotations
 NAME = "accelerate"
 PER_NODE = True
 RANK_ENV = "torchrun"   # accelerate launch --multi_gpu runs torch.distributed.run: RANK, WORLD_SIZE, LOCAL_RANK
+RECOVERY = ("spares",)  # its launch section runs again on healthy nodes (docs/recovery.md)
 STARTER = ("[python, train.py]", "one task per node runs accelerate launch, which starts tasks_per_node processes "
            "there; they meet at the head node and Accelerator() joins them into one world (on nodes without GPUs "
            "through ACCELERATE_USE_CPU=1, which hpclaunch sets)")

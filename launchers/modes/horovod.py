@@ -5,6 +5,7 @@ from __future__ import annotations
 
 NAME = "horovod"
 RANK_ENV = "horovod"
+RECOVERY = ("spares",)  # its launch section runs again on healthy nodes (docs/recovery.md)
 STARTER = ("[python, train.py]", "horovodrun starts the ranks; hvd.init() finds them")
 
 

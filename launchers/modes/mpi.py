@@ -4,6 +4,7 @@ from __future__ import annotations
 
 NAME = "mpi"
 RANK_ENV = "mpi"
+RECOVERY = ("spares",)  # its launch section runs again on healthy nodes (docs/recovery.md)
 STARTER = ("[python, train.py]", "mpirun or srun --mpi starts the ranks; MPI.COMM_WORLD spans them")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 NAME = "srun"
 RANK_ENV = "srun"
+RECOVERY = ("spares",)  # its launch section runs again on healthy nodes (docs/recovery.md)
 STARTER = ("[python, train.py]", "srun starts tasks_per_node ranks per node; Slurm's PROCID variable is the rank")
 RECIPES = {
     "jax": ("[python, train.py]", "one process per node (tasks_per_node: 1); jax.distributed.initialize() with no "

@@ -5,6 +5,7 @@ from __future__ import annotations
 NAME = "torchrun"
 PER_NODE = True
 RANK_ENV = "torchrun"
+RECOVERY = ("spares", "shrink")  # its launch section runs again on healthy nodes (docs/recovery.md)
 TRAIN_ENTRY = '[python, -m, hpclaunch.train_entry, --data, digits.csv, --epochs, "5"]'
 STARTER = (TRAIN_ENTRY, "torchrun forks tasks_per_node ranks per node; they meet at the head node")
 

@@ -144,3 +144,51 @@ def client_env(extra: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     return env
+
+
+# --- a node's death and return (docs/recovery.md; tests/test_zy_recovery_cluster.py, bench/goodput) ---
+
+def node_pids(i: int) -> list[int]:
+    """Every process in node cI's network namespace (its slurmd, sshd, job steps and ranks)."""
+    res = _run(["ip", "netns", "pids", f"sn{i}"], 30)
+    return [int(p) for p in res.stdout.split() if p.isdigit()]
+
+
+def kill_node(i: int) -> int:
+    """Node cI dies: SIGKILL to every process in its namespace (its network stays: the others see its
+    connections close, as when a machine's processes all die). Returns how many were killed."""
+    import signal
+    killed = 0
+    for _ in range(5):                      # what forked while we killed
+        pids = node_pids(i)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+    return killed
+
+
+def revive_node(i: int, timeout: float = 120.0) -> None:
+    """Node cI back: its slurmd and sshd started as slurm-up.sh starts them, then until Slurm has it
+    up again (ReturnToService=2 returns a node that was marked down once its slurmd registers)."""
+    import time
+    sd = statedir()
+    for cmd in (f"hostname c{i}; exec slurmd -N c{i}",
+                f"hostname c{i}; exec /usr/sbin/sshd -f '{sd}/ssh/sshd_config' -o ListenAddress=10.200.0.{10 + i} "
+                f"-o PidFile='{sd}/run/sshd-c{i}.pid' -E '{sd}/log/sshd-c{i}.log'"):
+        subprocess.run(["nsenter", f"--net=/run/netns/sn{i}", "unshare", "--uts", "bash", "-c", cmd],
+                       check=True, timeout=60, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, close_fds=True)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        state = _run(["sinfo", "-h", "-n", f"c{i}", "-o", "%T"], 30).stdout.strip()
+        if state and not any(w in state for w in ("down", "drain", "fail", "not_responding", "*")):
+            return
+        if "down" in state or "drain" in state:
+            _run(["scontrol", "update", f"nodename=c{i}", "state=resume"], 30)
+        time.sleep(1)
+    raise RuntimeError(f"node c{i} did not come back within {timeout:.0f} s (sinfo: {state!r})")

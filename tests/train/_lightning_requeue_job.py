@@ -1,11 +1,13 @@
 """A Lightning program using hpclaunch's RequeueCallback (tests/train/test_lightning_requeue.py).
 
 Attempt 0 is asked to requeue after its 7th step: by SIGUSR2 to rank 1 alone (MODE=signal), or by
-the batch shell's flag file, created by rank 0 (MODE=flag). Attempt 1 resumes and runs to step 40."""
+the batch shell's flag file, created by rank 0 (MODE=flag). Attempt 1 resumes and runs to step 40.
+MODE=cadence asks for nothing: the callback saves by HPCLAUNCH_CHECKPOINT_INTERVAL_S alone."""
 import gc
 import os
 import pathlib
 import signal
+import time
 
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.demos.boring_classes import BoringModel
@@ -18,6 +20,9 @@ mode = os.environ["MODE"]
 
 class Ask(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if mode == "cadence":
+            time.sleep(0.02)   # a step long enough for the interval to pass between checks
+            return
         if attempt == 0 and trainer.global_step == 7:
             if mode == "signal" and trainer.global_rank == 1:
                 os.kill(os.getpid(), signal.SIGUSR2)

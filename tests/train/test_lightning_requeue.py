@@ -57,3 +57,25 @@ def test_next_hpc_path_counts_only_lightning_names(tmp_path):
     for n in ("hpc_ckpt_2.ckpt", "hpc_ckpt_10.ckpt", ".requeue-partial-5.ckpt", "last.ckpt"):
         (tmp_path / n).touch()
     assert next_hpc_path(str(tmp_path)) == str(tmp_path / "hpc_ckpt_11.ckpt")
+
+
+def test_the_callback_follows_the_checkpoint_cadence_and_records_the_pace(tmp_path):
+    """HPCLAUNCH_CHECKPOINT_INTERVAL_S: every rank saves at one batch end and trains on; the newest two
+    hpc_ckpt files are kept (Lightning resumes from the newest); each rank writes step records."""
+    run_dir = tmp_path / "run"
+    (run_dir / ".hpclaunch").mkdir(parents=True)
+    env = dict(HPCLAUNCH_RUN_DIR=run_dir, HPCLAUNCH_REQUEUE_FLAG=run_dir / ".hpclaunch" / "requeue-requested",
+               HPCLAUNCH_REQUEUE_SIGNAL="USR2", MODE="cadence", HPCLAUNCH_CHECKPOINT_INTERVAL_S="0.05")
+    done = run([sys.executable, JOB], env=rank_env(HPCLAUNCH_ATTEMPT=0, **env), timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "attempt 0 rank 0 finished at step 40" in done.stdout
+    kept = sorted(n for n in os.listdir(run_dir) if n.startswith("hpc_ckpt_"))
+    numbers = sorted(int(n[9:-5]) for n in kept)
+    assert len(kept) == 2 and numbers[-1] >= 3 and numbers[1] == numbers[0] + 1, kept
+    for rank in (0, 1):
+        recs = [json.loads(line) for line in (run_dir / "metrics" / f"rank{rank}.jsonl").read_text().splitlines()]
+        assert recs[0]["kind"] == "header" and recs[0]["source"] == "lightning"
+        steps = [r for r in recs if r["kind"] == "step"]
+        assert len(steps) == 4 and all(r["steps"] == 10 and r["step_time_s"] > 0 for r in steps), steps
+        saves = [r for r in recs if r["kind"] == "checkpoint"]
+        assert (len(saves) == numbers[-1]) if rank == 0 else not saves
