@@ -439,6 +439,21 @@ def test_the_end_of_an_attempt_on_the_local_backend(tmp_path, rc, by, code, word
     assert (run / ".hpclaunch" / "requeue").exists() == (code == 0)   # the local runner's cue to run it again
 
 
+def test_a_rank_that_asks_for_a_requeue_is_heard_when_srun_reports_its_peers_143(tmp_path):
+    """Rank 0 exits 75 first; srun kills rank 1 (143) and reports 143 as the step's code (CI, the 2-node
+    requeue test: the job ended FAILED, exit code 75). The ranks' .exit files say who asked: the attempt
+    is requeued with the asking rank's code, and the log says why the step's code differs."""
+    p = sh(tmp_path, 'hl_run_dir runs j\nhl_requeue_mode by=hpclaunch\n'
+                     'printf "75 1.0\\n" >"$HPCLAUNCH_LOG_DIR/rank0.exit"\n'
+                     'printf "143 1.1\\n" >"$HPCLAUNCH_LOG_DIR/rank1.exit"\n'
+                     '(exit 143) &\nhl_end $!\necho not reached')
+    run = tmp_path / "runs" / "j-7"
+    assert p.returncode == 0 and "not reached" not in p.stdout, p
+    assert "rank 0 exited 75 (requeue me); the step's exit code 143 is its peers'" in p.stderr, p.stderr
+    assert (run / ".hpclaunch" / "state").read_text().endswith("attempt=0 end rc=75 outcome=requeued\n")
+    assert (run / ".hpclaunch" / "requeue").exists()
+
+
 @pytest.mark.parametrize("scontrol_rc,code,words", [(0, 0, "requeueing"), (1, 75, "scontrol requeue failed; the job ends here")])
 def test_the_requeue_on_slurm_is_scontrol_requeue(tmp_path, scontrol_rc, code, words):
     bindir = tmp_path / "bin"

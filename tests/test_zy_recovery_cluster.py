@@ -162,7 +162,7 @@ def digits(tmp_path_factory):
     return str(path)
 
 
-TRAIN = ["--epochs", "4", "--batch-size", "4", "--hidden", "256,256", "--log-every", "2", "--stop-check-every", "2",
+TRAIN = ["--epochs", "12", "--batch-size", "4", "--hidden", "256,256", "--log-every", "2", "--stop-check-every", "2",
          "--deterministic"]
 
 

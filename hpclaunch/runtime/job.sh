@@ -419,15 +419,26 @@ hl_stop_monitor() {
 # failed step is a failure. Else the step is requeued if the time-limit signal came, or a rank asked
 # with exit code $HPCLAUNCH_REQUEUE_EXIT; train_entry also leaves a marker, since torchrun and
 # horovodrun report any failed rank as their own exit code 1, and its `finished` marker means the
-# work is done.
+# work is done. A rank's own code counts too (its rank<R>.exit, hl_asked): when one rank exits
+# $HPCLAUNCH_REQUEUE_EXIT first, srun kills the others and reports their 143 as the step's code.
+hl_asked=
+hl_rank_asked() {
+  local f c _t
+  for f in "$HPCLAUNCH_LOG_DIR"/rank*.exit; do
+    [ -f "$f" ] && read -r c _t <"$f" && [ "$c" = "$HPCLAUNCH_REQUEUE_EXIT" ] || continue
+    f=${f##*/rank}; hl_asked=${f%.exit}; return 0
+  done
+  return 1
+}
 hl_decide() {
   local rc=$1 marks=$HPCLAUNCH_RUN_DIR/.hpclaunch
+  hl_asked=
   if [ "$rc" -eq 0 ]; then
     hl_outcome=completed
   elif [ -n "$hl_terminated" ]; then
     hl_outcome=stopped
   elif [ "$hl_requeue_by" != program ] &&
-    { [ -n "$hl_signalled" ] || [ "$rc" -eq "$HPCLAUNCH_REQUEUE_EXIT" ] || [ -e "$marks/requeue-exit.attempt$HPCLAUNCH_ATTEMPT" ]; } &&
+    { [ -n "$hl_signalled" ] || [ "$rc" -eq "$HPCLAUNCH_REQUEUE_EXIT" ] || [ -e "$marks/requeue-exit.attempt$HPCLAUNCH_ATTEMPT" ] || hl_rank_asked; } &&
     [ ! -e "$marks/finished" ]; then
     if [ $((HPCLAUNCH_ATTEMPT + 1)) -lt "$HPCLAUNCH_MAX_ATTEMPTS" ]; then hl_outcome=requeued; else hl_outcome=gave_up; fi
   else
@@ -448,6 +459,11 @@ hl_end() {
 # and the script's exit code.
 hl_conclude() {
   local rc=$1
+  if [ -n "$hl_asked" ] && [ "$rc" != "$HPCLAUNCH_REQUEUE_EXIT" ]; then
+    # the attempt ended because rank $hl_asked asked: its code is the attempt's, not the peers' 143
+    hl_log "rank $hl_asked exited $HPCLAUNCH_REQUEUE_EXIT (requeue me); the step's exit code $rc is its peers', stopped after it"
+    rc=$HPCLAUNCH_REQUEUE_EXIT
+  fi
   hl_state "end rc=$rc outcome=$hl_outcome"
   case $hl_outcome in
     completed)
