@@ -144,6 +144,10 @@ def cause_of(a: dict, later: Optional[dict]) -> str:
     """Why an attempt ended, in words ("" while it runs); with what came next when another attempt
     followed that neither hpclaunch's script nor `scontrol requeue` asked for."""
     state, outcome = a.get("state") or "", a.get("outcome")
+    if state == "NODE_FAIL" and outcome in ("failed", "stopped"):
+        # the batch shell outlived the node and saw only its step die of it (gloo's abort, 134):
+        # Slurm's NODE_FAIL is the cause, whichever ended first
+        outcome = None
     if outcome and outcome != "stopped":
         text = OUTCOMES.get(outcome, outcome)
         if outcome in ("failed", "requeued", "gave_up") and a.get("exit_code") is not None:

@@ -220,3 +220,13 @@ def test_the_report_asks_the_scheduler_once_for_the_attempts_it_names(tmp_path, 
     assert doc["job"]["attempts"] == 2 and doc["job"]["elapsed_s"] == 100   # first start (Slurm's) to last end (the script's)
     assert [(a["state"], a["nodes"], a["cause"]) for a in doc["attempt_history"]] == [
         ("NODE_FAIL", "c[1-2]", "a node failed; Slurm requeued it"), ("COMPLETED", "c[2-3]", "completed")]
+
+
+def test_a_node_failure_is_the_cause_even_when_the_batch_shell_saw_its_step_fail_first():
+    """The batch shell (on the surviving node) saw the step die of the node's loss (gloo's abort, 134)
+    and recorded `failed`; sacct says NODE_FAIL and Slurm requeued the job (seen on the 3-node test)."""
+    from hpclaunch.reports.attempts import cause_of
+    first = {"state": "NODE_FAIL", "outcome": "failed", "exit_code": 134, "job_id": "3", "end_unix": 2.0}
+    assert cause_of(first, {"job_id": "3", "state": "COMPLETED"}) == "a node failed; Slurm requeued it"
+    failed = dict(first, state="FAILED")
+    assert cause_of(failed, None) == "step exit code 134: failed"
