@@ -14,11 +14,13 @@ import glob
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -165,6 +167,18 @@ def context(python: str = sys.executable) -> dict:
     return {"commit": here, "date": datetime.date.today().isoformat(),
             "python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine(),
             "load_average": [round(x, 2) for x in os.getloadavg()], "install": install}
+
+
+def timeit(cmd, cwd, env) -> Tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and its children) of one run; a failed run stops the bench."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    dt = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.decode()[-800:]}")
+    return dt, (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
 
 
 def spread(values: Sequence[float]) -> dict:

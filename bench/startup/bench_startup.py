@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -49,16 +47,6 @@ SUBMITIT = ("import submitit, tempfile; e = submitit.AutoExecutor(folder=tempfil
             "e.update_parameters(nodes=2, tasks_per_node=2, cpus_per_task=1, timeout_min=30)")
 
 
-def timeit(cmd, cwd, env) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the process and its children) of one run."""
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    dt = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
-    return dt, (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
 
 
 def _run(cmd, **kw) -> None:
@@ -144,12 +132,12 @@ def main() -> None:
         return dict(env, XDG_CACHE_HOME=caches.setdefault(install, os.path.join(work, f"cache-{install}")))
 
     for name, cmd in cases.items():  # warm the page cache and the user caches
-        timeit(cmd, work, env_for(name))
+        benchlib.timeit(cmd, work, env_for(name))
     times = {k: [] for k in cases}
     cpu = {k: [] for k in cases}
     for _ in range(args.runs):
         for name, cmd in cases.items():
-            wall, used = timeit(cmd, work, env_for(name))
+            wall, used = benchlib.timeit(cmd, work, env_for(name))
             times[name].append(wall)
             cpu[name].append(used)
     bare, floor = "python -c pass", "floor: python -c 'import jinja2, yaml'"

@@ -28,13 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -119,16 +117,6 @@ def ladder(py: str, cmd: list, cwd: str, env: dict) -> dict:
     return steps
 
 
-def timeit(cmd, cwd, env) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the process and its children) of one run."""
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    dt = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.decode()[-800:]}")
-    return dt, (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
 
 
 def main() -> int:
@@ -166,19 +154,19 @@ def main() -> int:
                                + (" --breakdown" if args.breakdown else "")
                                + f" --points {args.points} --rounds {args.rounds}", python=args.python[-1])
     for cmd, e in cases.values():  # warm: the page cache, the bytecode, each user cache's cluster facts
-        timeit(cmd, work, e)
+        benchlib.timeit(cmd, work, e)
     steps = {}
     if args.breakdown:  # listed from a warm submission (its job file and cluster facts from the cache)
         label, py = labels[-1], args.python[-1]
         steps = {f"{label}: {k}": (v, env) for k, v in ladder(py, cases[label][0], work, cases[label][1]).items()}
         cases.update(steps)
         for cmd, e in steps.values():
-            timeit(cmd, work, e)
+            benchlib.timeit(cmd, work, e)
     wall = {k: [] for k in cases}
     cpu = {k: [] for k in cases}
     for _ in range(args.rounds):
         for name, (cmd, e) in cases.items():
-            w, c = timeit(cmd, work, e)
+            w, c = benchlib.timeit(cmd, work, e)
             wall[name].append(w)
             cpu[name].append(c)
             shutil.rmtree(os.path.join(work, "runs"), ignore_errors=True)  # run directories: not kept
