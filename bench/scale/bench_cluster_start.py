@@ -125,6 +125,7 @@ def run_one(kind: str, mode: str, n: int, rnd: int, scratch: Path, env: dict, py
     if kind == "hl":
         (out / "job.yaml").write_text(hl_job(mode, n, name, out, python))
         jenv.update(HLBENCH_SHIM=str(SHIM), HLBENCH_SBATCH=shutil.which("sbatch", path=env["PATH"]),
+                    HLBENCH_SCONTROL=shutil.which("scontrol", path=env["PATH"]),
                     PATH=f"{HERE / 'sbatch_shim'}:{env['PATH']}")
         argv = [python, "-m", "hpclaunch", "submit", str(out / "job.yaml"), "--backend", "slurm", "--wait"]
     else:
@@ -145,6 +146,9 @@ def run_one(kind: str, mode: str, n: int, rnd: int, scratch: Path, env: dict, py
                 t_end = time.time()
         mem_min = min(mem_min, mem_available_mib())
         if t_end is not None and t_return is not None:
+            break
+        if t_return is not None and proc.returncode and job_id is None:
+            t_end = t_return   # refused at submission (a smaller cluster than asked for, say): no job
             break
         if time.time() - t0 > 900:
             proc.kill()
@@ -315,7 +319,10 @@ def summarize(results: list) -> list:
             hl = [r for r in results if r["mode"] == mode and r["nodes"] == n and r["kind"] == "hl"]
             pl = [r for r in results if r["mode"] == mode and r["nodes"] == n and r["kind"] == "plain"]
             for r in hl + pl:
-                r["_submit"] = r.get("marks", {}).get("batch")
+                # hpclaunch's submit: its command until it released the held job; the plain one: sbatch's run
+                r["_submit"] = r.get("marks", {}).get("release") if r["kind"] == "hl" else r.get("return_s")
+                r["_queue"] = (r["marks"]["batch"] - r["_submit"]
+                               if r["_submit"] is not None and "batch" in r.get("marks", {}) else None)
                 r["_prologue"] = mark_span(r, "batch", "hl_launch_step.begin")
                 if r["_prologue"] is not None and mark_span(r, "runtime", "hl_run_dir.begin") is not None:
                     r["_prologue"] -= mark_span(r, "runtime", "hl_run_dir.begin")  # the shim's own wrapping
@@ -326,7 +333,7 @@ def summarize(results: list) -> list:
             row = dict(mode=mode, nodes=n, rounds=min(len(hl), len(pl)),
                        ok=all(r["state"] == "COMPLETED" and r["ranks_ok"] == n for r in hl + pl),
                        monitors=min((r.get("monitor_hosts", 0) for r in hl), default=0))
-            for key in ("start_s", "end_s", "_submit", "_prologue", "_launch", "_tail"):
+            for key in ("start_s", "end_s", "_submit", "_queue", "_prologue", "_launch", "_tail"):
                 row["hl" + key if key[0] == "_" else "hl_" + key] = med(hl, key)
                 row["pl" + key if key[0] == "_" else "pl_" + key] = med(pl, key)
             row["hl_monitor"] = med(hl, "_monitor")
@@ -343,7 +350,13 @@ def summarize(results: list) -> list:
                  if h.get("start_s") is not None and p.get("start_s") is not None]
             row["extra_start"] = statistics.median(d) if d else None
             # hpclaunch's own parts: its submit and prologue above the plain script's, and its wrapper
-            parts = [(row["hl_submit"] or 0) - (row["pl_submit"] or 0), (row["hl_prologue"] or 0) - (row["pl_prologue"] or 0),
+            row["hl_batch"], row["pl_batch"] = med([dict(b=r["marks"].get("batch")) for r in hl], "b"), \
+                med([dict(b=r["marks"].get("batch")) for r in pl], "b")
+            if row["hl_submit"] is not None and row["pl_submit"] is not None:
+                row["submit_extra"] = row["hl_submit"] - row["pl_submit"]
+            else:   # runs without the release mark: the batch scripts' starts, Slurm's queue wait in both
+                row["submit_extra"] = (row["hl_batch"] or 0) - (row["pl_batch"] or 0)
+            parts = [row["submit_extra"], (row["hl_prologue"] or 0) - (row["pl_prologue"] or 0),
                      (row["hl_wrapper"] or 0) - (row["pl_wrapper"] or 0)]
             row["own"] = sum(parts)
             row["own_share"] = row["own"] / row["pl_start_s"] if row.get("pl_start_s") else None
@@ -395,14 +408,15 @@ def write_section(results: list, prom: list, path: str, command: str) -> None:
         "plain script's) + wrapper; **extra** = hpclaunch's start minus the plain script's, paired by round (it "
         "also holds the monitors' and watches' CPU contending with the ranks on the shared 2 CPUs).")
     head = ["mode", "nodes", "ok", "plain start s", "hl start s", "extra s", "extra %", "hl submit s (plain)",
-            "hl prologue s (plain)", "monitor start s", "wrapper s (plain)", "own s", "own %", "plain end s", "hl end s",
+            "queue s hl (plain)", "hl prologue s (plain)", "monitor start s", "wrapper s (plain)", "own s", "own %", "plain end s", "hl end s",
             "hl stop monitor+watch s",
             "report s", "min free GiB"]
     body = []
     for r in rows:
         body.append([r["mode"], r["nodes"], ("yes" if r["ok"] else "NO") + f" ({r['rounds']}r, {r['monitors']} mon)",
                      f(r["pl_start_s"]), f(r["hl_start_s"]), f(r["extra_start"]), pct(r["extra_share"]),
-                     f"{f(r['hl_submit'])} ({f(r['pl_submit'])})", f"{f(r['hl_prologue'])} ({f(r['pl_prologue'])})",
+                     f"{f(r['hl_submit'])} ({f(r['pl_submit'])})", f"{f(r['hl_queue'])} ({f(r['pl_queue'])})",
+                     f"{f(r['hl_prologue'])} ({f(r['pl_prologue'])})",
                      f(r["hl_monitor"], 3), f"{f(r['hl_wrapper'], 3)} ({f(r['pl_wrapper'], 3)})", f(r["own"]),
                      pct(r["own_share"]), f(r["pl_end_s"]), f(r["hl_end_s"]), f(r["hl_stop"]), f(r["report_s"]) + ("" if r["report_ok"] else " FAILED"),
                      f((r["mem_min"] or 0) / 1024, 1)])
