@@ -488,16 +488,18 @@ def write_section(results: list, prom: list, path: str, command: str, before: li
              "own start is long (torchrun, whose every agent and rank imports torch) and not for srun and "
              "MPI, whose own start at 64 nodes is 3-5 s here: a constant ~0.3-1.5 s of hpclaunch's Python submit "
              "and prologue is already 10-30 % of it, and on this 2-CPU machine the per-node Pythons add N-fold.")
-    plot = Path(path).with_suffix(".svg") if path else None
-    if plot:
-        lines = []
-        for mode in MODES:
-            mr = [r for r in rows if r["mode"] == mode and r["hl_start_s"] and r["pl_start_s"]]
-            if mr:
-                lines.append((f"{mode} plain", [r["nodes"] for r in mr], [r["pl_start_s"] for r in mr]))
-                lines.append((f"{mode} hpclaunch", [r["nodes"] for r in mr], [r["hl_start_s"] for r in mr]))
-        scalelib.svg_plot(plot, "Submit to all ranks running", "seconds", "nodes", lines)
-        sec.para(f"![Submit to all ranks running, against nodes]({Path(path).parent.name}/{plot.name})")
+    if path:
+        for modes, suffix, title in ((("srun", "mpi"), "", "srun and MPI"), (("torchrun",), "-torchrun", "torchrun")):
+            plot = Path(path).with_name(Path(path).stem + suffix + ".svg")
+            lines = []
+            for mode in modes:
+                mr = [r for r in rows if r["mode"] == mode and r["hl_start_s"] and r["pl_start_s"]]
+                if mr:
+                    lines.append((f"{mode} plain", [r["nodes"] for r in mr], [r["pl_start_s"] for r in mr]))
+                    lines.append((f"{mode} hpclaunch", [r["nodes"] for r in mr], [r["hl_start_s"] for r in mr]))
+            if lines:
+                scalelib.svg_plot(plot, f"Submit to all ranks running: {title}", "seconds", "nodes", lines)
+                sec.para(f"![Submit to all ranks running against nodes, {title}]({Path(path).parent.name}/{plot.name})")
     for p in prom:
         if p.get("ok"):
             sec.para(
