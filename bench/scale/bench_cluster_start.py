@@ -32,14 +32,13 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 import benchlib  # noqa: E402
+import cluster_prometheus  # noqa: E402
 import scalelib  # noqa: E402
 
 REPO = HERE.parents[1]
@@ -214,92 +213,6 @@ def run_one(kind: str, mode: str, n: int, rnd: int, scratch: Path, env: dict, py
     return res
 
 
-# --- Prometheus: a 64-node job's exporters scraped by a real Prometheus ---
-
-def prom_query(port: int, q: str):
-    url = f"http://127.0.0.1:{port}/api/v1/query?query={urllib.parse.quote(q)}"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            res = json.loads(r.read().decode())
-    except OSError:
-        return None
-    return res["data"]["result"] if res.get("status") == "success" else None
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def prometheus_part(n: int, scratch: Path, env: dict, python: str) -> dict:
-    binary = shutil.which("prometheus")
-    if not binary:
-        return {"error": "no prometheus binary"}
-    folder = scratch / f"prom{random.randrange(10**6)}"
-    folder.mkdir(parents=True)
-    qport, mport = free_port(), random.randrange(20000, 29990)
-    targets = [f"c{i}:{mport}" for i in range(1, n + 1)]
-    (folder / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n  - job_name: hpclaunch\n"
-        f"    static_configs: [{{targets: {json.dumps(targets)}}}]\n")
-    prom = subprocess.Popen([binary, f"--config.file={folder / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={folder / 'tsdb'}", f"--web.listen-address=127.0.0.1:{qport}"],
-                            stdout=subprocess.DEVNULL, stderr=open(folder / "prometheus.log", "w"))
-    res: dict = {"nodes": n, "targets": len(targets)}
-    name = f"prom{n}x{random.randrange(10**6)}"
-    try:
-        deadline = time.time() + 90
-        while len(prom_query(qport, "up") or ()) < len(targets):
-            if time.time() > deadline:
-                return dict(res, error="Prometheus never tried every target")
-            time.sleep(1)
-        out = scratch / name
-        out.mkdir()
-        job = hl_job("srun", n, name, out, python, f", prometheus_port: {mport}").replace(
-            f"command: [{python}, {RANK_PY}, none, {out}]", 'command: [bash, -c, "sleep 40"]')
-        (out / "job.yaml").write_text(job)
-        t0 = time.time()
-        proc = subprocess.Popen([python, "-m", "hpclaunch", "submit", str(out / "job.yaml"), "--backend", "slurm",
-                                 "--wait"], cwd=str(scratch), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-        job_id = None
-        best_up = 0
-        seen = None
-        while time.time() - t0 < 300 and proc.poll() is None:
-            job_id = job_id or squeue_state(name)[0]
-            if job_id:
-                sel = f'{{job_id="{job_id}"}}'
-                up = prom_query(qport, "up") or []
-                n_up = sum(1 for r in up if r["value"][1] == "1")
-                if n_up > best_up:
-                    best_up, res["all_up_after_s"] = n_up, time.time() - t0
-                per_node = prom_query(qport, f"count by (node) ({{__name__=~'hpclaunch_.+', job_id='{job_id}'}})")
-                if per_node and len(per_node) == n and n_up == n:
-                    seen = per_node
-                    res["series_total"] = sum(int(r["value"][1]) for r in per_node)
-                    res["series_per_node"] = sorted({int(r["value"][1]) for r in per_node})
-                    res["metric_names"] = len(prom_query(qport, f"count by (__name__) ({sel})") or [])
-                    res["scrape_s"] = sorted(float(r["value"][1]) for r in
-                                             prom_query(qport, "scrape_duration_seconds") or [])
-                    break
-            time.sleep(1)
-        res["targets_up"] = best_up
-        res["ok"] = seen is not None
-        stdout, stderr = proc.communicate(timeout=300)
-        res["job_rc"] = proc.returncode
-        if proc.returncode:
-            res["tail"] = (stdout + stderr)[-1000:]
-        if res.get("scrape_s"):
-            s = res["scrape_s"]
-            res["scrape_s"] = {"median": statistics.median(s), "max": max(s)}
-    finally:
-        prom.terminate()
-        prom.wait(timeout=30)
-    return res
-
-
 # --- the section ---
 
 def med(rows, key):
@@ -400,13 +313,16 @@ def write_section(results: list, prom: list, path: str, command: str, before: li
         f"medians. Load average (1 min) at the jobs' submits: median {statistics.median(loads):.1f}, "
         f"range {min(loads):.1f}-{max(loads):.1f}. Times are from the submit command's start: **start** = the last "
         "rank's first line (cluster_rank.py), **end** = Slurm says COMPLETED (squeue polled every 0.2 s). "
-        "hpclaunch's parts, from marks its job runtime's functions write (cluster_runtime_shim.sh): **submit** = "
-        "until the batch script runs (hpclaunch validates, renders, calls sbatch, registers the job); "
-        "**prologue** = batch start until the rank step is launched (the runtime found and sourced, run directory, "
-        "rendezvous port, hosts; the monitor and watch steps are started in the background); **wrapper** = the "
-        "rank wrapper's start until the rank program's first line (median rank; the plain script's ranks get "
-        "the same one-printf time mark before them, so its figure is Python's own start). **own** = (submit + prologue above the "
-        "plain script's) + wrapper; **extra** = hpclaunch's start minus the plain script's, paired by round (it "
+        "hpclaunch's parts, from marks its job runtime's functions write (cluster_runtime_shim.sh, sourced in "
+        "place of job.sh through the bench's sbatch_shim/): **submit** = hpclaunch's command until it releases "
+        "its held job (it validates, renders, runs the cluster preflight, calls sbatch --hold, registers the run, "
+        "releases), against sbatch's own run; **queue** = from there to the batch script's start (Slurm's); "
+        "**prologue** = batch start until the ranks' step is launched (run directory, rendezvous port, hosts), "
+        "less the shim's own wrapping; the monitor and watch steps are launched right after the ranks' step; "
+        "**wrapper** = the rank wrapper's start until the rank program's first line (median rank; the plain "
+        "script's ranks get the same one-printf time mark before them, so its figure is Python's own start). "
+        "**own** = (submit + prologue above the plain script's) + (wrapper above the plain one's); **extra** = "
+        "hpclaunch's start minus the plain script's, paired by round (it "
         "also holds the monitors' and watches' CPU contending with the ranks on the shared 2 CPUs).")
     head = ["mode", "nodes", "ok", "plain start s", "hl start s", "extra s", "extra %", "hl submit s (plain)",
             "queue s hl (plain)", "hl prologue s (plain)", "monitor start s (batch shell)", "wrapper s (plain)", "own s", "own %", "plain end s", "hl end s",
@@ -565,7 +481,11 @@ def main() -> int:
                               + (f", report {res.get('report_s', 0):.2f} s" if kind == "hl" else "")
                               + (f"\n{res['stdout_tail']}" if res.get("stdout_tail") else ""), flush=True)
         if args.prometheus:
-            p = prometheus_part(args.prom_nodes, scratch, env, python)
+            def job_yaml(name, out, port):
+                return hl_job("srun", args.prom_nodes, name, out, python, f", prometheus_port: {port}").replace(
+                    f"command: [{python}, {RANK_PY}, none, {out}]", 'command: [bash, -c, "sleep 40"]')
+
+            p = cluster_prometheus.prometheus_part(args.prom_nodes, scratch, env, python, job_yaml, squeue_state)
             p["kind"] = "prometheus"
             with open(data, "a") as fh:
                 fh.write(json.dumps(p) + "\n")
