@@ -20,7 +20,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTIONS = os.path.join(REPO, "docs", "bench")
 TARGET = os.path.join(REPO, "docs", "benchmarks.md")
 ORDER = ["startup", "submit", "submit_offline", "monitor", "monitor_alerts", "gpu-h100", "report", "fleet",
-         "train_overhead", "ddp_teardown", "scale-report", "scale-dashboard", "scale-exporter", "scale-registry"]
+         "train_overhead", "ddp_teardown", "scale-report", "scale-dashboard", "scale-exporter", "scale-registry",
+         "scale-cluster-start"]
 
 INTRO = """# Benchmarks
 

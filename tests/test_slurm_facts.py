@@ -75,6 +75,7 @@ def _live_texts():
             "node": subprocess.run(["scontrol", "-o", "show", "node"], capture_output=True, text=True).stdout}
 
 
+@pytest.mark.cluster   # the `slurm` fixture: without the mark, `-m "not cluster"` runs replaced a running cluster
 def test_a_stale_entry_never_refuses_a_job(slurm, cache_home, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)   # ./hpc_profiles/open.yaml
     live = _live_texts()

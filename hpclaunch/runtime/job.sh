@@ -368,10 +368,20 @@ hl_ctr_opts=()
 . "${BASH_SOURCE[0]%/*}/frameworks.sh"
 
 # --- the monitor: one sampler per node, beside the ranks (it never holds their CPUs) ---
-hl_monitor_pid=''
+hl_monitor_pid='' hl_monitor_opts=() hl_monitor_deferred=''
 # hl_monitor_start [SRUN_OPTION...]: starts the script's hl_monitor command (SRUN_OPTION: the job's
 # GPU request, so that the step sees the job's GPUs: where cgroups confine devices, NVML sees only those).
+# On Slurm, called before the ranks' step is launched (as the script does), it only notes the request:
+# hl_launch_step starts the monitors right after the ranks' step (hl_side_steps). Started first, the
+# monitor's step (and the watch's) reached the nodes first and their Pythons started while the ranks'
+# step waited: at 32 nodes of the test cluster the ranks ran 2.7 s after their srun, against 0.3 s
+# without them (docs/bench/scale-cluster-start.md).
 hl_monitor_start() {
+  if [ -z "${HPCLAUNCH_LOCAL:-}" ] && [ -z "${hl_step_pid:-}" ] && [ -z "$hl_monitor_deferred" ]; then
+    hl_monitor_opts=("$@") hl_monitor_deferred=1
+    return 0
+  fi
+  hl_monitor_deferred=''
   if [ -n "${HPCLAUNCH_LOCAL:-}" ]; then
     "${hl_monitor[@]}" --parent-pid $$ >>"$HPCLAUNCH_LOG_DIR/monitor.log" 2>&1 &
   else

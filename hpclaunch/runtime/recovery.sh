@@ -79,7 +79,6 @@ hl_stop_watch() {
 # the attempt as hl_end has it. Never returns.
 hl_supervise() {
   local launch=$1 relaunch=1
-  hl_watch_start
   while :; do
     [ "$relaunch" = 0 ] || hl_launch_step "$launch"
     relaunch=1
@@ -135,6 +134,15 @@ hl_launch_step() {
   hl_state "launch nodes=$(hl_csv "${hl_nodes[@]}") spares=$(hl_csv "${hl_spares[@]}") checkpoint_interval=${interval:-off}"
   "$1"
   hl_step_pid=$!
+  hl_side_steps
+}
+# hl_side_steps: after the first launch of the ranks' step, the steps that run beside it for the whole
+# job: the monitors that hl_monitor_start asked for, and the node watch. Later launches find them running.
+hl_side_steps() {
+  local pid=$hl_step_pid
+  if [ -n "$hl_monitor_deferred" ]; then hl_monitor_start "${hl_monitor_opts[@]}"; fi
+  if [ -z "${hl_watch_pid:-}" ]; then hl_watch_start; fi
+  hl_step_pid=$pid
 }
 # hl_follow PID: until the step ends, or the judge gives another verdict (hl_verdict, hl_v_*);
 # hl_step_rc is the step's exit code once it has ended.

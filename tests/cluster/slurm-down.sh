@@ -131,6 +131,13 @@ fi
 for ns in "${NETNS[@]}"; do ip netns del "$ns" 2>/dev/null || log "could not delete netns $ns"; done
 # The veth host ends die with their namespaces; the bridge does not.
 if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE"; fi
+# The ARP table's bounds slurm-up.sh raised for a large cluster: back to what they were
+if [[ -f $STATEDIR/neigh.saved ]] && read -r g1 g2 g3 < "$STATEDIR/neigh.saved"; then
+    NEIGH=/proc/sys/net/ipv4/neigh/default
+    { echo "$g3" > "$NEIGH/gc_thresh3" && echo "$g2" > "$NEIGH/gc_thresh2" && echo "$g1" > "$NEIGH/gc_thresh1"; } 2>/dev/null ||
+        log "could not restore the ARP table's bounds ($g1 $g2 $g3)"
+    rm -f -- "$STATEDIR/neigh.saved"
+fi
 if grep -q -- "$HOSTS_TAG" /etc/hosts 2>/dev/null; then
     # In place (no mv): /etc/hosts may be a bind mount.
     HOSTS_NEW=$(grep -v -- "$HOSTS_TAG" /etc/hosts || true)

@@ -374,6 +374,20 @@ for ((i = 1; i <= NODES; i++)); do
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
 done
+# The kernel's ARP table is one for all namespaces, and only the host's gc_thresh* bound it (1024
+# entries by default): an all-to-all job (gloo's full mesh, MPI) on N nodes needs about N x N entries, and
+# at 64 nodes the table overflowed ("neighbour: arp_cache: neighbor table overflow!" in dmesg) and
+# torch's gloo failed with "No route to host". Raise the bounds to fit; slurm-down.sh puts the old back.
+NEIGH=/proc/sys/net/ipv4/neigh/default
+need=$(( (NODES + 1) * (NODES + 1) * 2 ))
+if (( $(cat "$NEIGH/gc_thresh3") < need )); then
+    [[ -e $STATEDIR/neigh.saved ]] ||
+        printf '%s %s %s\n' "$(cat "$NEIGH/gc_thresh1")" "$(cat "$NEIGH/gc_thresh2")" "$(cat "$NEIGH/gc_thresh3")" \
+            > "$STATEDIR/neigh.saved"
+    echo $(( need / 2 )) > "$NEIGH/gc_thresh1"
+    echo "$need" > "$NEIGH/gc_thresh2"
+    echo "$need" > "$NEIGH/gc_thresh3"
+fi
 # Node names must resolve on the host (srun, slurmctld) and in the nodes (the mount namespace and thus
 # /etc/hosts is shared). Rewrite in place: /etc/hosts may be a bind mount, so no mv over it.
 HOSTS_NEW=$(grep -v -- "$HOSTS_TAG" /etc/hosts || true)
