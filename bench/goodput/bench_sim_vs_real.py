@@ -37,7 +37,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchlib import Section  # noqa: E402
+from benchlib import Section, context  # noqa: E402
 
 from hpclaunch.runtime.simulate import Shape, expected, run as sim_run  # noqa: E402
 from hpclaunch.train_entry.trainer import COMMIT_AFTER_STEPS  # noqa: E402
@@ -291,6 +291,7 @@ def main() -> int:
             print(f"--from-raw {a.from_raw}: {e}", file=sys.stderr)
             return 2
         args, calm, runs = kept["args"], kept["calibration"], kept["runs"]
+        origin = kept.get("context") or {}
         if a.rebuild:
             calm = [rebuild(d, os.getcwd()) for d in calm]
             runs = [rebuild(d, os.getcwd()) for d in runs]
@@ -299,6 +300,7 @@ def main() -> int:
         raw = None
     else:
         rng = random.Random(a.seed)
+        origin = context()
         work = tempfile.mkdtemp(prefix="hl-simreal-")
         data = os.path.join(work, "digits.csv")
         subprocess.run([PY, "-m", "hpclaunch.train_entry.digits", data], check=True, capture_output=True)
@@ -317,12 +319,12 @@ def main() -> int:
                 with open(raw + ".tmp", "w") as f:
                     json.dump({"args": {k: getattr(a, k) for k in ("runs", "mtbf", "epochs", "interval", "floor",
                                                                    "seed", "calibration_runs")},
-                               "calibration": calm, "runs": runs}, f, indent=0)
+                               "context": origin, "calibration": calm, "runs": runs}, f, indent=0)
                 os.replace(raw + ".tmp", raw)
-    return report(a, calm, runs)
+    return report(a, calm, runs, origin if a.from_raw else None)
 
 
-def report(a, calm, runs) -> int:
+def report(a, calm, runs, origin=None) -> int:
     mean = lambda xs: statistics.fmean(xs) if xs else 0.0  # noqa: E731
     for d in runs:   # measurements kept before the failure gaps were: from the run directory, if kept
         if "failure_gaps" not in d and os.path.isdir(d.get("run_dir") or ""):
@@ -410,6 +412,10 @@ def report(a, calm, runs) -> int:
              f"{len(hit)} runs with failures; a run without one is its own shape exactly). Goal: within ±2. "
              "Measured per run: "
              + ", ".join(f"{100 * x:.0f}" for x in measured) + " %.")
+    if origin is not None:
+        sec.para(f"Made with `--from-raw` from the measurements the runs kept (`{os.path.relpath(a.from_raw)}`)"
+                 + (f", runs of {origin['date']} at commit {origin['commit']}" if origin.get("commit") else "")
+                 + "; the load average above is the remake's, the runs' is the one in the first paragraph.")
     sec.write(a.markdown)
     return 0
 
