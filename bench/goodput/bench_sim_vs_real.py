@@ -204,7 +204,8 @@ def one_run(work, data, epochs, interval, floor, mtbf, rng, label):
                 gaps.append(r["time_unix"] - last - r["seconds"])
             last = r["time_unix"]
     return dict(measure(doc), label=label, state=state, home=home, job_id=job_id, run_dir=run_dir,
-                injected=injected, failure_gaps=failure_gaps(run_dir, injected), injection_lag_s=lags, saves=len(saves), save_gaps_s=[round(g, 3) for g in gaps],
+                injected=injected, failure_gaps=failure_gaps(run_dir, injected), injection_lag_s=lags,
+                saves=len(saves), save_gaps_s=[round(g, 3) for g in gaps],
                 last_step=max([r.get("step", 0) for r in recs if r.get("kind") == "step"] or [0]),
                 load=[load0] + loads)
 
@@ -233,7 +234,8 @@ def failure_gaps(run_dir, injected):
         if r.get("kind") == "header":
             attempt = r.get("attempt")
         elif r.get("kind") == "step" and (not starts or starts[-1][0] != attempt):
-            starts.append((attempt, float(r["time_unix"]) - float(r.get("step_time_s") or 0.0) * float(r.get("steps") or 1)))
+            busy = float(r.get("step_time_s") or 0.0) * float(r.get("steps") or 1)
+            starts.append((attempt, float(r["time_unix"]) - busy))
     out = []
     for x in injected:
         began = [b for _, b in starts if b <= x]
@@ -335,8 +337,8 @@ def report(a, calm, runs, origin=None) -> int:
     incidents = [i for d in runs for i in d["incidents"]]
     # detect: the injection (the failure) to the verdict; the report's detect_s starts at the rank's last
     # progress, a step before it at most
-    from_injection = [i["t"] - max(x for x in d["injected"] if x <= i["t"] + 1.0) for d in runs
-                      for i in d["incidents"] if i.get("t") is not None and any(x <= i["t"] + 1.0 for x in d["injected"])]
+    from_injection = [i["t"] - max(x for x in d["injected"] if x <= i["t"] + 1.0) for d in runs for i in d["incidents"]
+                      if i.get("t") is not None and any(x <= i["t"] + 1.0 for x in d["injected"])]
     D_report = mean([i["detect_s"] for i in incidents if i.get("detect_s") is not None])
     D = mean(from_injection) if from_injection else D_report
     R = mean([d["seconds"]["recovering"] / len(d["incidents"]) for d in runs if d["incidents"]])

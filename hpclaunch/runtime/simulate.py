@@ -9,9 +9,9 @@ stops `cost` seconds to save (a failure before the save ends loses everything si
 Node failures come as a Poisson process: `nodes / mtbf_node` an hour, while the job trains or saves
 (not while it starts, restarts or ends). After one: `detect` seconds until it is noticed, then
 `restart` seconds (kill, relaunch, reload) and, without a spare node left, `requeue` seconds in the
-queue first; the lost work is done again. A checkpoint written beside training (train_entry's: committed 10 steps after the save) counts
-only `commit` seconds after its save ends: a failure before then resumes from the one before it. The
-job starts with `start` seconds and ends with `end` seconds, as the goodput report counts them.
+queue first; the lost work is done again. A checkpoint written beside training (train_entry's:
+committed 10 steps after the save) counts only `commit` seconds after its save ends: a failure before
+then resumes from the one before it. The job starts with `start` seconds and ends with `end` seconds, as the goodput report counts them.
 ETTR = work / (the time from the start to the end), the report's productive / run time.
 
 Policies: ("fixed", SECONDS); ("steps", N, STEP_SECONDS), every N steps; ("daly", MTBF_S) and
