@@ -14,10 +14,12 @@ polled in the background so that an injection is late by the loop's 50 ms only.
 
 The simulator's inputs are measured, none fitted to the answer: each run's own work (productive
 seconds), start, end and checkpoint cost (its checkpointing seconds over its checkpoint records), since
-the shared machine's load moves a run's speed by tens of percent from one run to the next; the time
-to detect a hang and to restart (the verdict to the next first step) as the means over all the runs'
-incidents; the checkpoint interval as the mean training time between two saves of one attempt (the
-configured interval, plus the pipelined due check's lag, with train_entry's saves at epoch ends);
+the shared machine's load moves a run's speed several times over from one run to the next; likewise
+its own time to detect a hang (injection to verdict) and to restart (the verdict to the next first
+step), the means over its incidents (a run without one: the median detect, and its start x the
+median restart / start ratio of the others); the checkpoint interval as the mean training time
+between two saves of one attempt (the configured interval, plus the pipelined due check's lag, with
+train_entry's saves at epoch ends);
 the commit delay (a save counts once committed, 10 steps later) from each run's seconds a step.
 The prediction is the mean over the runs of the simulator's expected ETTR for each run's shape. What
 it predicts is how the failure process and the checkpoint interval turn into lost work and restarts.
@@ -256,7 +258,7 @@ class Replay:
 
 def shape_of(run, detect, restart, mtbf):
     """The run's own work, start, end, checkpoint cost and commit delay (train_entry commits a checkpoint
-    COMMIT_AFTER_STEPS steps after its save: the run's seconds a step), the pooled detect and restart."""
+    COMMIT_AFTER_STEPS steps after its save: the run's seconds a step), and the detect and restart given."""
     s = run["seconds"]
     cost = s["checkpointing"] / max(1, run["saves"])
     commit = COMMIT_AFTER_STEPS * s["productive"] / max(1, run["last_step"])
@@ -337,30 +339,42 @@ def report(a, calm, runs, origin=None) -> int:
     incidents = [i for d in runs for i in d["incidents"]]
     # detect: the injection (the failure) to the verdict; the report's detect_s starts at the rank's last
     # progress, a step before it at most
-    from_injection = [i["t"] - max(x for x in d["injected"] if x <= i["t"] + 1.0) for d in runs for i in d["incidents"]
-                      if i.get("t") is not None and any(x <= i["t"] + 1.0 for x in d["injected"])]
+    def detects(d):
+        return [i["t"] - max(x for x in d["injected"] if x <= i["t"] + 1.0) for i in d["incidents"]
+                if i.get("t") is not None and any(x <= i["t"] + 1.0 for x in d["injected"])]
+
+    from_injection = [x for d in runs for x in detects(d)]
     D_report = mean([i["detect_s"] for i in incidents if i.get("detect_s") is not None])
-    D = mean(from_injection) if from_injection else D_report
-    R = mean([d["seconds"]["recovering"] / len(d["incidents"]) for d in runs if d["incidents"]])
+    # detect and restart move with the load as the start does (a restart is a start again, after a kill):
+    # each run's own, over its incidents; a run without one: the median detect, and its own start x the
+    # median restart / start of the runs with one
+    hit_runs = [d for d in runs if d["incidents"]]
+    D_med = statistics.median(from_injection) if from_injection else 0.0
+    ratio = statistics.median([d["seconds"]["recovering"] / len(d["incidents"]) / max(d["seconds"]["starting"], 1e-9)
+                               for d in hit_runs]) if hit_runs else 1.0
+    shapes = [shape_of(d, mean(detects(d)) if detects(d) else D_med,
+                       d["seconds"]["recovering"] / len(d["incidents"]) if d["incidents"]
+                       else ratio * d["seconds"]["starting"], a.mtbf) for d in runs]
+    kept = [i for i, d in enumerate(runs) if d["ettr"] is not None]
+    runs, shapes = [runs[i] for i in kept], [shapes[i] for i in kept]
+    D, R = mean([sh.detect for sh in shapes]), mean([sh.restart for sh in shapes])
     gaps = [g for d in runs + calm for g in d["save_gaps_s"]]
     tau = mean(gaps)
     measured = [d["ettr"] for d in runs if d["ettr"] is not None]
     m = mean(measured)
     se = statistics.stdev(measured) / len(measured) ** 0.5 if len(measured) > 1 else 0.0
-    per_run = [expected(shape_of(d, D, R, a.mtbf), ("fixed", tau), a.sim_runs, a.seed + i)
-               for i, d in enumerate(runs) if d["ettr"] is not None]
+    per_run = [expected(sh, ("fixed", tau), a.sim_runs, a.seed + i) for i, sh in enumerate(shapes)]
     sim = mean([r["ettr"] for r in per_run])
     sim_failures = mean([r["failures"] for r in per_run])
-    sim_configured = mean([expected(shape_of(d, D, R, a.mtbf), ("fixed", a.interval), a.sim_runs, a.seed + i)["ettr"]
-                           for i, d in enumerate(runs) if d["ettr"] is not None])
+    sim_configured = mean([expected(sh, ("fixed", a.interval), a.sim_runs, a.seed + i)["ettr"]
+                           for i, sh in enumerate(shapes)])
     # the same failure times as the real runs (each gap from an attempt's first step): a paired comparison,
     # without the luck of the draws
-    replayed = [sim_run(shape_of(d, D, R, a.mtbf), ("fixed", tau), Replay(d.get("failure_gaps", [])))
-                for d in runs if d["ettr"] is not None]
+    replayed = [sim_run(sh, ("fixed", tau), Replay(d.get("failure_gaps", []))) for sh, d in zip(shapes, runs)]
     paired = [r["ettr"] - x for r, x in zip(replayed, measured)]
     paired_se = statistics.stdev(paired) / len(paired) ** 0.5 if len(paired) > 1 else 0.0
     # a run without a failure is its own shape exactly: the comparison's content is in the others
-    hit = [x for x, d in zip(paired, [d for d in runs if d["ettr"] is not None]) if d["incidents"]]
+    hit = [x for x, d in zip(paired, runs) if d["incidents"]]
     hit_se = statistics.stdev(hit) / len(hit) ** 0.5 if len(hit) > 1 else 0.0
     injected = [t for d in runs for t in d["injected"]]
     lags = [x for d in runs for x in d["injection_lag_s"]]
@@ -380,22 +394,27 @@ def report(a, calm, runs, origin=None) -> int:
              f"{a.sim_runs:,} seeded jobs of each run's shape (its own work, start, end and checkpoint cost: the "
              "machine's load moves them from run to run), the failure rate and the measured checkpoint interval; "
              "replayed, the simulator is given each run's own failure times (seconds after an attempt's first "
-             "step) instead of drawing them, which takes the luck of the draws out of the comparison. "
+             "step) instead of drawing them, which takes the luck of the draws out of the comparison (with each "
+             "run's own detect and restart, what it then tests is the lost work: how the failure times and the "
+             "checkpoint interval and commit turn into work done again). "
              f"The machine's 2 cores were shared with other workers: load average {min(loads):.1f}-{max(loads):.1f} "
-             f"(mean {mean(loads):.1f}) during the runs, so a run's speed moves by tens of percent.")
+             f"(mean {mean(loads):.1f}) during the runs, so a run's speed moves several times over.")
     sec.table(["simulator input", "value (mean over runs)", "measured from"], [
         ("work (productive)", f"{mean(col('productive')):.1f} s (min {min(col('productive')):.1f}, "
                               f"max {max(col('productive')):.1f})", "each run's report"),
         ("start, end", f"{mean(col('starting')):.1f} s, {mean(col('ending')):.1f} s", "the same"),
-        ("checkpoint cost", f"{mean([shape_of(d, D, R, a.mtbf).cost for d in runs]):.3f} s",
+        ("checkpoint cost", f"{mean([sh.cost for sh in shapes]):.3f} s",
          "each run: checkpointing / its checkpoint records"),
-        ("checkpoint commit", f"{mean([shape_of(d, D, R, a.mtbf).commit for d in runs]):.2f} s",
+        ("checkpoint commit", f"{mean([sh.commit for sh in shapes]):.2f} s",
          f"each run: {COMMIT_AFTER_STEPS} steps (train_entry commits a save then) x its productive s / step"),
         ("checkpoint interval", f"{tau:.2f} s (configured {a.interval:g} s)",
          f"the {len(gaps)} gaps between two saves of an attempt, less the save"),
-        ("detect", f"{D:.2f} s", f"the {len(from_injection)} incidents' injection to verdict (the reports' "
-                                 f"detect_s, from the rank's last progress: {D_report:.2f} s)"),
-        ("restart (verdict to first step)", f"{R:.2f} s", "recovering / incidents, per run"),
+        ("detect", f"{D:.2f} s (median {D_med:.2f})",
+         f"each run's incidents: injection to verdict ({len(from_injection)} incidents; the reports' detect_s, "
+         f"from the rank's last progress: {D_report:.2f} s); a run without one: the median"),
+        ("restart (verdict to first step)", f"{R:.2f} s (min {min(sh.restart for sh in shapes):.1f}, max "
+                                            f"{max(sh.restart for sh in shapes):.1f})",
+         f"each run's recovering / incidents; a run without one: its start x {ratio:.2f}, the median ratio"),
         ("MTBF", f"{a.mtbf:g} s", f"the injection rate ({len(injected)} injected, late by "
                                   f"{mean(lags):.3f} s on average)")])
     sec.table(["", "ETTR", "failures per job"], [
