@@ -159,6 +159,7 @@ def build(run_dir: str, facts: Optional[dict] = None) -> dict:
     tl = Timeline(submit)
     attempts = _attempts(events)
     high = 0                               # the highest step reached so far
+    owed = 0.0                             # seconds trained, unrecorded, after the last save before a failure
     incidents: List[dict] = []
     previous_failure: Optional[dict] = None
     for i, at in enumerate(attempts):
@@ -179,6 +180,11 @@ def build(run_dir: str, facts: Optional[dict] = None) -> dict:
             resumed_high = high
             for t, step, _busy in mine:
                 redo = step <= resumed_high
+                if not redo and owed > 0.0:
+                    # the steps past the last record that the failed attempt did unrecorded, done again
+                    cut = min(t, tl.t + owed)
+                    owed -= cut - tl.t
+                    tl.to(cut, "recomputing", at["n"], cause)
                 tl.to(t, "recomputing" if redo else "productive", at["n"], cause if redo else None)
                 high = max(high, step)
             at["first_step"] = mine[0][0]
@@ -186,7 +192,10 @@ def build(run_dir: str, facts: Optional[dict] = None) -> dict:
         failure = at.get("failure")
         if failure is not None:
             since = min(max(failure["since"], tl.t), failure["t"])
-            tl.to(since, "productive", at["n"])        # trained on, unrecorded, until it failed
+            if mine:   # trained on, unrecorded, until it failed: the first pass is productive, its redo not
+                saved = max([tl.t] + [c for c, _ in saves if c <= since])
+                owed += max(0.0, since - saved)
+            tl.to(since, "productive", at["n"])
             tl.to(failure["t"], "detecting", at["n"], failure["cause"])
             tl.to(stop, "recovering", at["n"], failure["cause"])
             failure["detect_s"] = round(failure["t"] - since, 3)

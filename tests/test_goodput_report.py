@@ -69,16 +69,17 @@ def test_the_times_add_up_to_the_wall_time_with_a_node_death_and_a_hang(tmp_path
     assert sec["starting"] == pytest.approx(19)
     assert sec["detecting"] == pytest.approx((70 - 62.5) + (150 - 129.5))
     assert sec["recovering"] == pytest.approx((89 - 70) + (155 - 150))
-    # recomputing: attempt 1 redid steps 21..30 (+80..+99: 10 s, the first one's second starting at +89);
-    # attempt 2 redid 41..60 (+155..+175: 20 s)
-    assert sec["recomputing"] == pytest.approx(10 + 20)
+    # recomputing: attempt 1 redid steps 21..30 (+80..+99: 10 s, the first one's second starting at +89)
+    # and then the 3.5 s attempt 0 trained unrecorded after its last record (+59) until n2 died (+62.5);
+    # attempt 2 redid 41..60 (+155..+175: 20 s) and the 0.5 s after step 60's record (+129) to the hang
+    assert sec["recomputing"] == pytest.approx(10 + 3.5 + 20 + 0.5)
     assert sec["checkpointing"] == pytest.approx(4)
     assert sec["ending"] == pytest.approx(221 - 215)
-    assert sec["productive"] == pytest.approx(221 - 10 - 19 - 28 - 24 - 30 - 4 - 6)
+    assert sec["productive"] == pytest.approx(221 - 10 - 19 - 28 - 24 - 34 - 4 - 6)
     assert doc["ettr"] == pytest.approx(sec["productive"] / 211, abs=1e-4)
     # lost GPU-hours: 2 nodes x 4 GPUs, per cause; the spare's GPUs held for the whole run
-    node = (70 - 62.5) + (89 - 70) + 10
-    hang = (150 - 129.5) + (155 - 150) + 20
+    node = (70 - 62.5) + (89 - 70) + 10 + 3.5
+    hang = (150 - 129.5) + (155 - 150) + 20 + 0.5
     assert doc["lost_gpu_hours"] == {"hang": pytest.approx(hang * 8 / 3600, abs=1e-6),
                                      "node_failure": pytest.approx(node * 8 / 3600, abs=1e-6),
                                      "spare_nodes": pytest.approx(211 * 4 / 3600, abs=1e-6)}
@@ -126,7 +127,7 @@ def test_the_fleet_sums_per_partition_and_month(tmp_path):
     assert fleet["jobs"] == 3 and [(r["partition"], r["jobs"]) for r in fleet["rows"]] == [("debug", 2), ("gpu", 1)]
     row = fleet["rows"][0]
     assert row["month"] == "2027-01" and row["failures"] == {"node_failure": 2, "hang": 2}
-    assert row["seconds"]["recomputing"] == pytest.approx(60)
+    assert row["seconds"]["recomputing"] == pytest.approx(2 * 34)
     assert row["failures_per_node_hour"] == pytest.approx(2 / (2 * 211 * 2 / 3600), rel=1e-5)
     assert "debug" in render(fleet, "text") and "<svg" in render(fleet, "html")
 

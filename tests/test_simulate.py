@@ -57,3 +57,26 @@ def test_the_command():
     bad = subprocess.run([sys.executable, "-m", "hpclaunch.runtime.simulate", "--work", "1", "--mtbf-node-h", "1",
                           "--cost", "1", "--policy", "sometimes"], capture_output=True, text=True)
     assert bad.returncode == 2 and "use fixed:SECONDS" in bad.stderr
+
+
+class Scripted:
+    """Failures at the given gaps (seconds after the job, or the restart, is up), then none."""
+
+    def __init__(self, *gaps):
+        self.gaps = list(gaps)
+
+    def expovariate(self, _lam):
+        return self.gaps.pop(0) if self.gaps else 1e12
+
+
+def test_a_failure_before_the_last_save_is_committed_resumes_from_the_one_before():
+    # saves end at 11, 22, ...; the failure comes 0.5 s into the second segment (t = 11.5)
+    shape = dict(work=100, nodes=1, mtbf_node_s=1e6, cost=1, detect=2, restart=3)
+    plain = run(Shape(**shape), ("fixed", 10), Scripted(11.5))
+    late = run(Shape(**shape, commit=1.0), ("fixed", 10), Scripted(11.5))
+    assert plain["seconds"]["recomputing"] == pytest.approx(0.5)         # only the half second since the save
+    assert late["seconds"]["recomputing"] == pytest.approx(10.5)         # the save at 11 was not committed
+    assert late["elapsed"] - plain["elapsed"] == pytest.approx(10 + 1)   # the segment and its save again
+    # a failure after the commit loses what it would without one
+    assert run(Shape(**shape, commit=1.0), ("fixed", 10), Scripted(12.5))["seconds"]["recomputing"] == \
+        pytest.approx(1.5)

@@ -6,11 +6,13 @@ for a job shape, a failure rate and a checkpoint policy (docs/recovery.md, "Chec
 
 The job must do `work` seconds of training. Between checkpoints it trains `interval` seconds, then
 stops `cost` seconds to save (a failure before the save ends loses everything since the last one).
-Node failures come as a Poisson process: `nodes / mtbf_node` an hour, at any time the job holds its
-nodes. After one: `detect` seconds until it is noticed, then `restart` seconds (kill, relaunch,
-reload) and, without a spare node left, `requeue` seconds in the queue first; the lost work is done
-again. The job starts with `start` seconds and ends with `end` seconds, as the goodput report counts
-them. ETTR = work / (the time from the start to the end), the report's productive / run time.
+Node failures come as a Poisson process: `nodes / mtbf_node` an hour, while the job trains or saves
+(not while it starts, restarts or ends). After one: `detect` seconds until it is noticed, then
+`restart` seconds (kill, relaunch, reload) and, without a spare node left, `requeue` seconds in the
+queue first; the lost work is done again. A checkpoint written beside training (train_entry's:
+committed 10 steps after the save) counts only `commit` seconds after its save ends: a failure before
+then resumes from the one before it. The job starts with `start` seconds and ends with `end` seconds, as the goodput report counts them.
+ETTR = work / (the time from the start to the end), the report's productive / run time.
 
 Policies: ("fixed", SECONDS); ("steps", N, STEP_SECONDS), every N steps; ("daly", MTBF_S) and
 ("young", MTBF_S), Daly's and Young's intervals for a known MTBF; ("adaptive",), what the job runtime and its programs do (runtime/cadence.py,
@@ -35,12 +37,12 @@ class Shape:
     """A job and its world."""
 
     __slots__ = ("work", "nodes", "mtbf_node_s", "cost", "detect", "restart", "requeue", "spares", "start", "end",
-                 "rate_known", "cost_prior", "prior_node_hours")
+                 "rate_known", "cost_prior", "prior_node_hours", "commit")
 
     def __init__(self, work: float, nodes: int, mtbf_node_s: float, cost: float, detect: float = 10.0,
                  restart: float = 30.0, requeue: float = 0.0, spares: int = 1_000_000, start: float = 0.0,
                  end: float = 0.0, rate_known: Optional[float] = None, cost_prior: float = 30.0,
-                 prior_node_hours: float = cadence.PRIOR_NODE_HOURS):
+                 prior_node_hours: float = cadence.PRIOR_NODE_HOURS, commit: float = 0.0):
         self.work, self.nodes, self.mtbf_node_s, self.cost = work, nodes, mtbf_node_s, cost
         self.detect, self.restart, self.requeue, self.spares = detect, restart, requeue, spares
         self.start, self.end = start, end
@@ -48,6 +50,7 @@ class Shape:
         self.rate_known = rate_known
         self.cost_prior = cost_prior
         self.prior_node_hours = prior_node_hours   # how much the handed rate weighs (runtime/cadence.py)
+        self.commit = commit   # seconds after a save's end until it is the one a restart resumes from
 
     @property
     def job_mtbf_s(self) -> float:
@@ -76,7 +79,9 @@ def run(shape: Shape, policy: Sequence, rng: random.Random) -> dict:
     work is productive, a pass over work a failure lost is recomputing (as the goodput report counts)."""
     lam = 1.0 / shape.job_mtbf_s
     t = shape.start
-    done = high = 0.0               # committed work; the most work ever reached
+    done = high = 0.0               # saved work; the most work ever reached
+    before = 0.0                    # the work saved before the last save, what a restart resumes from
+    saved_at = -math.inf            # until the last save is committed (its end + commit)
     failures = 0
     spares = shape.spares
     cost_seen: Optional[float] = None
@@ -106,7 +111,7 @@ def run(shape: Shape, policy: Sequence, rng: random.Random) -> dict:
                 train(k * tau)
                 sec["checkpointing"] += k * shape.cost
                 t += k * (tau + shape.cost)
-                done += k * tau
+                before, done, saved_at = done + (k - 1) * tau, done + k * tau, t
                 cost_seen = shape.cost
                 tau = interval_for(policy, shape, cost_seen, failures, t * shape.nodes / 3600.0)
                 continue
@@ -117,7 +122,7 @@ def run(shape: Shape, policy: Sequence, rng: random.Random) -> dict:
             train(seg)
             sec["checkpointing"] += need - seg
             t += need
-            done += seg
+            before, done, saved_at = done, done + seg, t
             if need > seg:
                 cost_seen = shape.cost
                 tau = interval_for(policy, shape, cost_seen, failures, t * shape.nodes / 3600.0)
@@ -126,6 +131,9 @@ def run(shape: Shape, policy: Sequence, rng: random.Random) -> dict:
         ran = next_fail - t
         train(min(ran, seg))
         sec["checkpointing"] += max(0.0, ran - seg)
+        if next_fail < saved_at + shape.commit:     # the last save not committed yet: the one before it
+            done = before
+        saved_at = -math.inf
         failures += 1
         t = next_fail + shape.detect + shape.restart
         sec["detecting"] += shape.detect
@@ -192,14 +200,15 @@ def main(argv=None) -> int:
     p.add_argument("--spares", type=int, default=1_000_000)
     p.add_argument("--start", type=float, default=0.0)
     p.add_argument("--end", type=float, default=0.0)
+    p.add_argument("--commit", type=float, default=0.0, help="seconds after a save until a restart resumes from it")
     p.add_argument("--policy", type=parse_policy, default=("adaptive",))
     p.add_argument("--runs", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    if a.work <= 0 or a.nodes < 1 or a.mtbf_node_h <= 0 or a.cost < 0 or a.runs < 1:
-        p.error("--work, --mtbf-node-h and --runs above 0, --nodes at least 1, --cost at least 0")
+    if a.work <= 0 or a.nodes < 1 or a.mtbf_node_h <= 0 or a.cost < 0 or a.runs < 1 or a.commit < 0:
+        p.error("--work, --mtbf-node-h and --runs above 0, --nodes at least 1, --cost and --commit at least 0")
     shape = Shape(a.work, a.nodes, a.mtbf_node_h * 3600.0, a.cost, a.detect, a.restart, a.requeue, a.spares,
-                  a.start, a.end)
+                  a.start, a.end, commit=a.commit)
     json.dump({"policy": list(a.policy), **expected(shape, a.policy, a.runs, a.seed)}, sys.stdout)
     print()
     return 0
