@@ -48,7 +48,7 @@ name: stall
 profile: testcluster
 launcher: srun
 command: [{sys.executable}, {tmp_path}/stall.py]
-resources: {{nodes: 2, tasks_per_node: 2, cpus_per_task: 1, time: "00:02:00"}}
+resources: {{nodes: 2, tasks_per_node: 2, cpus_per_task: 1, time: "00:01:00"}}
 monitor: {{interval: 1}}
 requeue: {{max_attempts: 1}}
 """)
