@@ -20,7 +20,7 @@ all: venv
 # What the venv must give, checked on every run (no stamp file: a stamp says nothing about what is in the
 # venv now): these modules import, the hpclaunch command is there, and the install (pip's hpclaunch
 # dist-info) is newer than setup.cfg and pyproject.toml. Otherwise it installs (tests/test_deps.py).
-VENV_IMPORTS := torch, hpclaunch, mpi4py, pyarrow, pytest, sklearn, lightning, ray, pydantic, jax, deepspeed, onnx, onnxscript, onnxruntime, prometheus_client, aiohttp, aiohttp_sse, plotly, selenium, orjson, kubernetes_validate, apprise, aiosmtpd, optuna, xdist
+VENV_IMPORTS := torch, hpclaunch, mpi4py, pyarrow, pytest, sklearn, lightning, ray, pydantic, jax, deepspeed, onnx, onnxscript, onnxruntime, prometheus_client, aiohttp, aiohttp_sse, plotly, selenium, orjson, kubernetes_validate, apprise, aiosmtpd, optuna
 
 venv:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -63,11 +63,11 @@ tf-venv:
 	echo "tf-venv: installing tensorflow-cpu into $(TF_VENV)"; \
 	set -e; python3 -m venv $(TF_VENV); $(TF_VENV)/bin/pip install -q tensorflow-cpu
 
-# Installs everything, starts the test cluster (the tests' session fixture reuses it) and runs the tests
-# on two xdist workers: one takes every cluster test in order, the other the rest (tests/conftest.py).
+# Installs everything, starts the test cluster (the tests' session fixture reuses it) and runs the tests:
+# the cluster tests and the others as two pytest runs side by side (tests/run-suite.sh).
 test: venv deps tf-venv
 	bash tests/cluster/slurm-up.sh -d $(SLURM_STATE) >/dev/null
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -rsR --rerun-show-tracebacks --durations=25 -n 2 --dist loadgroup
+	bash tests/run-suite.sh $(PY)
 
 # The tests that need neither root nor the cluster.
 test-fast: venv

@@ -16,21 +16,11 @@ _REAL_JOBS = (os.path.join("tests", "train") + os.sep, os.path.join("tests", "te
               os.path.join("tests", "test_local_programs.py"))
 
 
-# `make test` runs two pytest-xdist workers with --dist loadgroup: every cluster test goes, in collection
-# order, to one worker (one cluster, one job at a time there; tests/test_zy*, test_zz* last, as they
-# replace the 2-node cluster), while the other worker takes the rest. The cluster tests mostly wait on
-# Slurm, so the suite takes about as long as its cluster tests alone.
-CLUSTER_GROUP = "slurm-cluster"
-
-
-@pytest.hookimpl(tryfirst=True)      # before xdist's own hook, which reads the group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
         rel = os.path.relpath(str(item.fspath), ROOT)
         if item.get_closest_marker("cluster") or rel.startswith(_REAL_JOBS):
             item.add_marker(pytest.mark.flaky(reruns=1))
-        if item.get_closest_marker("cluster"):
-            item.add_marker(pytest.mark.xdist_group(CLUSTER_GROUP))
 
 
 @pytest.fixture
