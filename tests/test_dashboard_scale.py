@@ -99,3 +99,26 @@ def test_alerts_are_sent_when_they_change(big):
     log.append(dict(rec, event="resolved", time_unix=500.0))
     moved, _ = view.payload(seen)
     assert [a["event"] for a in moved["alerts"]].count("resolved") == 1 and len(moved["alerts"]) == live.MAX_ALERTS
+
+
+def test_the_envelope_is_every_log_s_readings_whatever_their_header(big):
+    """A large job's logs are parsed together, those of one header at a time: a log whose columns come
+    in another order is its own parse, and every GPU's readings are in the envelope all the same."""
+    from hpclaunch.reports import readers
+    odd = big / schema.MONITOR_DIR / schema.gpu_file("n03")
+    lines = odd.read_text().splitlines()
+    order = list(reversed(schema.GPU_COLUMNS))
+    cells = [dict(zip(schema.GPU_COLUMNS, ln.split(","))) for ln in lines[2:]]
+    odd.write_text("\n".join([lines[0], ",".join(order)] + [",".join(c[k] for k in order) for c in cells]) + "\n")
+    first, _ = live.JobLive(str(big)).payload(None)
+    t = np.concatenate([readers.read_gpu_log(big / schema.MONITOR_DIR / schema.gpu_file(f"n{h:02d}")).col("time_unix")
+                        for h in range(NODES)])
+    p = np.concatenate([readers.read_gpu_log(big / schema.MONITOR_DIR / schema.gpu_file(f"n{h:02d}")).col("power_w")
+                        for h in range(NODES)])
+    buckets = np.floor(t)
+    power = first["charts"]["power"]
+    assert len(power["max"]["t"]) == np.unique(buckets).size
+    for i, b in enumerate(np.unique(buckets)):
+        assert power["max"]["y"][i] == round(p[buckets == b].max(), 2)
+        assert power["min"]["y"][i] == round(p[buckets == b].min(), 2)
+    assert first["chart_notes"]["power"] == f"min, mean and max over {NODES * GPUS} GPUs"
