@@ -122,6 +122,11 @@ class JobLive:
                 state["ranks"] = sig
             return msg, state
 
+    def warm(self) -> None:
+        """Read the logs now (when due), before any page asks: payload() then finds them read."""
+        with self._lock:
+            self._update()
+
     def _update(self) -> None:
         now = time.monotonic()
         if now - self._updated < self._wait:
