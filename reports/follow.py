@@ -25,16 +25,17 @@ class Tail:
     at the first read is followed from its last ``start`` bytes (from the first line that starts
     there), not from its beginning: a view of many files' recent past (the dashboard's page of a large
     job) instead of every file's whole history. Such a first read also keeps the file's first
-    HEAD_BYTES (``head``: where a CSV's header is). One open and one or two preads a read: a large
-    job's page follows 10,000 files."""
+    HEAD_BYTES when ``keep_head`` (``head``: where a CSV's header is). One open and one pread a read
+    (two for a CSV's first): a large job's page follows 10,000 files."""
 
-    def __init__(self, path, max_read: int = MAX_READ, start: Optional[int] = None):
+    def __init__(self, path, max_read: int = MAX_READ, start: Optional[int] = None, keep_head: bool = False):
         self.path = str(path)
         self.offset = 0
         self.max_read = max_read
         self.start = start
         self.skipped = 0          # bytes never read: the head of a file followed from its end
-        self.head: Optional[bytes] = None   # its first HEAD_BYTES, read with them skipped
+        self.keep_head = keep_head
+        self.head: Optional[bytes] = None   # its first HEAD_BYTES, read with them skipped (keep_head)
         self._ident: Optional[Tuple[int, int]] = None
 
     def read(self) -> Tuple[bytes, bool]:
@@ -54,7 +55,7 @@ class Tail:
                 self._ident, self.offset, self.head = ident, 0, None
                 if self.start is not None and st.st_size > self.start:
                     data = self._from_line_after(fd, st.st_size - self.start, st.st_size)
-                    self.head = os.pread(fd, HEAD_BYTES, 0)
+                    self.head = os.pread(fd, HEAD_BYTES, 0) if self.keep_head else None
             if data is None:
                 if st.st_size <= self.offset:
                     return b"", restarted
@@ -95,7 +96,7 @@ class CsvFollower:
     }
 
     def __init__(self, path, kind: str, engine: str = "auto", max_read: int = MAX_READ, start: Optional[int] = None):
-        self.tail = Tail(path, max_read, start)
+        self.tail = Tail(path, max_read, start, keep_head=True)
         self.schema, self.numeric, self.text, self.optional = self.COLUMNS[kind]
         self.engine = engine
         self.header: Optional[List[str]] = None

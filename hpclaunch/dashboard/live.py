@@ -35,7 +35,7 @@ UPDATE_S = 1.0           # the logs are read at most this often, however many pa
 BUSY_SHARE = 0.25        # ... and at most this share of the time
 MAX_LINES = 16           # a chart's lines, one per GPU or host; more: their envelope
 MAX_RANKS = 32           # the ranks table's rows, one per rank; more: a summary and those furthest behind
-KEEP_LINES = 8           # a rank's new lines past this many: only the newest this-many and the headers are decoded
+FEW_LINES = 8            # a rank's new lines up to this many are all decoded; past it, its newest step and headers
 START_BUDGET = 64 << 20  # a large job's monitor logs are followed from their last this-much-over-them-all
 UPDATE_BUDGET_S = 2.0    # a large job's logs are read for this CPU time an update at most (the rest: the next)
 PENDING_BYTES = 32 << 20   # monitor logs' new lines parsed together, at most this many bytes
@@ -254,21 +254,27 @@ class JobLive:
 
     def _metrics_chunk(self, name: str, data: bytes) -> None:
         """A rank's new lines. The page shows its newest step record and the attempt of its newest header:
-        a chunk of more than KEEP_LINES lines (a first read: a large job's 8,192 ranks' last 4 KiB, a day
-        of records) has only those lines parsed, the newest KEEP_LINES and the headers, and its step
-        records counted by their text (as train_entry and json.dumps write them), not decoded one by one."""
-        if data.count(b"\n") <= KEEP_LINES:
+        a chunk of more than FEW_LINES lines (a first read: a large job's 8,192 ranks' last 4 KiB, a day
+        of records) has only those lines decoded, the headers and, from the end, lines up to its newest
+        step record, and its step records counted by their text (as train_entry and json.dumps write
+        them), not decoded one by one."""
+        if data.count(b"\n") <= FEW_LINES:
             records, bad = readers.parse_jsonl(io.StringIO(data.decode("utf-8", "replace"), newline=None))
             self.bad_lines += bad
             self._add_metrics(name, records)
             return
         lines = data.split(b"\n")[:-1]
-        newest = range(len(lines) - KEEP_LINES, len(lines))
-        keep = sorted({i for i, ln in enumerate(lines) if b'"header"' in ln} | set(newest)) \
-            if b'"header"' in data else newest
-        records, bad = readers.parse_jsonl(io.StringIO("".join(lines[i].decode("utf-8", "replace") + "\n"
-                                                               for i in keep)))
-        self.bad_lines += bad
+        headers = [i for i, ln in enumerate(lines) if b'"header"' in ln] if b'"header"' in data else []
+        found: Dict[int, dict] = {}
+        for i in headers:
+            found.update(self._decoded(i, lines[i]))
+        for i in range(len(lines) - 1, -1, -1):   # the newest step record
+            if i not in found and i not in headers:
+                rec = self._decoded(i, lines[i])
+                if rec and rec[i].get("kind") == "step":
+                    found.update(rec)
+                    break
+        records = [found[i] for i in sorted(found)]
         self._add_metrics(name, records)
         steps = data.count(b'"kind":"step"') + data.count(b'"kind": "step"')
         parsed = sum(1 for r in records if r.get("kind") == "step")
@@ -276,6 +282,12 @@ class JobLive:
             rank = r.get("rank")
             if type(rank) is int and rank in self.ranks:
                 self.ranks[rank]["records"] += max(0, steps - parsed)
+
+    def _decoded(self, i: int, line: bytes) -> Dict[int, dict]:
+        """{i: the record} of one line, or {} (a line that is no record: counted in bad_lines)."""
+        records, bad = readers.parse_jsonl((line.decode("utf-8", "replace") + "\n",))
+        self.bad_lines += bad
+        return {i: records[0]} if records else {}
 
     def _add_metrics(self, name: str, records: list) -> None:
         for rec in records:

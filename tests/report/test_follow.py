@@ -116,7 +116,7 @@ def test_a_tail_followed_from_its_end_starts_at_a_line_and_keeps_the_head(tmp_pa
         data += b"9" * 100   # a line being written, begun before the last ``start`` bytes
     path.write_bytes(data)
     start = {"mid-line": 1000, "line start": len(b"".join(lines[-50:])), "past the last newline": 50}[at]
-    tail = follow.Tail(path, start=start)
+    tail = follow.Tail(path, start=start, keep_head=True)
     got, restarted = tail.read()
     first = len(data) - start
     expect_at = data.index(b"\n", first - 1) + 1 if b"\n" in data[first - 1:] else len(data)
