@@ -99,3 +99,47 @@ def test_alerts_are_sent_when_they_change(big):
     log.append(dict(rec, event="resolved", time_unix=500.0))
     moved, _ = view.payload(seen)
     assert [a["event"] for a in moved["alerts"]].count("resolved") == 1 and len(moved["alerts"]) == live.MAX_ALERTS
+
+
+def test_the_envelope_is_every_log_s_readings_whatever_their_header(big):
+    """A large job's logs are parsed together, those of one header at a time: a log whose columns come
+    in another order is its own parse, and every GPU's readings are in the envelope all the same."""
+    from hpclaunch.reports import readers
+    odd = big / schema.MONITOR_DIR / schema.gpu_file("n03")
+    lines = odd.read_text().splitlines()
+    order = list(reversed(schema.GPU_COLUMNS))
+    cells = [dict(zip(schema.GPU_COLUMNS, ln.split(","))) for ln in lines[2:]]
+    odd.write_text("\n".join([lines[0], ",".join(order)] + [",".join(c[k] for k in order) for c in cells]) + "\n")
+    first, _ = live.JobLive(str(big)).payload(None)
+    t = np.concatenate([readers.read_gpu_log(big / schema.MONITOR_DIR / schema.gpu_file(f"n{h:02d}")).col("time_unix")
+                        for h in range(NODES)])
+    p = np.concatenate([readers.read_gpu_log(big / schema.MONITOR_DIR / schema.gpu_file(f"n{h:02d}")).col("power_w")
+                        for h in range(NODES)])
+    buckets = np.floor(t)
+    power = first["charts"]["power"]
+    assert len(power["max"]["t"]) == np.unique(buckets).size
+    for i, b in enumerate(np.unique(buckets)):
+        assert power["max"]["y"][i] == round(p[buckets == b].max(), 2)
+        assert power["min"]["y"][i] == round(p[buckets == b].min(), 2)
+    assert first["chart_notes"]["power"] == f"min, mean and max over {NODES * GPUS} GPUs"
+
+
+def test_a_long_chunk_of_a_rank_shows_its_newest_step_and_header(tmp_path, monkeypatch):
+    """Past FEW_LINES new lines, a rank's chunk has its headers and its newest step record decoded, the
+    rest counted by their text: the page shows what decoding every line would."""
+    monkeypatch.setattr(live, "UPDATE_S", 0.0)
+    (tmp_path / "metrics").mkdir()
+    recs = [{"kind": "header", "rank": 2, "attempt": 0}]
+    recs += [{"kind": "step", "rank": 2, "step": s, "loss": 1.0 / (s + 1), "time_unix": 100.0 + s} for s in range(20)]
+    recs += [{"kind": "header", "rank": 2, "attempt": 1}]
+    recs += [{"kind": "step", "rank": 2, "step": s, "loss": 0.5, "time_unix": 200.0 + s} for s in range(7)]
+    recs += [{"kind": "eval", "rank": 2, "accuracy": 0.9}] * 12   # after the newest step: not steps
+    text = "".join(json.dumps(r) + "\n" for r in recs) + "not json\n"
+    (tmp_path / "metrics" / "rank2.jsonl").write_text(text)
+    decoded = []
+    real = live.readers.parse_jsonl
+    monkeypatch.setattr(live.readers, "parse_jsonl", lambda lines: decoded.append(1) or real(lines))
+    msg, _ = live.JobLive(str(tmp_path)).payload(None)
+    (rank,) = msg["ranks"]
+    assert (rank["step"], rank["attempt"], rank["records"], rank["time_unix"]) == (6, 1, 27, 206.0)
+    assert len(decoded) == 2 + 14   # the headers, then back to the newest step: not the 41 lines

@@ -113,12 +113,14 @@ def test_status_reads_active_and_recent_jobs_only(hpc_home):
     ("SELECT * FROM jobs WHERE key = ? UNION SELECT * FROM jobs WHERE parent_key = ?", (1, 1)),
     ("SELECT * FROM jobs WHERE " + regmod.ACTIVE + " ORDER BY submit_time DESC", ()),
     ("SELECT * FROM jobs WHERE end_time >= ?", (0.0,)),
+    ("SELECT * FROM events WHERE job_key = ? ORDER BY id", (1,)),   # a job's history (status JOB)
+    ("SELECT detail FROM events WHERE job_key = ? AND kind = ?", (1, "submitted")),
 ])
 def test_lookups_go_by_index(hpc_home, query, args):
     reg = Registry()
     with sqlite3.connect(reg.path) as db:
         steps = [r[3] for r in db.execute("EXPLAIN QUERY PLAN " + query, args).fetchall()]
-    on_jobs = [s for s in steps if " jobs" in s]
+    on_jobs = [s for s in steps if " jobs" in s or " events" in s]
     assert on_jobs and all("INDEX" in s or "PRIMARY KEY" in s for s in on_jobs), steps   # no scan of the table
 
 
@@ -126,12 +128,12 @@ def test_an_older_registry_gets_the_new_indexes(tmp_path):
     path = str(tmp_path / "registry.db")
     Registry(path).close()
     with sqlite3.connect(path) as db:
-        for name in ("jobs_job_id", "jobs_active", "jobs_end", "jobs_parent", "jobs_run_dir"):
+        for name in ("jobs_job_id", "jobs_active", "jobs_end", "jobs_parent", "jobs_run_dir", "events_job"):
             db.execute(f"DROP INDEX {name}")
     Registry(path).close()
     with sqlite3.connect(path) as db:
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-    assert {"jobs_job_id", "jobs_active", "jobs_end", "jobs_parent", "jobs_run_dir"} <= names
+    assert {"jobs_job_id", "jobs_active", "jobs_end", "jobs_parent", "jobs_run_dir", "events_job"} <= names
 
 
 def test_fleet_view_is_a_page_of_the_newest_jobs(hpc_home, tmp_path):

@@ -21,3 +21,28 @@ def test_a_submission_loads_no_view_or_monitor_module():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == []
+
+
+# What `status` and `list` of this machine's jobs have no use for: the submission side (the job
+# file's models and the plan: a third of the command's start-up) and the remote machinery (ssh,
+# packing). Issue 50: `status`'s p99 on a loaded login node.
+STATUS_NOT_LOADED = ("hpclaunch.launchers.backends.slurm_script", "hpclaunch.launchers.plan", "hpclaunch.spec.job",
+                     "hpclaunch.cli.remote_commands", "hpclaunch.runs.remote")
+
+
+def test_status_and_list_load_no_submission_or_remote_module(hpc_home, tmp_path):
+    code = ("import sys\nfrom hpclaunch.runs.registry import Registry\nfrom hpclaunch.cli import main\n"
+            "reg = Registry()\n"
+            "a = reg.add(backend='local', cluster='local', job_id='7', name='a', run_dir=sys.argv[1])\n"
+            "reg.add(backend='slurm', cluster='c', job_id='8', name='b', run_dir=sys.argv[1])\n"
+            "codes = [main(['status', '7']), main(['status']), main(['list'])]\n"
+            "far = reg.add(backend='remote', cluster='far', job_id='9', name='c', run_dir='/c/runs/c-9')\n"
+            "reg.update_state(far.key, 'COMPLETED', exit_code=0)\n"
+            "codes.append(main(['list', '--all']))   # an ended remote job: listed, not asked about\n"
+            f"print('LOADED', codes, ' '.join(m for m in {STATUS_NOT_LOADED!r} if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    loaded = proc.stdout.split("LOADED ", 1)[1].strip()
+    assert loaded.startswith("[0, 0, 0, 0]") and loaded.split("]")[1].split() == [], loaded
+    assert "far:/c/runs/c-9" in proc.stdout   # a remote job's listing: where its run directory is
+    assert "local  a" in proc.stdout and str(tmp_path) in proc.stdout

@@ -140,8 +140,3 @@ def cmd_report(args: argparse.Namespace, rec: JobRecord, fmt: str) -> int:
     return 0
 
 
-def location(rec: JobRecord) -> str:
-    """Where a job's run directory is, for listings: `NAME:path` for a remote job."""
-    return f"{rec.cluster}:{rec.run_dir}" if is_remote(rec) else rec.run_dir
-
-

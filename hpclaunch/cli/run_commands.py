@@ -6,16 +6,32 @@ import os
 import sys
 import time as _time
 
-from hpclaunch.cli import remote_commands as remote
 from hpclaunch.cli.output import counts, parse_age, print_json
 from hpclaunch.cli.parser import LIST_PAGE
 from hpclaunch.common.errors import HpclaunchError
 from hpclaunch.launchers.backends.base import state_of
+from hpclaunch.launchers.backends.choice import relayed
 from hpclaunch.runs import attempts as run_attempts
 from hpclaunch.runs.jobs import Job, copy_text, find_job, hosts_of, ordered_logs, refresh, tail_text
 from hpclaunch.runs.progress import pending_text
 from hpclaunch.runs.registry import Registry
 from hpclaunch.runs.summary import batch_log
+
+
+def _remote():
+    """remote_commands (ssh, packing, the profile's remote section), loaded for a job recorded from
+    another machine only: `status` and `list` of this machine's jobs start without it."""
+    from hpclaunch.cli import remote_commands
+    return remote_commands
+
+
+def _is_remote(rec) -> bool:
+    return relayed(rec.backend)
+
+
+def _location(rec) -> str:
+    """Where a job's run directory is, for listings: `NAME:path` for a remote job."""
+    return f"{rec.cluster}:{rec.run_dir}" if _is_remote(rec) else rec.run_dir
 
 
 def _hosts_text(hosts: dict) -> str:
@@ -34,7 +50,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         records = [find_job(args.job, reg).record]
     else:
         records = reg.recent(_time.time() - 3600)   # by index: the registry's whole history is not read
-    far = remote.status_rows([r for r in records if remote.is_remote(r)], reg, tolerant=not args.job)
+    remote = [r for r in records if _is_remote(r)]
+    far = _remote().status_rows(remote, reg, tolerant=not args.job) if remote else {}
     rows = []
     for rec in records:
         if rec.key in far:
@@ -103,8 +120,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     recs = reg.list(**query, limit=args.limit, offset=args.offset)
     active = [r for r in recs if not state_of(r.state).final]
     if active:  # the registry holds the last state anyone saw: ask the backends, once each
-        refresh([r for r in active if not remote.is_remote(r)], reg)
-        remote.refresh([r for r in active if remote.is_remote(r)], reg)
+        refresh([r for r in active if not _is_remote(r)], reg)
+        remote = [r for r in active if _is_remote(r)]
+        if remote:
+            _remote().refresh(remote, reg)
         recs = reg.list(**query, limit=args.limit, offset=args.offset)
     left = reg.count(**query) - args.offset - len(recs) if args.limit and len(recs) == args.limit else 0
     more = (f"... {left} more: hpclaunch list {' '.join(_list_args(args) + ['--offset', str(args.offset + len(recs))])}"
@@ -116,7 +135,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     for r in recs:
         when = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(r.submit_time))
-        print(f"{r.job_id:>8} {r.backend:<6} {r.name[:30]:<30} {r.state:<11} {when} {r.user} {remote.location(r)}")
+        print(f"{r.job_id:>8} {r.backend:<6} {r.name[:30]:<30} {r.state:<11} {when} {r.user} {_location(r)}")
     if more:
         print(more)
     if not recs:
@@ -135,8 +154,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.tail is not None and args.tail < 0:
         raise HpclaunchError(f"--tail {args.tail}: give a number of lines (0 or more; 0 = the whole log)")
     job = find_job(args.job)
-    if remote.is_remote(job.record):
-        return remote.cmd_logs(args, job.record)
+    if _is_remote(job.record):
+        return _remote().cmd_logs(args, job.record)
     task = args.task
     tasks = job.tasks() if task is None else []
     if tasks:  # a sweep: one task's logs, the first failure's by default
@@ -207,8 +226,8 @@ def _follow_logs(job, rank, task=None) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a job; one that already ended is left as it is, and that is not an error (exit 0)."""
     job = find_job(args.job)
-    if remote.is_remote(job.record):
-        return remote.cmd_cancel(args, job.record)
+    if _is_remote(job.record):
+        return _remote().cmd_cancel(args, job.record)
     st = job.status()
     if st.final:
         if args.json:

@@ -53,8 +53,12 @@ def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, coo
 
     async def job_page(request: web.Request) -> web.Response:
         key = _key(request)
-        if await on_registry(board.job, key) is None:   # not a page that would say "reconnecting" forever
+        row = await on_registry(board.job, key)
+        if row is None:   # not a page that would say "reconnecting" forever
             raise web.HTTPNotFound(text=f"no job {key} in the registry (the list: {root})\n")
+        if row["local"]:   # its logs read while the browser loads the page's scripts: its events come sooner
+            warm = asyncio.get_running_loop().run_in_executor(None, lives.get(row["run_dir"]).warm)
+            warm.add_done_callback(lambda f: f.cancelled() or f.exception())   # its events will say what failed
         return page("job.html", key=key)
 
     async def jobs_json(request: web.Request) -> web.Response:
@@ -103,7 +107,8 @@ def make_app(board: Board, plotly_js: str, token: Optional[str], bound: str, coo
 
     async def job_events(request: web.Request) -> web.StreamResponse:
         key = _key(request)
-        await job_state(key, None)   # an unknown job: 404 before the stream starts
+        if await on_registry(board.job, key) is None:   # an unknown job: 404 before the stream starts
+            raise web.HTTPNotFound(text=f"no job {key} in the registry\n")
         return await stream(request, "job", lambda seen: job_state(key, seen))
 
     async def plotly(request: web.Request) -> web.FileResponse:

@@ -51,6 +51,12 @@ class Envelope:
         self._t.append(t)
         self._y.append(y)
 
+    def add_many(self, labels: List[str], t: np.ndarray, y: np.ndarray) -> None:
+        """The readings of many GPUs or hosts (``labels``) at once: bucketed alike, whoever read them."""
+        self.sources.update(labels)
+        self._t.append(t)
+        self._y.append(y)
+
     def settle(self, now: Optional[float] = None) -> bool:
         """Fold the readings added into their buckets, draw the buckets old enough; True when a line was
         thinned (the page is sent the whole series again)."""

@@ -35,9 +35,10 @@ UPDATE_S = 1.0           # the logs are read at most this often, however many pa
 BUSY_SHARE = 0.25        # ... and at most this share of the time
 MAX_LINES = 16           # a chart's lines, one per GPU or host; more: their envelope
 MAX_RANKS = 32           # the ranks table's rows, one per rank; more: a summary and those furthest behind
-LONG_CHUNK = 4 << 10     # a rank's new lines past this: only the newest and the headers are decoded
+FEW_LINES = 8            # a rank's new lines up to this many are all decoded; past it, its newest step and headers
 START_BUDGET = 64 << 20  # a large job's monitor logs are followed from their last this-much-over-them-all
 UPDATE_BUDGET_S = 2.0    # a large job's logs are read for this CPU time an update at most (the rest: the next)
+PENDING_BYTES = 32 << 20   # monitor logs' new lines parsed together, at most this many bytes
 NOTES_S = 10.0           # the events logs (why a source is missing) at most this often
 MAX_ALERTS = 100         # alert episodes a page shows, the newest
 ALERT_FIELDS = ("time_unix", "event", "severity", "rule", "node", "gpu", "rank", "message", "first_seen", "last_seen")
@@ -121,6 +122,11 @@ class JobLive:
                 state["ranks"] = sig
             return msg, state
 
+    def warm(self) -> None:
+        """Read the logs now (when due), before any page asks: payload() then finds them read."""
+        with self._lock:
+            self._update()
+
     def _update(self) -> None:
         now = time.monotonic()
         if now - self._updated < self._wait:
@@ -146,7 +152,9 @@ class JobLive:
     def _read(self) -> None:
         """The lines appended to every log since the last read: the monitor logs first, then the ranks'. A
         large job's are followed from their recent end (START_BUDGET over them all), and read for at most
-        UPDATE_BUDGET_S an update, the next update going on where this one stopped."""
+        UPDATE_BUDGET_S an update, the next update going on where this one stopped. The monitor logs'
+        new lines are parsed together, a table for all the files of a kind and header (pending: a parse
+        per file costs a 1,024-node job's first read a second)."""
         now = self._updated
         files = readers.monitor_files(self.run_dir)
         metrics = readers.metrics_files(self.run_dir)
@@ -156,28 +164,32 @@ class JobLive:
             if large else None
         first = self._cursor % len(items) if items else 0
         cpu0 = time.thread_time()   # the budget is CPU: a loaded login node reads as much, only slower
+        pending = _Pending(self._add)
         for j in range(len(items)):
             kind, path = items[(first + j) % len(items)]
             if kind == "metrics":
+                pending.flush()
                 follower = self._followers.setdefault(str(path), JsonlFollower(path, start=4096 if large else None))
                 data, _ = follower.tail.read()
                 if data:
                     self._metrics_chunk(path.name, data)
             else:
                 follower = self._followers.setdefault(str(path), CsvFollower(path, kind, start=start))
-                table, restarted = follower.read()
+                data, skip, restarted = follower.take()
                 if restarted:
+                    pending.flush()
                     self._drop(kind, path)
-                if table is not None:
-                    self._add(kind, table)
+                if data is not None:
+                    pending.add(kind, follower, data, skip)
             if (first + j) % len(items) == len(items) - len(metrics) - 1:
+                pending.flush()
                 self._monitor_pass = True   # every monitor log read once: their buckets can be drawn
             if UPDATE_S and time.thread_time() - cpu0 > UPDATE_BUDGET_S and j < len(items) - 1:
                 self._cursor = first + j + 1
                 break
         else:
             self._cursor = first
-        self._envelop()
+        pending.flush()
         for env in self.envelopes.values() if self._monitor_pass or not UPDATE_S else ():
             if env.settle():
                 self.generation += 1
@@ -187,37 +199,50 @@ class JobLive:
             self.notes = self._why_missing(files)
 
     def _add(self, kind: str, table: readers.Table) -> None:
+        """A table's rows (of one or many logs), a line per host (and GPU), or a chart's envelope once it
+        has more than MAX_LINES lines."""
         t = table.col("time_unix")
         codes, names = table.text["host"]
+        ok = (codes >= 0) & ~np.isnan(t)
         gpu = table.col("gpu_index") if kind == "gpu" else None
-        for code, host in enumerate(names):
-            rows = (codes == code) & ~np.isnan(t)
-            if gpu is None:
-                self._extend(kind, table, rows, host)
-                continue
-            for index in np.unique(gpu[rows & ~np.isnan(gpu)]):
-                self._extend(kind, table, rows & (gpu == index), f"{host} GPU{int(index)}")
-
-    def _extend(self, kind: str, table: readers.Table, rows: np.ndarray, label: str) -> None:
-        t = table.col("time_unix")[rows]
+        if gpu is not None:
+            ok &= ~np.isnan(gpu)
+        rows = np.flatnonzero(ok)
+        if not rows.size:
+            return
+        # by host (and GPU), each one's rows in the order read
+        order = rows[np.lexsort((codes[rows],) if gpu is None else (gpu[rows], codes[rows]))]
+        c = codes[order]
+        g = gpu[order] if gpu is not None else None
+        change = c[1:] != c[:-1]
+        if g is not None:
+            change |= g[1:] != g[:-1]
+        starts = np.flatnonzero(np.concatenate([[True], change]))
+        ends = np.append(starts[1:], order.size).tolist()
+        labels = [names[k] for k in c[starts].tolist()] if g is None else \
+            [f"{names[k]} GPU{int(i)}" for k, i in zip(c[starts].tolist(), g[starts].tolist())]
+        tt = t[order]
         for chart, (log, column, scale) in CHARTS.items():
-            if log == kind and t.size:
-                if chart in self.envelopes:
-                    self.envelopes[chart].add(label, t, table.col(column)[rows] * scale)
-                elif self.series.setdefault((chart, label), Series()).extend(t, table.col(column)[rows] * scale):
+            if log != kind:
+                continue
+            y = table.col(column)[order] * scale
+            if chart not in self.envelopes and len({key[1] for key in self.series if key[0] == chart}
+                                                   | set(labels)) > MAX_LINES:
+                self._envelop(chart)
+            if chart in self.envelopes:
+                self.envelopes[chart].add_many(labels, tt, y)
+                continue
+            for label, a, b in zip(labels, starts.tolist(), ends):
+                if self.series.setdefault((chart, label), Series()).extend(tt[a:b], y[a:b]):
                     self.generation += 1
 
-    def _envelop(self) -> None:
+    def _envelop(self, chart: str) -> None:
         """A chart past MAX_LINES lines becomes their envelope (its lines so far folded in)."""
-        for chart in CHARTS:
-            labels = [key for key in self.series if key[0] == chart]
-            if chart in self.envelopes or len(labels) <= MAX_LINES:
-                continue
-            env = self.envelopes[chart] = Envelope(Series)
-            for key in labels:
-                s = self.series.pop(key)
-                env.add(key[1], s.t, s.y)
-            self.generation += 1
+        env = self.envelopes[chart] = Envelope(Series)
+        for key in [key for key in self.series if key[0] == chart]:
+            s = self.series.pop(key)
+            env.add(key[1], s.t, s.y)
+        self.generation += 1
 
     def _drop(self, kind: str, path) -> None:
         """A log read again from its start: forget its series (labels start with its host)."""
@@ -229,46 +254,64 @@ class JobLive:
 
     def _metrics_chunk(self, name: str, data: bytes) -> None:
         """A rank's new lines. The page shows its newest step record and the attempt of its newest header:
-        a long chunk (a first read of a day of records) has only those lines parsed, and its step records
-        counted by their text (as train_entry and json.dumps write them), not decoded one by one."""
-        if len(data) <= LONG_CHUNK:
+        a chunk of more than FEW_LINES lines (a first read: a large job's 8,192 ranks' last 4 KiB, a day
+        of records) has only those lines decoded, the headers and, from the end, lines up to its newest
+        step record, and its step records counted by their text (as train_entry and json.dumps write
+        them), not decoded one by one."""
+        if data.count(b"\n") <= FEW_LINES:
             records, bad = readers.parse_jsonl(io.StringIO(data.decode("utf-8", "replace"), newline=None))
             self.bad_lines += bad
             self._add_metrics(name, records)
             return
         lines = data.split(b"\n")[:-1]
-        keep = sorted({i for i, ln in enumerate(lines) if b'"header"' in ln} | set(range(max(0, len(lines) - 8),
-                                                                                       len(lines))))
-        records, bad = readers.parse_jsonl(io.StringIO("".join(lines[i].decode("utf-8", "replace") + "\n"
-                                                               for i in keep)))
-        self.bad_lines += bad
+        headers = [i for i, ln in enumerate(lines) if b'"header"' in ln] if b'"header"' in data else []
+        found: Dict[int, dict] = {}
+        for i in headers:
+            found.update(self._decoded(i, lines[i]))
+        for i in range(len(lines) - 1, -1, -1):   # the newest step record
+            if i not in found and i not in headers:
+                rec = self._decoded(i, lines[i])
+                if rec and rec[i].get("kind") == "step":
+                    found.update(rec)
+                    break
+        records = [found[i] for i in sorted(found)]
         self._add_metrics(name, records)
-        steps = sum(ln.count(b'"kind":"step"') + ln.count(b'"kind": "step"') for ln in lines)
+        steps = data.count(b'"kind":"step"') + data.count(b'"kind": "step"')
         parsed = sum(1 for r in records if r.get("kind") == "step")
         for r in records[-1:]:
             rank = r.get("rank")
             if type(rank) is int and rank in self.ranks:
                 self.ranks[rank]["records"] += max(0, steps - parsed)
 
+    def _decoded(self, i: int, line: bytes) -> Dict[int, dict]:
+        """{i: the record} of one line, or {} (a line that is no record: counted in bad_lines)."""
+        records, bad = readers.parse_jsonl((line.decode("utf-8", "replace") + "\n",))
+        self.bad_lines += bad
+        return {i: records[0]} if records else {}
+
     def _add_metrics(self, name: str, records: list) -> None:
         for rec in records:
-            if rec.get("kind") not in ("step", "header"):
+            kind = rec.get("kind")
+            if kind != "step" and kind != "header":
                 continue
             try:
                 rank = int(rec.get("rank", name[4:].split(".")[0]))
             except (TypeError, ValueError):
                 continue
-            if rec["kind"] == "header":   # train_entry's step records leave the attempt to the header
+            if kind == "header":   # train_entry's step records leave the attempt to the header
                 if type(rec.get("attempt")) is int:
                     self.header_attempt[rank] = rec["attempt"]
                 continue
-            mine = self.ranks.setdefault(rank, {"records": 0})
+            mine = self.ranks.get(rank)
+            if mine is None:
+                mine = self.ranks[rank] = {"records": 0}
             if rank in self.header_attempt:
                 mine["attempt"] = self.header_attempt[rank]
             mine["records"] += 1
             for k in RANK_FIELDS:
                 v = rec.get(k)
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                kind = type(v)   # JSON's numbers: int (never infinite; bool is not one) or float
+                if kind is int or (kind is float and v - v == 0.0):
                     mine[k] = v
 
     def _why_missing(self, files: dict) -> list:
@@ -295,3 +338,27 @@ class LiveCache:
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
             return live
+
+
+class _Pending:
+    """Monitor logs' new lines waiting to be parsed together: by kind and header, up to PENDING_BYTES."""
+
+    def __init__(self, add):
+        self.add_table = add
+        self.groups: "OrderedDict[tuple, tuple]" = OrderedDict()   # (kind, header) -> (follower, chunks, skips)
+        self.size = 0
+
+    def add(self, kind: str, follower: CsvFollower, data: bytes, skip: int) -> None:
+        _, chunks, skips = self.groups.setdefault((kind, tuple(follower.header)), (follower, [], []))
+        chunks.append(data)
+        skips.append(skip)
+        self.size += len(data)
+        if self.size >= PENDING_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        groups, self.groups, self.size = self.groups, OrderedDict(), 0
+        for (kind, _), (follower, chunks, skips) in groups.items():
+            table = follower.parse(chunks, skips)
+            if table is not None:
+                self.add_table(kind, table)

@@ -11,6 +11,7 @@ import os
 import secrets
 import socket
 import sys
+import threading
 from typing import Optional, Tuple
 
 from hpclaunch.common.errors import HpclaunchError
@@ -30,6 +31,7 @@ def serve(host: str, port: int, since_s: float, token: bool = False) -> int:
         raise HpclaunchError(f"hpclaunch dashboard: {e.name or e} is not installed \u2014 {EXTRA}") from None
     from hpclaunch.dashboard.board import Board
     from hpclaunch.dashboard.notices import Notices
+    from hpclaunch.reports import readers
 
     sock, loopback = bind(host, port)
     secret = secrets.token_urlsafe(32) if token or not loopback else None
@@ -42,6 +44,8 @@ def serve(host: str, port: int, since_s: float, token: bool = False) -> int:
     board = Board(since_s)
     app = make_app(board, plotly_js, secret, bound[0], cookie=f"hpclaunch_dashboard_{bound[1]}", root=root,
                    notices=notices)
+    # the log readers' pyarrow (0.2 s to import) loaded while no page is open: not in a job page's first read
+    threading.Thread(target=readers.have_pyarrow, name="hpclaunch-preload", daemon=True).start()
     print(f"hpclaunch dashboard: {url(bound, secret, root)}", flush=True)
     print("  (Ctrl-C stops it" + ("; the token in this URL is printed only here" if secret else "") + ")",
           file=sys.stderr, flush=True)

@@ -48,6 +48,7 @@ CREATE TABLE IF NOT EXISTS events (
     kind     TEXT NOT NULL,
     detail   TEXT
 );
+CREATE INDEX IF NOT EXISTS events_job ON events(job_key);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS ledger (
     job_key    INTEGER PRIMARY KEY REFERENCES jobs(key),

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from typing import Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 from hpclaunch.common.atomic import make_private_dirs, write_atomic
 from hpclaunch.common.errors import HpclaunchError
@@ -21,10 +21,12 @@ from hpclaunch.launchers.backends.base import Backend, Capability, JobRef, JobSt
 from hpclaunch.launchers.backends.local_gpus import checked_lease_dir, machine_gpus, shared_setting
 from hpclaunch.launchers.backends.local_runner import (alive, end_group, group_alive, open_private_log, process_start,
                                                        read_state, record_state, runner_error, runner_path)
-from hpclaunch.launchers.backends import slurm_emulation, slurm_script
-from hpclaunch.launchers.backends.slurm import submit_env
-from hpclaunch.launchers.backends.slurm_script import SlurmRequest
-from hpclaunch.launchers.plan import Plan
+from hpclaunch.launchers.backends import slurm_emulation
+from hpclaunch.launchers.backends.slurm import scripts, submit_env
+
+if TYPE_CHECKING:
+    from hpclaunch.launchers.backends.slurm_script import SlurmRequest
+    from hpclaunch.launchers.plan import Plan
 
 
 class LocalBackend(Backend):
@@ -51,7 +53,7 @@ class LocalBackend(Backend):
 
     def prepare(self, plan: Plan) -> SlurmRequest:
         """The Slurm backend's script: this backend runs it as Slurm would (its Slurm emulation)."""
-        return slurm_script.prepare(plan)
+        return scripts().prepare(plan)
 
     def check(self, request: SlurmRequest, sources) -> None:
         plan = request.plan
@@ -81,7 +83,7 @@ class LocalBackend(Backend):
         registry's job holds is skipped, and the free one is claimed by an exclusive mkdir, so two
         submitters in one folder never share (or rename) a run directory."""
         plan = request.plan
-        root = slurm_script.runs_root(plan, cwd)
+        root = scripts().runs_root(plan, cwd)
         make_private_dirs(root)
         for _ in range(10_000):
             job_id = new_id()

@@ -12,15 +12,23 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from typing import Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
 from hpclaunch import runtime
 from hpclaunch.common.errors import HpclaunchError, InvalidInput
 from hpclaunch.common.identity import current_user
-from hpclaunch.launchers.backends import slurm_facts, slurm_script, slurm_status, slurmcli
+from hpclaunch.launchers.backends import slurm_facts, slurm_status, slurmcli
 from hpclaunch.launchers.backends.base import Capability, JobRef, JobStatus, NodeFailureAware, Rerun, State
-from hpclaunch.launchers.backends.slurm_preflight import check_request, parse_associations
-from hpclaunch.launchers.backends.slurm_script import SlurmRequest, array_spec, run_log, sweep_log
+
+if TYPE_CHECKING:
+    from hpclaunch.launchers.backends.slurm_script import SlurmRequest
+
+
+def scripts():
+    """The submission side (slurm_script: the plan and the job file's models, a third of a
+    command's start-up), loaded by what submits: `status`, `list` and the dashboard only ask."""
+    from hpclaunch.launchers.backends import slurm_script
+    return slurm_script
 
 
 def submit_env() -> dict:
@@ -118,7 +126,7 @@ class SlurmBackend(NodeFailureAware):
     # --- the plan in Slurm's terms ------------------------------------------------------------------
 
     def prepare(self, plan) -> SlurmRequest:
-        return slurm_script.prepare(plan)
+        return scripts().prepare(plan)
 
     # --- preflight ------------------------------------------------------------------------------
 
@@ -130,11 +138,11 @@ class SlurmBackend(NodeFailureAware):
         request is queued no more than with --test-only, one controller round trip sooner.
         Returns --test-only's verdict (Slurm's estimate of when and where the job would start)."""
         self.config()  # a controller that does not answer fails here, with Slurm's message
-        plan = request.plan
-        args = slurm_script.dependency(plan)
+        plan, script = request.plan, scripts()
+        args = script.dependency(plan)
         if plan.array_size:
             first = min(plan.array_size, self.max_array_size())
-            args.append(f"--array={array_spec(first, plan.parallelism)}")
+            args.append(f"--array={script.array_spec(first, plan.parallelism)}")
         try:
             self._check(plan, sources)
         except InvalidInput:
@@ -153,6 +161,7 @@ class SlurmBackend(NodeFailureAware):
         return slurmcli.first_line(proc.stderr or proc.stdout)
 
     def _check(self, plan, sources) -> None:
+        from hpclaunch.launchers.backends.slurm_preflight import check_request   # with the plan: see scripts
         check_request(plan, sources, self.cluster_name(), self._show("partition"), self._show("node"),
                       self._associations if self.accounting() else None)
 
@@ -161,6 +170,7 @@ class SlurmBackend(NodeFailureAware):
                             check=False)
         if proc.returncode != 0:
             return None  # cannot tell; sbatch still checks the association when it queues the job
+        from hpclaunch.launchers.backends.slurm_preflight import parse_associations
         return parse_associations(proc.stdout)
 
     # --- queue / release / cancel -----------------------------------------------------------------
@@ -179,9 +189,9 @@ class SlurmBackend(NodeFailureAware):
     def queue(self, request: SlurmRequest, *, cwd: str, new_id: Optional[Callable[[], str]] = None) -> List[tuple]:
         """Held jobs: one, or for a sweep one array per MaxArraySize chunk. Every chunk is held until
         all are queued, so a sweep is queued whole or not at all (the caller abandons on failure)."""
-        plan, script = request.plan, request.script
+        plan, script, slurm_script = request.plan, request.script, scripts()
         if not plan.array_size:
-            args = slurm_script.dependency(plan) + [f"--output={run_log(plan, cwd)}", "--hold"]
+            args = slurm_script.dependency(plan) + [f"--output={slurm_script.run_log(plan, cwd)}", "--hold"]
             return [(self.sbatch(script, args, cwd), 0)]
         size = max(1, self.max_array_size())
         n, par = plan.array_size, plan.parallelism
@@ -189,8 +199,8 @@ class SlurmBackend(NodeFailureAware):
         ids: List[str] = []
         try:
             for k, (off, count) in enumerate(chunks):
-                extra = [f"--array={array_spec(count, par)}",
-                         f"--output={sweep_log(plan, cwd, ids[0] if k else '%A')}"]
+                extra = [f"--array={slurm_script.array_spec(count, par)}",
+                         f"--output={slurm_script.sweep_log(plan, cwd, ids[0] if k else '%A')}"]
                 chained: tuple = ()
                 if k:
                     extra.append(f"--export=ALL,HPCLAUNCH_ARRAY_OFFSET={off},HPCLAUNCH_SWEEP_ID={ids[0]}")
@@ -217,7 +227,7 @@ class SlurmBackend(NodeFailureAware):
 
     def resubmit(self, rerun: Rerun, cwd: str) -> str:
         """A held copy of an existing job's script (a node failed under it)."""
-        return self.sbatch(rerun.script, slurm_script.rerun_flags(rerun) + ["--hold"], cwd)
+        return self.sbatch(rerun.script, scripts().rerun_flags(rerun) + ["--hold"], cwd)
 
     def down_nodes(self, nodelist: str) -> list[str]:
         """Nodes of `nodelist` that Slurm now reports DOWN, DRAIN(ED), FAIL or NOT_RESPONDING."""

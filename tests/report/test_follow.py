@@ -105,3 +105,51 @@ def test_a_bounded_read_takes_a_huge_log_in_several_reads(tmp_path):
             break
         total, reads = total + table.n, reads + 1
     assert total == 2001 and reads >= path.stat().st_size // (16 << 10) > 5, (total, reads)
+
+
+@pytest.mark.parametrize("at", ["mid-line", "line start", "past the last newline"])
+def test_a_tail_followed_from_its_end_starts_at_a_line_and_keeps_the_head(tmp_path, at):
+    path = tmp_path / "log.csv"
+    lines = [b"# schema=x\n", b"a,b\n"] + [b"%d,%d\n" % (i, i * i) for i in range(1000)]
+    data = b"".join(lines)
+    if at == "past the last newline":
+        data += b"9" * 100   # a line being written, begun before the last ``start`` bytes
+    path.write_bytes(data)
+    start = {"mid-line": 1000, "line start": len(b"".join(lines[-50:])), "past the last newline": 50}[at]
+    tail = follow.Tail(path, start=start, keep_head=True)
+    got, restarted = tail.read()
+    first = len(data) - start
+    expect_at = data.index(b"\n", first - 1) + 1 if b"\n" in data[first - 1:] else len(data)
+    assert not restarted and tail.skipped == expect_at and tail.head == data[:follow.HEAD_BYTES]
+    assert got == data[expect_at:data.rfind(b"\n") + 1]
+    if at == "line start":
+        assert got == b"".join(lines[-50:])
+    with open(path, "ab") as f:
+        f.write(b"\n1,1\n")
+    assert tail.read() == (b"\n1,1\n", False)   # a line begun before ``start`` (being written then) is not read
+
+
+def test_a_tail_whose_start_falls_in_a_line_longer_than_a_read_finds_its_end(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b"{}\n" + b"x" * 5000 + b"\n" + b"{\"a\": 1}\n")
+    tail = follow.Tail(path, max_read=1000, start=4000)
+    assert tail.read() == (b"{\"a\": 1}\n", False) and tail.skipped == 5004
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_many_files_parsed_together_are_their_rows_read_one_by_one(tmp_path, engine):
+    """The dashboard parses a large job's files of one header together (CsvFollower.take, then parse)."""
+    write_run(tmp_path, [GpuSpec(f"n{h}", i, a=100 + 10 * h + i) for h in range(3) for i in range(2)], duration=200)
+    paths = [tmp_path / schema.MONITOR_DIR / schema.gpu_file(f"n{h}") for h in range(3)]
+    alone = [follow.CsvFollower(p, "gpu", engine, start=3000 if h else None).read()[0]
+             for h, p in enumerate(paths)]
+    together = [follow.CsvFollower(p, "gpu", engine, start=3000 if h else None) for h, p in enumerate(paths)]
+    taken = [f.take() for f in together]
+    assert taken[0][1] == 2 and taken[1][1] == taken[2][1] == 0   # schema line and header: in the first file's lines
+    assert all(f.header == list(schema.GPU_COLUMNS) for f in together)
+    table = together[0].parse([d for d, _, _ in taken], [k for _, k, _ in taken])
+    for col in ("time_unix", "power_w", "gpu_index"):
+        np.testing.assert_array_equal(table.col(col), np.concatenate([t.col(col) for t in alone]))
+    assert table.n == 201 * 2 + sum(t.n for t in alone[1:])
+    codes, names = table.text["host"]
+    assert [names[c] for c in codes[[0, 402, -1]]] == ["n0", "n1", "n2"]
