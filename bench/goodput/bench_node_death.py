@@ -160,7 +160,11 @@ def trial(work, home, program, path, data, kill=True):
     out["result"] = result_of(program, run_dir)
     recs = records(run_dir)
     if kill:
-        after = [r for r in recs if r.get("kind") == "step" and r["time_unix"] > out["killed_at"]]
+        # The first step of the attempt that started after the kill: the surviving ranks record a step
+        # or two of the old attempt after the kill, until their collective waits on the dead node.
+        restart = next((i for i, r in enumerate(recs)
+                        if r.get("kind") == "header" and r.get("time_unix", 0) > out["killed_at"]), None)
+        after = [r for r in recs[restart + 1:] if r.get("kind") == "step"] if restart is not None else []
         headers = [r for r in recs if r.get("kind") == "header"]
         out["kill_to_step_s"] = after[0]["time_unix"] - out["killed_at"] if after else None
         out["resumed_step"] = headers[-1].get("resumed_step") if len(headers) > 1 else None
