@@ -9,8 +9,13 @@ set -u
 PY=${1:?usage: tests/run-suite.sh PYTHON [PYTEST ARGS...]}
 shift
 cd "$(dirname "$0")/.."
+cluster_pid=""
+shown=0
 log=$(mktemp -t hpclaunch-cluster-tests.XXXXXX)
-trap 'kill "$cluster_pid" 2>/dev/null; rm -f "$log"' EXIT
+# Cut short (CI's time limit, ^C): the cluster run's output so far is still shown, then removed.
+trap '[[ -n $cluster_pid ]] && kill "$cluster_pid" 2>/dev/null
+      (( shown )) || { echo "== the cluster tests, cut short:"; tail -n 300 "$log"; }
+      rm -f "$log"' EXIT
 export OMP_NUM_THREADS=1
 start=$SECONDS
 # The cluster run keeps no .pytest_cache (the other run writes it; two writers would race).
@@ -24,5 +29,9 @@ wait "$cluster_pid"
 cluster=$?
 echo "== the cluster tests (pytest -m cluster): exit $cluster after $((SECONDS - start)) s"
 cat "$log"
+shown=1
+# pytest's 5 (no test selected) is no failure of a half: `tests/run-suite.sh PY tests/test_x.py` may pick one.
+(( rest == 5 )) && rest=0
+(( cluster == 5 )) && cluster=0
 if (( rest != 0 )); then exit "$rest"; fi
 exit "$cluster"
